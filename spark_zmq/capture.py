@@ -1,0 +1,344 @@
+"""Capture: owns the zmq sockets, receives continuously and appends raw frames to the spool.
+
+One thread runs a poll loop over one socket per endpoint. Per message it does only
+``recv_multipart`` and two list appends; turning the frames into Arrow and writing a spool
+segment happens once per flush (every ``flush_interval`` seconds, every 65536 messages of a
+partition, and whenever the reader asks via ``sync``). Decoding happens later, on executors.
+
+Discovery calls ``endpoint_joined``/``endpoint_left`` from its own threads; those calls are queued
+and applied by the capture thread, because zmq sockets belong to one thread.
+
+Gaps are never silent: a connection that zmq drops and re-establishes (a message over
+``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart) and
+messages dropped at the spool's bound are written into the partition as fault rows and logged.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from .log import logger
+from .protocols.base import Endpoint
+from .spool import SPOOL_SCHEMA, Spool
+
+#: a partition's buffer is written to the spool when it holds this many messages
+MAX_SEGMENT_ROWS = 65536
+#: messages taken from one socket before the loop looks at the others
+BURST = 1024
+_MONITORED = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+
+
+def _now_text(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9)) + f".{ns // 1_000_000 % 1000:03d}Z"
+
+
+@dataclass
+class _Connection:
+    """One endpoint's socket and the messages received since the last flush."""
+
+    endpoint: Endpoint
+    socket: zmq.Socket
+    monitor: zmq.Socket
+    frames: list = field(default_factory=list)
+    times: list = field(default_factory=list)
+    faults: dict = field(default_factory=dict)     # buffer index -> fault text (rare)
+    disconnected_at: int | None = None
+    dropped_since: int | None = None               # first time of the current spool-full episode
+    dropped: int = 0
+
+    def add_fault(self, text: str) -> None:
+        self.faults[len(self.frames)] = text
+        self.frames.append([])
+        self.times.append(time.time_ns())
+
+
+class Capture:
+    """Receives from every endpoint discovery reports and appends to ``spool``."""
+
+    def __init__(self, spool: Spool, *, max_message_bytes: int, flush_interval: float,
+                 name: str = "capture") -> None:
+        self.spool = spool
+        self.max_message_bytes = max_message_bytes
+        self.flush_interval = flush_interval
+        self.name = name
+        self._context = zmq.Context.instance()
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._connections: dict[str, _Connection] = {}
+        self._by_socket: dict[zmq.Socket, _Connection] = {}
+        self._by_monitor: dict[zmq.Socket, _Connection] = {}
+        self._poller = zmq.Poller()
+        self._stopping = False
+        self._sync_lock = threading.Condition()
+        self._sync_asked = 0
+        self._sync_done = 0
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
+
+    # -- called from other threads -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def endpoint_joined(self, endpoint: Endpoint) -> None:
+        self._command(("join", endpoint))
+
+    def endpoint_left(self, key: str) -> None:
+        self._command(("leave", key))
+
+    def sync(self, timeout: float = 10.0) -> None:
+        """Return once everything received before this call is in the spool."""
+        with self._sync_lock:
+            self._sync_asked += 1
+            wanted = self._sync_asked
+        self._wake()
+        with self._sync_lock:
+            done = self._sync_lock.wait_for(
+                lambda: self._sync_done >= wanted or not self._thread.is_alive(), timeout)
+        self._raise_if_failed()
+        if not done:
+            raise TimeoutError(f"{self.name}: capture did not flush within {timeout} s")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop receiving, write what was received, close sockets. Idempotent."""
+        if self._wake_w < 0:
+            return
+        self._stopping = True
+        self._wake()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
+
+    def _command(self, command: tuple) -> None:
+        self._commands.put(command)
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError(f"{self.name}: capture failed: {self._failure}") from self._failure
+
+    # -- the capture thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        next_flush = time.monotonic() + self.flush_interval
+        try:
+            while not self._stopping:
+                timeout_ms = max(0.0, (next_flush - time.monotonic()) * 1000)
+                for item, _ in self._poller.poll(timeout_ms):
+                    if item == self._wake_r:
+                        self._drain_wakeups()
+                    elif item in self._by_socket:
+                        self._receive(self._by_socket[item])
+                    elif item in self._by_monitor:
+                        self._on_monitor_event(self._by_monitor[item])
+                self._apply_commands()
+                if time.monotonic() >= next_flush or self._sync_pending():
+                    self._flush_all()
+                    next_flush = time.monotonic() + self.flush_interval
+        except BaseException as exc:  # surfaced to the reader through sync()
+            self._failure = exc
+            logger.exception("%s: capture stopped by an error", self.name)
+        finally:
+            self._shutdown()
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _receive(self, conn: _Connection) -> None:
+        recv = conn.socket.recv_multipart
+        frames, times, now = conn.frames, conn.times, time.time_ns
+        try:
+            for _ in range(BURST):
+                frames.append(recv(zmq.NOBLOCK))
+                times.append(now())
+        except zmq.Again:
+            pass
+        if len(frames) >= MAX_SEGMENT_ROWS:
+            self._flush(conn)
+
+    def _on_monitor_event(self, conn: _Connection) -> None:
+        event = recv_monitor_message(conn.monitor)
+        address = conn.endpoint.address
+        if event["event"] == zmq.EVENT_DISCONNECTED:
+            conn.disconnected_at = time.time_ns()
+            logger.info("%s: lost connection to %s (partition %s)", self.name, address,
+                        conn.endpoint.key)
+        elif event["event"] == zmq.EVENT_CONNECTED:
+            if conn.disconnected_at is None:
+                logger.info("%s: connected to %s (partition %s)", self.name, address,
+                            conn.endpoint.key)
+                return
+            since, conn.disconnected_at = conn.disconnected_at, None
+            text = (f"gap: the connection to {address} was dropped at {_now_text(since)} and "
+                    f"re-established; what was published meanwhile is lost. zmq drops a "
+                    f"connection on a message over maxMessageBytes ({self.max_message_bytes} "
+                    f"bytes), on a protocol error, or when the publisher restarts")
+            conn.add_fault(text)
+            logger.warning("%s: reconnected to %s (partition %s) after a drop; gap recorded",
+                           self.name, address, conn.endpoint.key)
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                command, arg = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command == "join":
+                self._join(arg)
+            else:
+                self._leave(arg)
+
+    def _join(self, endpoint: Endpoint) -> None:
+        old = self._connections.get(endpoint.key)
+        if old is not None:
+            if old.endpoint == endpoint:
+                return
+            if (old.endpoint.address == endpoint.address
+                    and old.endpoint.subscriptions == endpoint.subscriptions):
+                self._flush(old)  # rows so far keep the metadata they arrived under
+                old.endpoint = endpoint
+                logger.info("%s: endpoint %s updated its metadata", self.name, endpoint.key)
+                return
+            self._leave(endpoint.key)
+        self.spool.open_partition(endpoint.key)
+        sock = self._context.socket(endpoint.socket_type)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        if endpoint.socket_type == zmq.SUB:
+            for prefix in endpoint.subscriptions:
+                sock.setsockopt(zmq.SUBSCRIBE, prefix)
+        monitor = sock.get_monitor_socket(_MONITORED)
+        sock.connect(endpoint.address)
+        conn = _Connection(endpoint, sock, monitor)
+        self._connections[endpoint.key] = conn
+        self._by_socket[sock] = conn
+        self._by_monitor[monitor] = conn
+        self._poller.register(sock, zmq.POLLIN)
+        self._poller.register(monitor, zmq.POLLIN)
+        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
+
+    def _leave(self, key: str) -> None:
+        conn = self._connections.pop(key, None)
+        if conn is None:
+            return
+        self._receive(conn)  # what already arrived is kept
+        self._flush(conn)
+        self._close_connection(conn)
+        self.spool.retire(key)
+        logger.info("%s: endpoint left: %s at %s", self.name, key, conn.endpoint.address)
+
+    def _close_connection(self, conn: _Connection) -> None:
+        for sock in (conn.socket, conn.monitor):
+            self._poller.unregister(sock)
+        self._by_socket.pop(conn.socket, None)
+        self._by_monitor.pop(conn.monitor, None)
+        conn.socket.disable_monitor()
+        conn.monitor.close(0)
+        conn.socket.close(0)
+
+    def _sync_pending(self) -> bool:
+        return self._sync_asked > self._sync_done
+
+    def _flush_all(self) -> None:
+        with self._sync_lock:
+            wanted = self._sync_asked
+        for conn in self._connections.values():
+            self._receive(conn)
+            self._flush(conn)
+        with self._sync_lock:
+            self._sync_done = max(self._sync_done, wanted)
+            self._sync_lock.notify_all()
+
+    def _flush(self, conn: _Connection) -> None:
+        if not conn.frames:
+            return
+        frames, times, faults = conn.frames, conn.times, conn.faults
+        conn.frames, conn.times, conn.faults = [], [], {}
+        key = conn.endpoint.key
+        if not self.spool.has_room():
+            self._drop(conn, frames, times, faults)
+            return
+        if conn.dropped:
+            self._end_drop_episode(conn, times[0])
+        self.spool.append(key, conn.endpoint.source, _to_table(frames, times, faults))
+
+    def _drop(self, conn: _Connection, frames: list, times: list, faults: dict) -> None:
+        """Spool full: drop new messages, but count them and keep capture's own fault rows."""
+        if conn.dropped_since is None:
+            conn.dropped_since = times[0]
+            logger.warning("%s: spool %s reached maxSpoolBytes (%d bytes); dropping new messages "
+                           "of partition %s until Spark commits", self.name, self.spool.root,
+                           self.spool.max_bytes, conn.endpoint.key)
+        conn.dropped += len(frames) - len(faults)
+        if faults:
+            kept = sorted(faults)
+            self.spool.append(conn.endpoint.key, conn.endpoint.source, _to_table(
+                [[] for _ in kept], [times[i] for i in kept],
+                {n: faults[i] for n, i in enumerate(kept)}))
+
+    def _end_drop_episode(self, conn: _Connection, until: int) -> None:
+        text = (f"gap: {conn.dropped} messages dropped between {_now_text(conn.dropped_since)} "
+                f"and {_now_text(until)} because the spool {self.spool.root} reached "
+                f"maxSpoolBytes ({self.spool.max_bytes} bytes)")
+        logger.warning("%s: partition %s: %s", self.name, conn.endpoint.key, text)
+        self.spool.count_dropped(conn.endpoint.key, conn.dropped)
+        self.spool.append(conn.endpoint.key, conn.endpoint.source,
+                          _to_table([[]], [until], {0: text}))
+        conn.dropped, conn.dropped_since = 0, None
+
+    def _shutdown(self) -> None:
+        for conn in list(self._connections.values()):
+            try:
+                self._receive(conn)
+                self._flush(conn)
+                if conn.dropped:
+                    self._end_drop_episode(conn, time.time_ns())
+            except Exception:  # keep closing the others
+                logger.exception("%s: could not write the last messages of %s", self.name,
+                                 conn.endpoint.key)
+            self._close_connection(conn)
+        self._connections.clear()
+        self._poller.unregister(self._wake_r)
+        with self._sync_lock:
+            self._sync_lock.notify_all()
+
+
+def _to_table(frames: list, times: list, faults: dict) -> pa.Table:
+    received = pa.array(np.asarray(times, dtype=np.int64) // 1000, type=pa.int64())
+    if faults:
+        fault_texts = [None] * len(frames)
+        for index, text in faults.items():
+            fault_texts[index] = text
+        fault_column = pa.array(fault_texts, type=pa.string())
+    else:
+        fault_column = pa.nulls(len(frames), pa.string())
+    return pa.Table.from_arrays([
+        received.cast(SPOOL_SCHEMA.field("received_at").type),
+        pa.array(frames, type=SPOOL_SCHEMA.field("frames").type),
+        fault_column,
+    ], schema=SPOOL_SCHEMA)

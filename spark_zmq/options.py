@@ -1,0 +1,195 @@
+"""Every option is defined once here: name, parser (type and validation), default and doc.
+
+Validation errors, the README's option tables and ``python -m spark_zmq options`` all come from
+these definitions, so an option cannot be documented one way and parsed another.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+
+class OptionError(ValueError):
+    """A wrong option name, type or value; the message names the option and what it accepts."""
+
+
+Parser = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One user-facing option.
+
+    ``parse`` turns the string Spark hands us into a typed value and raises ``ValueError`` when
+    it cannot; ``accepts`` is the human description of valid values used in error messages.
+    A ``default`` of ``None`` means "not set" (the code using the option decides what that means,
+    as documented in ``doc``).
+    """
+
+    name: str
+    parse: Parser
+    accepts: str
+    default: Any
+    doc: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsers. Each raises ValueError; parse_options turns that into an OptionError naming the option.
+
+def text(value: str) -> str:
+    return value
+
+
+def positive_int(value: str) -> int:
+    number = int(value.strip())
+    if number <= 0:
+        raise ValueError("not positive")
+    return number
+
+
+def non_negative_float(value: str) -> float:
+    number = float(value.strip())
+    if not number >= 0:
+        raise ValueError("negative")
+    return number
+
+
+def boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(value)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+
+
+def byte_size(value: str) -> int:
+    """``1048576``, ``512k``, ``64m``, ``4g`` (binary units, like Spark's size options)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value)
+    if not match or match.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(value)
+    size = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if size <= 0:
+        raise ValueError(value)
+    return size
+
+
+def comma_list(value: str) -> tuple[str, ...]:
+    """Comma-separated items, blanks around items ignored; empty items are an error."""
+    items = tuple(item.strip() for item in value.split(","))
+    if any(not item for item in items):
+        raise ValueError("empty item")
+    return items
+
+
+def choice(*values: str) -> Parser:
+    """Case-insensitive choice; returns the canonical spelling."""
+    canonical = {v.lower(): v for v in values}
+
+    def parse(value: str) -> str:
+        return canonical[value.strip().lower()]
+
+    return parse
+
+
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Options(Mapping[str, Any]):
+    """Parsed options of one query: canonical name -> typed value (defaults filled in)."""
+
+    format_name: str
+    by_name: Mapping[str, Any]
+    given: frozenset[str]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.by_name[name]
+
+    def __iter__(self):
+        return iter(self.by_name)
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def is_set(self, name: str) -> bool:
+        """True when the user gave the option (even if equal to the default)."""
+        return name in self.given
+
+
+def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, str]) -> Options:
+    """Validate ``raw`` (Spark's case-insensitive option map) against ``specs``.
+
+    Raises OptionError for an unknown name (with a suggestion) or a value the option's parser
+    rejects (naming the accepted values).
+    """
+    by_lower = {spec.name.lower(): spec for spec in specs}
+    values = {spec.name: spec.default for spec in specs}
+    given: set[str] = set()
+    for key, value in raw.items():
+        spec = by_lower.get(key.lower())
+        if spec is None:
+            raise OptionError(_unknown_option_message(format_name, key, specs))
+        try:
+            values[spec.name] = spec.parse(str(value))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OptionError(
+                f"{format_name}: option '{spec.name}' must be {spec.accepts}; got {value!r}"
+            ) from exc
+        given.add(spec.name)
+    return Options(format_name, values, frozenset(given))
+
+
+def _unknown_option_message(format_name: str, key: str, specs: Iterable[Option]) -> str:
+    names = sorted(spec.name for spec in specs)
+    close = difflib.get_close_matches(key.lower(), [n.lower() for n in names], n=1)
+    hint = ""
+    if close:
+        hint = " Did you mean '%s'?" % next(n for n in names if n.lower() == close[0])
+    return (f"{format_name}: unknown option '{key}'.{hint} "
+            f"Accepted options: {', '.join(names)}")
+
+
+def option_table(specs: Sequence[Option]) -> str:
+    """Markdown table of options, for docs and ``python -m spark_zmq options``."""
+    lines = ["| option | accepts | default | meaning |", "|---|---|---|---|"]
+    for spec in specs:
+        default = "(not set)" if spec.default is None else repr(spec.default)
+        lines.append(f"| `{spec.name}` | {spec.accepts} | {default} | {spec.doc} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options of the generic stream reader, shared by every format.
+
+MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+
+READER_OPTIONS: tuple[Option, ...] = (
+    Option("mode", choice(*MODES), "one of " + ", ".join(MODES), "PERMISSIVE",
+           "What to do with a malformed message: keep it as a row with `error` set and the raw "
+           "bytes in `payload`, drop it (counted and logged), or fail the query."),
+    Option("maxRecordsPerTrigger", positive_int, "a positive integer", None,
+           "Admission control: at most this many messages per micro-batch over all partitions."),
+    Option("startingOffsets", choice("earliest", "latest"), "earliest or latest", "earliest",
+           "Where a new query (no checkpoint) starts: everything still in the spool, or only what "
+           "is captured from now on."),
+    Option("spoolPath", text, "a folder path", None,
+           "Where captured messages are kept until Spark commits them. Default: a folder under "
+           "the local temporary directory derived from the format and options, so a restart with "
+           "the same options finds it; its path is logged."),
+    Option("maxSpoolBytes", byte_size, "a size such as 4g, 512m or 1048576", 4 << 30,
+           "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
+           "and reported as a row with `error` set (a gap)."),
+    Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", 64 << 20,
+           "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
+           "connection on a larger one and reconnects; the drop is reported as a malformed row."),
+    Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", 100,
+           "How often capture writes what it received to the spool (it also writes at every "
+           "micro-batch and every 65536 messages)."),
+)

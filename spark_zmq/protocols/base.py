@@ -1,0 +1,102 @@
+"""What a protocol module provides to the generic reader: discovery, its columns, and decoding.
+
+A protocol module knows its wire format and how its endpoints are found; it knows nothing of
+Spark's streaming machinery. The generic reader (``spark_zmq.source``) and the data plane
+(``spark_zmq.capture``, ``spark_zmq.spool``) know nothing of any one wire format.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol as TypingProtocol, Sequence
+
+import pyarrow as pa
+import zmq
+
+from ..options import Option, Options
+from ..spool import Source
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One thing to capture from: becomes one partition, keyed by ``key``.
+
+    ``key`` must be stable across restarts (a restarted query finds its partitions by it).
+    ``metadata`` is what discovery learned about the endpoint; it is stored with the captured
+    messages and handed back to ``decode``.
+    """
+
+    key: str
+    address: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    subscriptions: tuple[bytes, ...] = (b"",)
+    socket_type: int = zmq.SUB
+
+    @property
+    def source(self) -> Source:
+        return Source(self.address, self.metadata)
+
+
+class EndpointListener(TypingProtocol):
+    """Receives discovery's view of the world; called from discovery's own threads."""
+
+    def endpoint_joined(self, endpoint: Endpoint) -> None: ...
+
+    def endpoint_left(self, key: str) -> None: ...
+
+
+class Discovery(ABC):
+    """Keeps the live set of endpoints and tells a listener when it changes."""
+
+    @abstractmethod
+    def start(self, listener: EndpointListener) -> None:
+        """Begin; report every endpoint already known and every later change to ``listener``."""
+
+    def close(self) -> None:
+        """Stop discovering; release sockets and threads."""
+
+
+class StaticDiscovery(Discovery):
+    """A fixed list of endpoints given by the user; needs no network discovery."""
+
+    def __init__(self, endpoints: Sequence[Endpoint]) -> None:
+        self.endpoints = tuple(endpoints)
+
+    def start(self, listener: EndpointListener) -> None:
+        for endpoint in self.endpoints:
+            listener.endpoint_joined(endpoint)
+
+
+@dataclass
+class Decoded:
+    """A protocol's decoding of a run of captured messages, one entry per message.
+
+    ``error`` is null for a well-formed message, else a description of what is wrong (the
+    generic reader then applies ``mode``); ``payload`` of a malformed message holds its raw bytes.
+    ``keep`` (optional) is False for well-formed messages the query did not ask for.
+    """
+
+    payload: pa.Array
+    error: pa.Array
+    columns: dict[str, pa.Array]
+    keep: pa.Array | None = None
+
+
+class StreamProtocol(ABC):
+    """A wire format as seen by the generic stream reader."""
+
+    #: the format name users pass to ``spark.readStream.format(...)``
+    name: str
+    #: options of this format, besides the generic reader's
+    reader_options: tuple[Option, ...] = ()
+    #: the columns this format adds after the shared ones
+    columns: pa.Schema
+
+    @abstractmethod
+    def discovery(self, options: Options) -> Discovery:
+        """The discovery to run on the driver side for a query with these options."""
+
+    @abstractmethod
+    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
+        """Decode captured messages (list of frames each) that came from ``source``."""

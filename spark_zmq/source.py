@@ -1,0 +1,246 @@
+"""The one generic stream reader: Spark's calls on one side, a protocol object on the other.
+
+Driver side (one long-lived process per query run): on the first offset call the reader starts
+discovery and capture for the protocol, then plans offsets from what capture has written to the
+spool. Executor side: ``read`` gets an ``SpoolRange`` and the options, reads that range from the
+spool, lets the protocol decode it and yields Arrow record batches in the exact Spark schema.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import signal
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from .capture import Capture
+from .log import logger
+from .offsets import PartitionOffsets, admit, ranges
+from .options import Options
+from .protocols.base import StreamProtocol
+from .spool import Spool, read_range
+
+#: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
+BATCH_ROWS = 65536
+
+SHARED_COLUMNS = pa.schema([
+    pa.field("partition", pa.string()),
+    pa.field("offset", pa.int64()),
+    pa.field("received_at", pa.timestamp("us", tz="UTC")),
+    pa.field("endpoint", pa.string()),
+    pa.field("payload", pa.binary()),
+    pa.field("error", pa.string()),
+])
+
+
+class MalformedMessageError(RuntimeError):
+    """A malformed message under ``mode=FAILFAST``."""
+
+
+def output_schema(protocol: StreamProtocol) -> pa.Schema:
+    """The Arrow schema of the rows of a format: shared columns, then the protocol's."""
+    return pa.schema(list(SHARED_COLUMNS) + list(protocol.columns))
+
+
+def default_spool_path(protocol: StreamProtocol, options: Options) -> str:
+    """A folder that a restart of the same query (same format and options) finds again."""
+    given = {name: str(options[name]) for name in sorted(options.given) if name != "spoolPath"}
+    digest = hashlib.sha256(json.dumps([protocol.name, given]).encode()).hexdigest()[:16]
+    user = os.environ.get("USER") or str(os.getuid())
+    return os.path.join(tempfile.gettempdir(), f"spark_zmq-{user}", f"{protocol.name}-{digest}")
+
+
+@dataclass(frozen=True)
+class SpoolRange(InputPartition):
+    """One partition's offset range of one micro-batch; all an executor needs to read it."""
+
+    spool_path: str
+    key: str
+    start: int
+    end: int
+
+
+class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Generic micro-batch reader over capture + spool, for any ``StreamProtocol``."""
+
+    def __init__(self, protocol: StreamProtocol, options: Options) -> None:
+        self.protocol = protocol
+        self.options = options
+        self.spool_path = options["spoolPath"] or default_spool_path(protocol, options)
+        # driver side only, created lazily (this object is also pickled to executors)
+        self._capture: Capture | None = None
+        self._spool: Spool | None = None
+        self._discovery = None
+        self._available_now: PartitionOffsets | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.update(_capture=None, _spool=None, _discovery=None)
+        return state
+
+    # -- driver side ---------------------------------------------------------------------------
+
+    def _started(self) -> Capture:
+        if self._capture is None:
+            self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
+            self._capture = Capture(
+                self._spool, max_message_bytes=self.options["maxMessageBytes"],
+                flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name)
+            self._capture.start()
+            _stop_on_sigterm()
+            atexit.register(self.stop)
+            logger.info("%s: spooling to %s", self.protocol.name, self.spool_path)
+            self._discovery = self.protocol.discovery(self.options)
+            self._discovery.start(self._capture)
+        return self._capture
+
+    def _available(self) -> tuple[PartitionOffsets, PartitionOffsets, set[str]]:
+        """(end, first available, retired) of every partition, after flushing capture."""
+        self._started().sync()
+        state = self._spool.snapshot()
+        return ({k: s.end for k, s in state.items()}, {k: s.start for k, s in state.items()},
+                {k for k, s in state.items() if s.retired})
+
+    def initialOffset(self) -> dict:
+        end, first, _ = self._available()
+        return first if self.options["startingOffsets"] == "earliest" else end
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        end, first, retired = self._available()
+        if self._available_now is not None:
+            end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = admit(start, end, first, max_rows)
+        # A retired partition that has been read to its end leaves the offsets.
+        return {k: v for k, v in end.items() if not (k in retired and start.get(k) == v)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        max_rows = self.options["maxRecordsPerTrigger"]
+        return ReadMaxRows(max_rows) if max_rows else ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict:
+        return self._available()[0]
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._available()[0]
+
+    def partitions(self, start: dict, end: dict) -> list[SpoolRange]:
+        first = self._available()[1] if any(k not in start for k in end) else {}
+        return [SpoolRange(self.spool_path, r.key, r.start, r.end)
+                for r in ranges(start, end, first)]
+
+    def commit(self, end: dict) -> None:
+        if self._spool is not None:
+            for key, offset in end.items():
+                self._spool.truncate(key, offset)
+
+    def stop(self) -> None:
+        """Close sockets and write what was received; Spark may or may not call this."""
+        if self._discovery is not None:
+            self._discovery.close()
+            self._discovery = None
+        if self._capture is not None:
+            self._capture.close()
+            self._capture = None
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
+    # -- executor side -------------------------------------------------------------------------
+
+    def read(self, partition: SpoolRange) -> Iterator[pa.RecordBatch]:
+        schema = output_schema(self.protocol)
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        dropped = 0
+        for first, source, table in read_range(partition.spool_path, partition.key,
+                                               partition.start, partition.end):
+            batch, malformed = self._decode(partition.key, first, source, table, schema)
+            dropped += malformed
+            if batch.num_rows:
+                pending.append(batch)
+                pending_rows += batch.num_rows
+            if pending_rows >= BATCH_ROWS:
+                yield from _rebatch(pending, schema)
+                pending, pending_rows = [], 0
+        yield from _rebatch(pending, schema)
+        if dropped:
+            logger.warning("%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
+                           self.protocol.name, dropped, partition.key, partition.start,
+                           partition.end)
+
+    def _decode(self, key: str, first: int, source, table: pa.Table,
+                schema: pa.Schema) -> tuple[pa.RecordBatch, int]:
+        """Rows of one spool slice in the output schema, with ``mode`` applied."""
+        n = table.num_rows
+        frames = table.column("frames").combine_chunks()
+        decoded = self.protocol.decode(frames, source, self.options)
+        fault = table.column("fault").combine_chunks()
+        error = pc.if_else(pc.is_null(fault), decoded.error, fault)
+        columns = {
+            "partition": pa.repeat(pa.scalar(key, pa.string()), n),
+            "offset": pa.array(np.arange(first, first + n, dtype=np.int64)),
+            "received_at": table.column("received_at").combine_chunks(),
+            "endpoint": pa.repeat(pa.scalar(source.endpoint, pa.string()), n),
+            "payload": pc.if_else(pc.is_null(fault), decoded.payload, pa.nulls(n, pa.binary())),
+            "error": error,
+            **decoded.columns,
+        }
+        batch = pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+        if decoded.keep is not None:
+            batch = batch.filter(pc.or_(decoded.keep, pc.is_valid(error)))
+        malformed = pc.is_valid(batch.column("error"))
+        count = pc.sum(malformed).as_py() or 0
+        if not count:
+            return batch, 0
+        mode = self.options["mode"]
+        if mode == "FAILFAST":
+            row = batch.filter(malformed).slice(0, 1).to_pylist()[0]
+            raise MalformedMessageError(
+                f"{self.protocol.name}: malformed message in partition {key} at offset "
+                f"{row['offset']} from {row['endpoint']}: {row['error']} (mode=FAILFAST; use "
+                f"mode=PERMISSIVE to keep such messages as rows, or DROPMALFORMED to skip them)")
+        if mode == "DROPMALFORMED":
+            return batch.filter(pc.invert(malformed)), count
+        return batch, 0
+
+
+def _rebatch(batches: list[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Few, large batches of at most BATCH_ROWS rows out of many small ones."""
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
+    yield from table.to_batches(max_chunksize=BATCH_ROWS)
+
+
+_sigterm_installed = False
+
+
+def _stop_on_sigterm() -> None:
+    """Spark ends the driver-side reader process with SIGTERM and never calls stop(): turn the
+    signal into SystemExit once, so ``finally``/atexit cleanup closes sockets and writes the
+    spool. A second signal while that cleanup runs is ignored."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:
+            fired.append(signum)
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    _sigterm_installed = True
