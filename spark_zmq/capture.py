@@ -34,7 +34,10 @@ from .spool import SPOOL_SCHEMA, Spool
 MAX_SEGMENT_ROWS = 65536
 #: messages taken from one socket before the loop looks at the others
 BURST = 1024
-_MONITORED = zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+_MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_DELAYED
+              | zmq.EVENT_CONNECT_RETRIED)
+#: seconds after a drop by which zmq shows a reconnect attempt unless it gave the connection up
+RECONNECT_CHECK = 0.5
 
 
 def _now_text(ns: int) -> str:
@@ -52,6 +55,8 @@ class _Connection:
     times: list = field(default_factory=list)
     faults: dict = field(default_factory=dict)     # buffer index -> fault text (rare)
     disconnected_at: int | None = None
+    drop_cause: str | None = None
+    recheck_at: float | None = None                # see Capture._reopen_abandoned
     dropped_since: int | None = None               # first time of the current spool-full episode
     dropped: int = 0
 
@@ -143,7 +148,8 @@ class Capture:
         next_flush = time.monotonic() + self.flush_interval
         try:
             while not self._stopping:
-                timeout_ms = max(0.0, (next_flush - time.monotonic()) * 1000)
+                wake_at = min(next_flush, self._next_recheck())
+                timeout_ms = max(0.0, (wake_at - time.monotonic()) * 1000)
                 for item, _ in self._poller.poll(timeout_ms):
                     if item == self._wake_r:
                         self._drain_wakeups()
@@ -152,6 +158,7 @@ class Capture:
                     elif item in self._by_monitor:
                         self._on_monitor_event(self._by_monitor[item])
                 self._apply_commands()
+                self._reopen_abandoned()
                 if time.monotonic() >= next_flush or self._sync_pending():
                     self._flush_all()
                     next_flush = time.monotonic() + self.flush_interval
@@ -181,25 +188,50 @@ class Capture:
             self._flush(conn)
 
     def _on_monitor_event(self, conn: _Connection) -> None:
-        event = recv_monitor_message(conn.monitor)
-        address = conn.endpoint.address
-        if event["event"] == zmq.EVENT_DISCONNECTED:
+        event = recv_monitor_message(conn.monitor)["event"]
+        address, key = conn.endpoint.address, conn.endpoint.key
+        if event == zmq.EVENT_DISCONNECTED:
             conn.disconnected_at = time.time_ns()
-            logger.info("%s: lost connection to %s (partition %s)", self.name, address,
-                        conn.endpoint.key)
-        elif event["event"] == zmq.EVENT_CONNECTED:
+            conn.recheck_at = time.monotonic() + RECONNECT_CHECK
+            logger.info("%s: lost connection to %s (partition %s)", self.name, address, key)
+        elif event in (zmq.EVENT_CONNECT_DELAYED, zmq.EVENT_CONNECT_RETRIED):
+            conn.recheck_at = None   # zmq is reconnecting by itself
+        elif event == zmq.EVENT_CONNECTED:
+            conn.recheck_at = None
             if conn.disconnected_at is None:
-                logger.info("%s: connected to %s (partition %s)", self.name, address,
-                            conn.endpoint.key)
+                logger.info("%s: connected to %s (partition %s)", self.name, address, key)
                 return
             since, conn.disconnected_at = conn.disconnected_at, None
-            text = (f"gap: the connection to {address} was dropped at {_now_text(since)} and "
-                    f"re-established; what was published meanwhile is lost. zmq drops a "
-                    f"connection on a message over maxMessageBytes ({self.max_message_bytes} "
-                    f"bytes), on a protocol error, or when the publisher restarts")
-            conn.add_fault(text)
+            cause = conn.drop_cause or ("the connection was lost (a publisher restart or a "
+                                        "network fault)")
+            conn.drop_cause = None
+            conn.add_fault(f"gap: the connection to {address} was dropped at {_now_text(since)} "
+                           f"and re-established; what was published meanwhile is lost. Cause: "
+                           f"{cause}")
             logger.warning("%s: reconnected to %s (partition %s) after a drop; gap recorded",
-                           self.name, address, conn.endpoint.key)
+                           self.name, address, key)
+
+    def _reopen_abandoned(self) -> None:
+        """zmq does not reconnect after a protocol error, such as a message over
+        ZMQ_MAXMSGSIZE: it reports DISCONNECTED and nothing more. A connection with no
+        reconnect attempt soon after its drop gets a new socket."""
+        now = time.monotonic()
+        for conn in list(self._connections.values()):
+            if conn.recheck_at is None or conn.recheck_at > now:
+                continue
+            conn.drop_cause = (f"zmq closed the connection on a protocol error, such as a "
+                               f"message over maxMessageBytes ({self.max_message_bytes} bytes)")
+            logger.warning("%s: zmq gave up the connection to %s (partition %s) after a protocol "
+                           "error, such as a message over maxMessageBytes; reconnecting",
+                           self.name, conn.endpoint.address, conn.endpoint.key)
+            self._unregister(conn)
+            conn.socket, conn.monitor = self._open_socket(conn.endpoint)
+            conn.recheck_at = None
+            self._register(conn)
+
+    def _next_recheck(self) -> float:
+        times = [c.recheck_at for c in self._connections.values() if c.recheck_at is not None]
+        return min(times, default=float("inf"))
 
     def _apply_commands(self) -> None:
         while True:
@@ -225,6 +257,12 @@ class Capture:
                 return
             self._leave(endpoint.key)
         self.spool.open_partition(endpoint.key)
+        conn = _Connection(endpoint, *self._open_socket(endpoint))
+        self._connections[endpoint.key] = conn
+        self._register(conn)
+        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
+
+    def _open_socket(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
         sock = self._context.socket(endpoint.socket_type)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
@@ -234,25 +272,16 @@ class Capture:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
         monitor = sock.get_monitor_socket(_MONITORED)
         sock.connect(endpoint.address)
-        conn = _Connection(endpoint, sock, monitor)
-        self._connections[endpoint.key] = conn
-        self._by_socket[sock] = conn
-        self._by_monitor[monitor] = conn
-        self._poller.register(sock, zmq.POLLIN)
-        self._poller.register(monitor, zmq.POLLIN)
-        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
+        return sock, monitor
 
-    def _leave(self, key: str) -> None:
-        conn = self._connections.pop(key, None)
-        if conn is None:
-            return
-        self._receive(conn)  # what already arrived is kept
-        self._flush(conn)
-        self._close_connection(conn)
-        self.spool.retire(key)
-        logger.info("%s: endpoint left: %s at %s", self.name, key, conn.endpoint.address)
+    def _register(self, conn: _Connection) -> None:
+        self._by_socket[conn.socket] = conn
+        self._by_monitor[conn.monitor] = conn
+        self._poller.register(conn.socket, zmq.POLLIN)
+        self._poller.register(conn.monitor, zmq.POLLIN)
 
-    def _close_connection(self, conn: _Connection) -> None:
+    def _unregister(self, conn: _Connection) -> None:
+        """Close the connection's sockets (its buffered messages stay)."""
         for sock in (conn.socket, conn.monitor):
             self._poller.unregister(sock)
         self._by_socket.pop(conn.socket, None)
@@ -260,6 +289,16 @@ class Capture:
         conn.socket.disable_monitor()
         conn.monitor.close(0)
         conn.socket.close(0)
+
+    def _leave(self, key: str) -> None:
+        conn = self._connections.pop(key, None)
+        if conn is None:
+            return
+        self._receive(conn)  # what already arrived is kept
+        self._flush(conn)
+        self._unregister(conn)
+        self.spool.retire(key)
+        logger.info("%s: endpoint left: %s at %s", self.name, key, conn.endpoint.address)
 
     def _sync_pending(self) -> bool:
         return self._sync_asked > self._sync_done
@@ -321,7 +360,7 @@ class Capture:
             except Exception:  # keep closing the others
                 logger.exception("%s: could not write the last messages of %s", self.name,
                                  conn.endpoint.key)
-            self._close_connection(conn)
+            self._unregister(conn)
         self._connections.clear()
         self._poller.unregister(self._wake_r)
         with self._sync_lock:

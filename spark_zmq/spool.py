@@ -146,11 +146,15 @@ def _write_atomically(path: str, data: bytes) -> None:
 class Spool:
     """The writer side of a spool folder; used by exactly one capture at a time."""
 
-    def __init__(self, root: str, max_bytes: int) -> None:
+    def __init__(self, root: str, max_bytes: int, lock_wait: float = 15.0) -> None:
         self.root = root
         self.max_bytes = max_bytes
-        os.makedirs(root, exist_ok=True)
-        self._lock_file = self._take_lock()
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(f"cannot use {root!r} as a spool folder (option spoolPath): "
+                             f"{exc.strerror or exc}") from None
+        self._lock_file = self._take_lock(lock_wait)
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
         for name in sorted(os.listdir(root)):
@@ -161,7 +165,7 @@ class Spool:
                 self.partitions[index.key] = index
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
 
-    def _take_lock(self, wait: float = 15.0):
+    def _take_lock(self, wait: float):
         """Exclusive use of the folder. Waits a little: a query restarted in the same session
         may start before the process of its previous run has released the lock."""
         lock = open(os.path.join(self.root, LOCK_NAME), "a+")

@@ -422,23 +422,25 @@ class Publisher:
         """Send raw frames as they are (for tests of malformed input)."""
         self.socket.send_multipart(frames)
 
-    def _note_subscriptions(self) -> None:
+    def count_subscribers(self) -> int:
+        """Subscribers now subscribed to Meerkat (0.9 subscribers all are), from the
+        (un)subscription messages the XPUB has received so far."""
         meerkat = event_id(MEERKAT)
         while self.socket.poll(0):
             message = self.socket.recv()
             if message[1:] == meerkat:
                 self.subscribers += 1 if message[:1] == b"\x01" else -1
+        return self.subscribers
 
     def wait_for_subscribers(self, count: int = 1, timeout: float = 30.0) -> None:
-        """Block until ``count`` subscribers have subscribed to Meerkat (as 0.9 ones do)."""
+        """Block until at least ``count`` subscribers are subscribed."""
         deadline = time.monotonic() + timeout
-        while self.subscribers < count:
+        while self.count_subscribers() < count:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"publisher {self.instance_name}: {self.subscribers} of "
                                    f"{count} subscribers after {timeout} s")
             self.socket.poll(min(remaining, 0.1) * 1000)
-            self._note_subscriptions()
 
     def close(self) -> None:
         if self._info is not None:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Creates .venv and installs spark_zmq with its test extras. Re-runs pip only when setup.cfg or
+# pyproject.toml changed since the last install. Needs Python >= 3.10 and Java 17 on the PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  for candidate in python3.11 python3 python; do
+    if command -v "$candidate" >/dev/null 2>&1; then python=$candidate; break; fi
+  done
+fi
+[ -n "$python" ] || { echo "setup: no python3 on the PATH" >&2; exit 1; }
+command -v java >/dev/null 2>&1 || { echo "setup: Spark needs Java 17 (java is not on the PATH)" >&2; exit 1; }
+if ! command -v ip >/dev/null 2>&1 || ! command -v unshare >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq iproute2 util-linux >/dev/null
+  else
+    echo "setup: the private network namespace needs 'ip' (iproute2) and 'unshare' (util-linux)" >&2
+    exit 1
+  fi
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.spark_zmq-installed
+wanted=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "$wanted" > "$stamp"
+fi

@@ -1,0 +1,50 @@
+"""Option validation messages and admission control."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_zmq.offsets import admit, ranges
+from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
+from spark_zmq.protocols.zeroeq import ZeroEQ
+
+SPECS = READER_OPTIONS + ZeroEQ.reader_options
+
+
+def test_defaults_and_case_insensitive_names():
+    options = parse_options("zeroeq", SPECS, {"maxrecordspertrigger": "10", "MODE": "failfast"})
+    assert options["maxRecordsPerTrigger"] == 10 and options["mode"] == "FAILFAST"
+    assert options["maxMessageBytes"] == 64 << 20
+    assert options.is_set("mode") and not options.is_set("session")
+
+
+@pytest.mark.parametrize("raw, words", [
+    ({"sesion": "a"}, ["unknown option 'sesion'", "Did you mean 'session'"]),
+    ({"mode": "LENIENT"}, ["'mode'", "PERMISSIVE, DROPMALFORMED, FAILFAST", "'LENIENT'"]),
+    ({"maxRecordsPerTrigger": "0"}, ["'maxRecordsPerTrigger'", "positive integer"]),
+    ({"maxMessageBytes": "lots"}, ["'maxMessageBytes'", "64m"]),
+    ({"publishers": "127.0.0.1"}, ["'publishers'", "host:port"]),
+    ({"events": "a,,b"}, ["'events'"]),
+    ({"startingOffsets": "middle"}, ["'startingOffsets'", "earliest or latest"]),
+])
+def test_bad_options_name_the_option_and_accepted_values(raw, words):
+    with pytest.raises(OptionError) as info:
+        parse_options("zeroeq", SPECS, raw)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_admit_shares_the_budget_in_proportion_and_exactly():
+    start = {"a": 0, "b": 10}
+    available = {"a": 60, "b": 50, "c": 7}
+    end = admit(start, available, {"c": 0}, 30)
+    taken = {k: end[k] - start.get(k, 0) for k in end}
+    assert sum(taken.values()) == 30
+    assert taken == {"a": 17, "b": 11, "c": 2}
+    assert admit(start, available, {"c": 0}, None) == available
+    assert admit(start, available, {"c": 0}, 1000) == available
+
+
+def test_ranges_start_new_partitions_at_their_first_offset():
+    assert ranges({"a": 5}, {"a": 9, "b": 4}, {"b": 2}) == [("a", 5, 9), ("b", 2, 4)]
+    assert ranges({"a": 5}, {"a": 5}, {}) == []

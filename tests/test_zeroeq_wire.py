@@ -1,0 +1,111 @@
+"""ZeroEQ wire facts: event ids (the fact sheet's vectors), records, sessions, decoding."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from spark_zmq.options import READER_OPTIONS, parse_options
+from spark_zmq.protocols.zeroeq import (MEERKAT, PublisherRecord, ZeroEQ, event_id, event_id_text,
+                                        in_session, parse_address, parse_event)
+from spark_zmq.spool import Source
+
+ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
+
+
+@pytest.mark.parametrize("name, wire", [
+    ("zeroeq::test::Echo", ECHO_WIRE),
+    ("zeroeq::Meerkat", "bf96a55c8bd7ca42e4b4333b90187236"),
+    ("Echo", "416b1c3011f81ed325619d95da0d3811"),
+])
+def test_event_id_wire_bytes(name, wire):
+    assert event_id(name).hex() == wire
+
+
+@pytest.mark.parametrize("name, text", [
+    ("zeroeq::test::Echo", "880e00827119dbdd:282e2ef9016e98e3"),
+    ("", "d41d8cd98f00b204:e9800998ecf8427e"),
+    ("The quick brown fox jumps over the lazy dog.", "e4d909c290d0fb1c:a068ffaddf22cbd0"),
+])
+def test_event_id_text_form(name, text):
+    assert event_id_text(event_id(name)) == text
+
+
+def test_parse_event_accepts_names_wire_hex_and_text_ids():
+    wire = bytes.fromhex(ECHO_WIRE)
+    assert parse_event("zeroeq::test::Echo") == (wire, "zeroeq::test::Echo")
+    assert parse_event(ECHO_WIRE) == (wire, None)
+    assert parse_event("880e00827119dbdd:282e2ef9016e98e3") == (wire, None)
+
+
+def test_record_keys_are_case_insensitive_and_instance_name_gives_the_address():
+    shipped = PublisherRecord.parse("127.0.0.1:5555._zeroeq_pub._tcp.local.",
+                                    {b"Session": b"alice", b"User": b"bob", b"Type": b"ZeroEQ",
+                                     b"Application": b"viewer", b"Instance": b"1:2"})
+    seed = PublisherRecord.parse("host.example:6000._zeroeq_pub._tcp.local.",
+                                 {b"session": b"alice", b"vocabulary": b"a;b",
+                                  b"vocabulary_request": b"tcp://h:1"})
+    assert shipped.session == seed.session == "alice"
+    endpoint = shipped.endpoint((b"",))
+    assert endpoint.key == "127.0.0.1:5555" and endpoint.address == "tcp://127.0.0.1:5555"
+    assert endpoint.metadata["application"] == "viewer" and endpoint.metadata["user"] == "bob"
+    assert seed.endpoint((b"",)).metadata["vocabulary_request"] == "tcp://h:1"
+    with pytest.raises(ValueError):
+        PublisherRecord.parse("not-an-address._zeroeq_pub._tcp.local.", {})
+
+
+def test_session_filter():
+    assert in_session("alice", "alice")
+    assert not in_session("bob", "alice")
+    assert in_session(None, "alice")      # a record without a session is accepted
+    assert in_session("bob", "")          # empty session: no filtering
+
+
+def test_default_session_order(monkeypatch):
+    from spark_zmq.protocols.zeroeq import default_session
+    monkeypatch.setenv("ZEROEQ_SESSION", "old")
+    monkeypatch.setenv("ZEROEQ_PUB_SESSION", "new")
+    assert default_session() == "new"
+    monkeypatch.delenv("ZEROEQ_PUB_SESSION")
+    assert default_session() == "old"
+    monkeypatch.delenv("ZEROEQ_SESSION")
+    import getpass
+    assert default_session() == getpass.getuser()
+
+
+def test_parse_address():
+    assert parse_address("tcp://127.0.0.1:5555") == ("127.0.0.1", 5555)
+    assert parse_address("example:1") == ("example", 1)
+    for bad in ("example", ":5555", "udp://a:1", "a:0", "a:x"):
+        with pytest.raises(ValueError):
+            parse_address(bad)
+
+
+def decode(messages, **raw_options):
+    protocol = ZeroEQ()
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw_options)
+    frames = pa.array(messages, pa.list_(pa.binary()))
+    source = Source("tcp://127.0.0.1:1", {"publisher": "127.0.0.1:1", "session": "s"})
+    return protocol.decode(frames, source, options)
+
+
+def test_decode_well_formed_and_malformed_messages():
+    echo = event_id("zeroeq::test::Echo")
+    decoded = decode([[echo, b"hello"], [echo], [b"short", b"x"], [echo, b"a", b"b"]])
+    ids = decoded.columns["event_id"].to_pylist()
+    assert ids == [ECHO_WIRE, ECHO_WIRE, None, None]
+    assert decoded.payload.to_pylist() == [b"hello", b"", b"shortx", echo + b"ab"]
+    errors = decoded.error.to_pylist()
+    assert errors[:2] == [None, None]
+    assert "2 frames of 5, 1 bytes" in errors[2]
+    assert "3 frames of 16, 1, 1 bytes" in errors[3]
+    assert decoded.columns["session"].to_pylist() == ["s"] * 4
+    assert decoded.keep is None
+
+
+def test_decode_events_option_names_and_filters():
+    echo, meerkat = event_id("zeroeq::test::Echo"), event_id(MEERKAT)
+    decoded = decode([[echo, b"1"], [meerkat], [b"bad"]], events="zeroeq::test::Echo")
+    assert decoded.columns["event"].to_pylist() == ["zeroeq::test::Echo", None, None]
+    assert decoded.keep.to_pylist() == [True, False, False]
+    assert decoded.error.to_pylist()[2] is not None   # malformed rows still go through `mode`
