@@ -24,6 +24,8 @@ stamp=.venv/.spark_zmq-installed
 wanted=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  # compat mode puts the checkout on sys.path, so Spark's scan for top-level pyspark_* modules
+  # (auto-registration of format("zeroeq")) finds pyspark_zeroeq.py
+  .venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
   echo "$wanted" > "$stamp"
 fi

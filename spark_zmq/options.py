@@ -25,14 +25,15 @@ class Option:
 
     ``parse`` turns the string Spark hands us into a typed value and raises ``ValueError`` when
     it cannot; ``accepts`` is the human description of valid values used in error messages.
-    A ``default`` of ``None`` means "not set" (the code using the option decides what that means,
-    as documented in ``doc``).
+    ``default`` is written as a user would write the option (it goes through ``parse`` too);
+    ``None`` means "not set" (the code using the option decides what that means, as documented
+    in ``doc``).
     """
 
     name: str
     parse: Parser
     accepts: str
-    default: Any
+    default: str | None
     doc: str
 
 
@@ -130,7 +131,8 @@ def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, s
     rejects (naming the accepted values).
     """
     by_lower = {spec.name.lower(): spec for spec in specs}
-    values = {spec.name: spec.default for spec in specs}
+    values = {spec.name: None if spec.default is None else spec.parse(spec.default)
+              for spec in specs}
     given: set[str] = set()
     for key, value in raw.items():
         spec = by_lower.get(key.lower())
@@ -160,7 +162,7 @@ def option_table(specs: Sequence[Option]) -> str:
     """Markdown table of options, for docs and ``python -m spark_zmq options``."""
     lines = ["| option | accepts | default | meaning |", "|---|---|---|---|"]
     for spec in specs:
-        default = "(not set)" if spec.default is None else repr(spec.default)
+        default = "(not set)" if spec.default is None else f"`{spec.default}`"
         lines.append(f"| `{spec.name}` | {spec.accepts} | {default} | {spec.doc} |")
     return "\n".join(lines)
 
@@ -183,13 +185,14 @@ READER_OPTIONS: tuple[Option, ...] = (
            "Where captured messages are kept until Spark commits them. Default: a folder under "
            "the local temporary directory derived from the format and options, so a restart with "
            "the same options finds it; its path is logged."),
-    Option("maxSpoolBytes", byte_size, "a size such as 4g, 512m or 1048576", 4 << 30,
+    Option("maxSpoolBytes", byte_size, "a size such as 4g, 512m or 1048576", "4g",
            "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
            "and reported as a row with `error` set (a gap)."),
-    Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", 64 << 20,
+    Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
            "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
-           "connection on a larger one and reconnects; the drop is reported as a malformed row."),
-    Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", 100,
+           "connection on a larger one; capture reconnects and reports the drop as a row with "
+           "`error` set (a gap), handled per `mode`."),
+    Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", "100",
            "How often capture writes what it received to the spool (it also writes at every "
            "micro-batch and every 65536 messages)."),
 )
