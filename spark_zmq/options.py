@@ -178,9 +178,11 @@ READER_OPTIONS: tuple[Option, ...] = (
            "bytes in `payload`, drop it (counted and logged), or fail the query."),
     Option("maxRecordsPerTrigger", positive_int, "a positive integer", None,
            "Admission control: at most this many messages per micro-batch over all partitions."),
-    Option("startingOffsets", choice("earliest", "latest"), "earliest or latest", "earliest",
-           "Where a new query (no checkpoint) starts: everything still in the spool, or only what "
-           "is captured from now on."),
+    Option("startingOffsets", choice("earliest", "latest"), "earliest or latest", "latest",
+           "Where a new query (no checkpoint) starts in a spool that already holds messages: "
+           "after them (what is captured from now on), or at the first one still held (what an "
+           "earlier query with the same spool left uncommitted). A restart from a checkpoint "
+           "goes on where it stopped either way."),
     Option("spoolPath", text, "a folder path", None,
            "Where captured messages are kept until Spark commits them. Default: a folder under "
            "the local temporary directory derived from the format and options, so a restart with "

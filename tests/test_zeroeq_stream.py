@@ -260,7 +260,8 @@ def test_available_now_ends_and_max_records_per_trigger_caps_batches(spark, tmp_
     finally:
         capturing.stop()
     bounded = start_query(spark, tmp_path, "bounded", session="bounded", spoolPath=spool,
-                          maxRecordsPerTrigger="50", trigger={"availableNow": True})
+                          startingOffsets="earliest", maxRecordsPerTrigger="50",
+                          trigger={"availableNow": True})
     try:
         assert bounded.awaitTermination(120), "an availableNow query must end by itself"
         sizes = [p["numInputRows"] for p in bounded.recentProgress if p["numInputRows"]]
