@@ -59,6 +59,7 @@ class _Connection:
     recheck_at: float | None = None                # see Capture._reopen_abandoned
     dropped_since: int | None = None               # first time of the current spool-full episode
     dropped: int = 0
+    received: int = 0                              # messages received since capture started
 
     def add_fault(self, text: str) -> None:
         self.faults[len(self.frames)] = text
@@ -89,6 +90,9 @@ class Capture:
         self._sync_done = 0
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
+        # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
+        # pyarrow can no longer import its lazily loaded parts: load them now.
+        _to_table([[b""]], [0], {})
 
     # -- called from other threads -------------------------------------------------------------
 
@@ -100,6 +104,10 @@ class Capture:
 
     def endpoint_left(self, key: str) -> None:
         self._command(("leave", key))
+
+    def received(self) -> dict[str, int]:
+        """Messages received per partition since start (read without locking: a statistic)."""
+        return {key: conn.received for key, conn in list(self._connections.items())}
 
     def sync(self, timeout: float = 10.0) -> None:
         """Return once everything received before this call is in the spool."""
@@ -178,12 +186,14 @@ class Capture:
     def _receive(self, conn: _Connection) -> None:
         recv = conn.socket.recv_multipart
         frames, times, now = conn.frames, conn.times, time.time_ns
+        before = len(frames)
         try:
             for _ in range(BURST):
                 frames.append(recv(zmq.NOBLOCK))
                 times.append(now())
         except zmq.Again:
             pass
+        conn.received += len(frames) - before
         if len(frames) >= MAX_SEGMENT_ROWS:
             self._flush(conn)
 

@@ -201,13 +201,9 @@ class ZeroConfDiscovery(Discovery):
     def _on_change(self, zeroconf, service_type, name, state_change) -> None:
         from zeroconf import ServiceStateChange
 
+        key = name[:-len(PUBLISHER_SERVICE) - 1]
         if state_change is ServiceStateChange.Removed:
-            key = name[:-len(PUBLISHER_SERVICE) - 1]
-            with self._lock:
-                if key not in self._joined:
-                    return
-                self._joined.discard(key)
-            self._listener.endpoint_left(key)
+            self._leave(key)
             return
         info = zeroconf.get_service_info(service_type, name, timeout=3000)
         if info is None:
@@ -222,10 +218,18 @@ class ZeroConfDiscovery(Discovery):
         if not in_session(record.session, self.session):
             logger.info("zeroeq: publisher %s is in session %r, not %r; not subscribed",
                         record.instance_name, record.session, self.session)
+            self._leave(key)  # an update may move a publisher out of our session
             return
         with self._lock:
-            self._joined.add(record.instance_name)
+            self._joined.add(key)
         self._listener.endpoint_joined(record.endpoint(self.subscriptions))
+
+    def _leave(self, key: str) -> None:
+        with self._lock:
+            if key not in self._joined:
+                return
+            self._joined.discard(key)
+        self._listener.endpoint_left(key)
 
     def close(self) -> None:
         if self._browser is not None:

@@ -1,0 +1,123 @@
+"""Capture without Spark: nothing received is lost at shutdown, gaps at the spool bound are
+counted and recorded, and SIGTERM (how Spark ends the reader) writes what was received."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from conftest import wait_until
+from spark_zmq.capture import Capture
+from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
+from spark_zmq.spool import Spool, load_index, read_range
+
+ECHO = "zeroeq::test::Echo"
+SUBSCRIPTIONS = (b"", event_id(MEERKAT))
+
+
+def start_capture(tmp_path, publisher, max_bytes=1 << 30, flush_interval=0.05):
+    spool = Spool(str(tmp_path / "spool"), max_bytes)
+    capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=flush_interval,
+                      name="test")
+    capture.start()
+    endpoint = Endpoint(publisher.instance_name, publisher.address, {}, SUBSCRIPTIONS)
+    StaticDiscovery([endpoint]).start(capture)
+    publisher.wait_for_subscribers(timeout=10)
+    return spool, capture
+
+
+def spooled(root, key):
+    """(frames, fault) of every message the partition holds."""
+    index = load_index(root, key)
+    rows = []
+    for _, _, table in read_range(root, key, index.start, index.end):
+        rows += zip(table.column("frames").to_pylist(), table.column("fault").to_pylist())
+    return rows
+
+
+def test_close_writes_what_was_received(tmp_path):
+    publisher = Publisher("", announce=False)
+    spool, capture = start_capture(tmp_path, publisher, flush_interval=600.0)
+    key = publisher.instance_name
+    try:
+        for i in range(100):
+            publisher.publish(ECHO, b"%d" % i)
+        wait_until(lambda: capture.received().get(key) == 100, timeout=10, what="100 received")
+        assert load_index(spool.root, key).end == 0   # still only in capture's buffer
+    finally:
+        capture.close()
+        spool.close()
+        publisher.close()
+    assert [frames[1] for frames, _ in spooled(spool.root, key)] == [b"%d" % i for i in range(100)]
+
+
+def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
+    publisher = Publisher("", announce=False)
+    spool, capture = start_capture(tmp_path, publisher, max_bytes=1)
+    key = publisher.instance_name
+    try:
+        publisher.publish(ECHO, b"first")           # fits: the spool is empty
+        wait_until(lambda: load_index(spool.root, key).end == 1, what="the first message")
+        for i in range(50):                           # the spool is full now
+            publisher.publish(ECHO, b"lost %d" % i)
+        wait_until(lambda: capture.received().get(key) == 51, what="51 received")
+        capture.sync()
+        assert load_index(spool.root, key).end == 1
+        spool.truncate(key, 1)                        # Spark committed: room again
+        publisher.publish(ECHO, b"after")
+        wait_until(lambda: capture.received().get(key) == 52, what="52 received")
+        capture.sync()
+    finally:
+        capture.close()
+        spool.close()
+        publisher.close()
+    rows = spooled(spool.root, key)
+    assert [(frames[1:], fault is None) for frames, fault in rows[-1:]] == [([b"after"], True)]
+    gap = rows[0]
+    assert gap[0] == [] and gap[1].startswith("gap: 50 messages dropped between")
+    assert "reached maxSpoolBytes (1 bytes)" in gap[1]
+    assert load_index(spool.root, key).dropped == 50
+
+
+SIGTERM_CHILD = textwrap.dedent("""
+    import sys, time
+    from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.source import ZmqStreamReader
+    protocol = ZeroEQ()
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
+        "publishers": sys.argv[1], "spoolPath": sys.argv[2], "flushIntervalMs": "600000"})
+    reader = ZmqStreamReader(protocol, options)
+    reader.initialOffset()          # starts capture, as Spark's first call does
+    print("ready", flush=True)
+    time.sleep(600)                 # like the runner, blocked until Spark sends SIGTERM
+""")
+
+
+def test_sigterm_writes_what_was_received(tmp_path):
+    publisher = Publisher("", announce=False)
+    spool = tmp_path / "spool"
+    child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD,
+                              f"127.0.0.1:{publisher.port}", str(spool)],
+                             stdout=subprocess.PIPE, text=True)
+    key = publisher.instance_name
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        publisher.wait_for_subscribers(timeout=10)
+        for i in range(300):
+            publisher.publish(ECHO, b"%d" % i)
+        wait_until(lambda: load_index(str(spool), key) is not None, what="the partition")
+        time.sleep(0.5)   # the child receives within microseconds; it flushes only on exit
+        assert load_index(str(spool), key).end == 0
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(30) == 128 + signal.SIGTERM
+    finally:
+        if child.poll() is None:
+            child.kill()
+        publisher.close()
+    frames = [f for f, _ in spooled(str(spool), key)]
+    assert [f[1] for f in frames] == [b"%d" % i for i in range(300)]
