@@ -84,6 +84,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._spool: Spool | None = None
         self._discovery = None
         self._available_now: PartitionOffsets | None = None
+        self._spool_ends_at_start: PartitionOffsets = {}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -95,6 +96,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _started(self) -> Capture:
         if self._capture is None:
             self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
+            # "latest" means after what the spool held before this run's capture started:
+            # everything this run receives is delivered (taken later, it would skip messages
+            # received between the first connection and the first offset call).
+            self._spool_ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
             self._capture = Capture(
                 self._spool, max_message_bytes=self.options["maxMessageBytes"],
                 flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name)
@@ -114,8 +119,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 {k for k, s in state.items() if s.retired})
 
     def initialOffset(self) -> dict:
-        end, first, _ = self._available()
-        return first if self.options["startingOffsets"] == "earliest" else end
+        first = self._available()[1]
+        if self.options["startingOffsets"] == "earliest":
+            return first
+        return {k: self._spool_ends_at_start.get(k, v) for k, v in first.items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         end, first, retired = self._available()

@@ -121,3 +121,32 @@ def test_sigterm_writes_what_was_received(tmp_path):
         publisher.close()
     frames = [f for f, _ in spooled(str(spool), key)]
     assert [f[1] for f in frames] == [b"%d" % i for i in range(300)]
+
+
+def test_latest_starts_before_what_this_run_captures(tmp_path):
+    """startingOffsets=latest skips what an earlier run left in the spool, never what this run
+    received before Spark's first offset call."""
+    from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.source import ZmqStreamReader
+
+    publisher = Publisher("", announce=False)
+    key = publisher.instance_name
+    protocol = ZeroEQ()
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
+        "publishers": key, "spoolPath": str(tmp_path / "spool"), "startingOffsets": "latest"})
+    try:
+        for run, count in ((1, 5), (2, 3)):
+            reader = ZmqStreamReader(protocol, options)
+            capture = reader._started()          # capture connects before the first offset call
+            publisher.wait_for_subscribers()
+            for i in range(count):
+                publisher.publish(ECHO, b"run %d/%d" % (run, i))
+            wait_until(lambda: capture.received().get(key) == count, what="messages received")
+            start = reader.initialOffset()
+            assert start == {key: 0 if run == 1 else 5}
+            assert reader.latestOffset(start, None) == {key: 5 if run == 1 else 8}
+            reader.stop()
+            wait_until(lambda: publisher.count_subscribers() == 0, what="disconnect")
+    finally:
+        publisher.close()
