@@ -1,0 +1,996 @@
+"""How fast can ZeroEQ events arrive before something is lost, with and without the connector?
+
+Measured side by side in one run, on loopback only:
+
+1. the highest publish rate that a bare pyzmq SUB loop receives with no gaps,
+2. the highest rate at which ``format("zeroeq")`` delivers every message into a
+   ``foreachBatch`` sink, and the ratio of the two,
+3. publish -> ``foreachBatch`` latency (p50, p99) at that rate and at a modest one,
+4. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
+
+The publisher is the same for both receivers: a separate process with an XPUB socket, send
+high-water mark 1000, pacing 100-byte events at a requested rate. A rate counts as reached only
+when every sequence number arrived exactly once *and* the publisher itself kept up (a Python
+publisher on a small machine is often the first thing to give out; the report says so).
+The publisher counts what its high-water mark drops, so the report tells gaps made at the
+publisher from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
+delivers everything a run's capture received), each trial with a fresh spool and checkpoint.
+
+Run it as ``python benchmarks/zeroeq_rate.py [--quick]``: it re-executes itself through
+``scripts/netns.sh``, so every socket lives in a private network namespace that holds only
+``lo``, and only 127.0.0.1 is ever used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import platform
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq
+
+from spark_zmq.protocols.zeroeq import MEERKAT, event_id
+
+REPO = Path(__file__).resolve().parent.parent
+NETNS_SCRIPT = REPO / "scripts" / "netns.sh"
+LOOPBACK = "127.0.0.1"
+
+TICK_EVENT = "bench::Tick"
+#: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload
+HEAD = struct.Struct(">QQ")
+PAYLOAD_BYTES = 100
+SEND_HWM = 1000
+#: the publisher must reach this share of the requested rate for a trial to count
+KEEP_UP = 0.97
+#: the publisher sends one burst per tick, sized to stay on schedule
+TICK_SECONDS = 0.001
+#: a receiver that has seen messages and then nothing for this long stops waiting
+IDLE_SECONDS = 3.0
+SUBSCRIBE_TIMEOUT = 120.0
+#: longest a publisher keeps its socket open after sending, waiting for the bench to release it
+RELEASE_TIMEOUT = 600.0
+MEMORY_PAYLOAD_BYTES = 1024
+MS = 1e6
+
+
+# -- hermetic network -----------------------------------------------------------------------------
+
+def ensure_private_network() -> None:
+    """Re-execute inside ``scripts/netns.sh`` unless already there, then refuse to go on if any
+    interface but ``lo`` is visible: nothing this benchmark opens may reach a real network."""
+    if os.environ.get("SPARK_ZMQ_NETNS") != "1":
+        bash = shutil.which("bash") or "/bin/bash"
+        argv = [bash, str(NETNS_SCRIPT), sys.executable, str(Path(__file__).resolve()),
+                *sys.argv[1:]]
+        sys.stdout.flush()
+        os.execv(bash, argv)
+    interfaces = sorted(name for _, name in socket.if_nameindex())
+    if interfaces != ["lo"]:
+        sys.exit(f"refusing to run: interfaces {interfaces} are visible; expected only lo "
+                 f"(run through {NETNS_SCRIPT})")
+
+
+# -- plans and results ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PublishPlan:
+    """What one publisher process sends. ``rate`` 0 means as fast as it can."""
+
+    count: int
+    rate: float
+    payload_bytes: int = PAYLOAD_BYTES
+    send_hwm: int = SEND_HWM
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """``sent`` counts every message handed to zmq, ``dropped`` those of them that the send
+    high-water mark dropped (the subscriber's queue at the publisher was full)."""
+
+    sent: int
+    seconds: float
+    dropped: int
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ReceiveResult:
+    """What a bare SUB loop saw: distinct sequence numbers, repeats and anything unexpected."""
+
+    unique: int
+    duplicates: int
+    foreign: int
+    missing: str
+
+
+@dataclass
+class Trial:
+    """One publisher run at one rate into one receiver, as the report shows it."""
+
+    receiver: str
+    rate: float
+    planned: int
+    sent: int = 0
+    publisher_rate: float = 0.0
+    publisher_dropped: int = 0
+    received: int = 0
+    duplicates: int = 0
+    invalid: int = 0
+    latency_ms: tuple[float, float] | None = None   # (p50, p99), connector only
+    missing: str = ""                                 # where the gaps are, e.g. "0-5, 2800-2807"
+    error: str = ""
+
+    def record_publisher(self, result: PublishResult) -> None:
+        self.sent, self.publisher_rate = result.sent, result.rate
+        self.publisher_dropped = result.dropped
+
+    @property
+    def gaps(self) -> int:
+        return self.planned - self.received
+
+    @property
+    def publisher_kept_up(self) -> bool:
+        return self.sent == self.planned and self.publisher_rate >= KEEP_UP * self.rate
+
+    @property
+    def success(self) -> bool:
+        return (not self.error and self.publisher_kept_up and self.gaps == 0
+                and self.duplicates == 0 and self.invalid == 0)
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return "error"
+        if self.gaps or self.duplicates or self.invalid:
+            return "GAPS" + ("; publisher behind" if not self.publisher_kept_up else "")
+        return "ok" if self.publisher_kept_up else "publisher behind"
+
+
+@dataclass
+class SearchOutcome:
+    """Trials of one receiver's search, the best gap-free one and the trial that bounded it."""
+
+    receiver: str
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def best(self) -> Trial | None:
+        good = [t for t in self.trials if t.success]
+        return max(good, key=lambda t: t.rate) if good else None
+
+    @property
+    def bound(self) -> Trial | None:
+        """The lowest failed rate above the best one: what stopped the search."""
+        floor = self.best.rate if self.best else 0.0
+        failed = [t for t in self.trials if not t.success and t.rate > floor]
+        return min(failed, key=lambda t: t.rate) if failed else None
+
+    @property
+    def limited_by_publisher(self) -> bool:
+        bound = self.bound
+        return bound is not None and not bound.error and not bound.publisher_kept_up
+
+
+# -- child processes ------------------------------------------------------------------------------
+
+class Child:
+    """A spawned process and the read end of the pipe it reports through."""
+
+    def __init__(self, context: Any, target: Callable[..., None], *args: Any) -> None:
+        self.conn, child_end = context.Pipe(duplex=False)
+        self.process = context.Process(target=target, args=(*args, child_end), daemon=True)
+        self.process.start()
+        child_end.close()
+
+    def expect(self, kind: str, timeout: float) -> Any:
+        """The next report, which must be ``kind``; a child error or silence raises."""
+        try:
+            if not self.conn.poll(timeout):
+                raise TimeoutError(f"{self.process.name}: no {kind!r} within {timeout:.0f} s")
+            got, value = self.conn.recv()
+        except EOFError:
+            raise RuntimeError(f"{self.process.name} exited ({self.process.exitcode}) "
+                               f"before reporting {kind!r}") from None
+        if got != kind:
+            raise RuntimeError(f"{self.process.name}: {value}")
+        return value
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Wait for a clean exit, then terminate, then kill: never leave a child behind."""
+        self.process.join(timeout)
+        for end in (self.process.terminate, self.process.kill):
+            if not self.process.is_alive():
+                break
+            end()
+            self.process.join(5.0)
+        self.conn.close()
+
+
+def _report_errors(conn: multiprocessing.connection.Connection, body: Callable[[], None]) -> None:
+    """Run a child's body; send any exception to the parent instead of dying silently."""
+    try:
+        body()
+    except BaseException as exc:  # the parent shows it in the trial row
+        with contextlib.suppress(Exception):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        raise
+    finally:
+        conn.close()
+
+
+# -- publisher process ----------------------------------------------------------------------------
+
+def publisher_main(plan: PublishPlan, release: Any, conn: multiprocessing.connection.Connection
+                   ) -> None:
+    """Bind an XPUB on a random loopback port, report it, wait for a subscriber to everything,
+    send ``plan``, report, then keep the socket open until released so nothing queued is lost
+    at close."""
+    def body() -> None:
+        context = zmq.Context()
+        sock = context.socket(zmq.XPUB)
+        sock.setsockopt(zmq.SNDHWM, plan.send_hwm)
+        # At the high-water mark, report EAGAIN instead of dropping silently; _send_all then
+        # drops the message itself and counts it: the same wire behaviour, but it says where
+        # messages were lost.
+        sock.setsockopt(zmq.XPUB_NODROP, 1)
+        sock.setsockopt(zmq.LINGER, 2000)
+        try:
+            conn.send(("port", sock.bind_to_random_port(f"tcp://{LOOPBACK}")))
+            _wait_for_subscriber(sock, SUBSCRIBE_TIMEOUT)
+            conn.send(("sent", _send_all(sock, plan)))
+            release.wait(RELEASE_TIMEOUT)
+        finally:
+            sock.close()
+            context.term()
+
+    _report_errors(conn, body)
+
+
+def _wait_for_subscriber(sock: zmq.Socket, timeout: float) -> None:
+    """Block until a subscription to every message (prefix b"") arrives: from then on the
+    publisher's trie delivers everything to that subscriber."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sock.poll(100) and sock.recv() == b"\x01":
+            return
+    raise TimeoutError(f"no subscriber within {timeout:.0f} s")
+
+
+def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
+    """Send ``plan.count`` events, paced: each ~1 ms tick sends what the schedule says is due by
+    now, so a late tick catches up and the average rate is the requested one."""
+    wire_id = event_id(TICK_EVENT)
+    padding = bytes(plan.payload_bytes - HEAD.size)
+    pack, send, wall_ns, clock = HEAD.pack, sock.send_multipart, time.time_ns, time.perf_counter
+    count, rate, again = plan.count, plan.rate, zmq.Again
+    sent = dropped = 0
+    start = tick = clock()
+    while sent < count:
+        due = count if rate <= 0 else min(count, int((clock() - start) * rate) + 1)
+        while sent < due:
+            try:
+                send([wire_id, pack(sent, wall_ns()) + padding], zmq.NOBLOCK)
+            except again:
+                dropped += 1
+            sent += 1
+        tick += TICK_SECONDS
+        delay = tick - clock()
+        if delay > 0 and sent < count:
+            time.sleep(delay)
+        elif delay <= 0:
+            tick = clock()  # behind: the schedule (not sleep debt) decides the next burst
+    return PublishResult(sent, clock() - start, dropped)
+
+
+# -- bare SUB receiver process --------------------------------------------------------------------
+
+def bare_receiver_main(port: int, count: int, timeout: float,
+                       conn: multiprocessing.connection.Connection) -> None:
+    """A plain SUB loop (receive high-water mark 0, as capture uses) that checks sequence
+    numbers: the reference the connector is measured against."""
+    def body() -> None:
+        context = zmq.Context()
+        sock = context.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, 500)
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+        sock.connect(f"tcp://{LOOPBACK}:{port}")
+        try:
+            conn.send(("received", _receive_sequence(sock, count, timeout)))
+        finally:
+            sock.close()
+            context.term()
+
+    _report_errors(conn, body)
+
+
+def _receive_sequence(sock: zmq.Socket, count: int, timeout: float) -> ReceiveResult:
+    """Receive until sequence number ``count - 1`` arrives (zmq keeps one connection's order,
+    so nothing earlier can follow it), the stream goes idle, or ``timeout``."""
+    seen = bytearray(count)
+    unique = duplicates = foreign = 0
+    idle = 0.0
+    recv, sequence_of, last = sock.recv_multipart, struct.Struct(">Q").unpack_from, count - 1
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            frames = recv()
+        except zmq.Again:
+            idle += 0.5
+            if time.monotonic() > deadline or (unique and idle >= IDLE_SECONDS):
+                break
+            continue
+        idle = 0.0
+        if len(frames) != 2 or len(frames[1]) < HEAD.size:
+            foreign += 1
+            continue
+        seq = sequence_of(frames[1])[0]
+        if seq > last:
+            foreign += 1
+        elif seen[seq]:
+            duplicates += 1
+        else:
+            seen[seq] = 1
+            unique += 1
+            if seq == last:
+                break
+    return ReceiveResult(unique, duplicates, foreign,
+                         describe_missing(np.frombuffer(seen, dtype=np.uint8) > 0))
+
+
+def describe_missing(present: np.ndarray, shown: int = 2) -> str:
+    """The first runs of missing sequence numbers, e.g. ``0-5, 28000-28008 (+3 runs)``: a loss
+    at the very start (a start-up race) looks different from drops mid-stream (an overflowing
+    high-water mark)."""
+    missing = np.flatnonzero(~present)
+    if not len(missing):
+        return ""
+    breaks = np.flatnonzero(np.diff(missing) > 1)
+    starts = np.concatenate(([missing[0]], missing[breaks + 1]))
+    ends = np.concatenate((missing[breaks], [missing[-1]]))
+    pairs = zip(starts[:shown].tolist(), ends[:shown].tolist(), strict=True)
+    runs = [f"{a}" if a == b else f"{a}-{b}" for a, b in pairs]
+    more = f" (+{len(starts) - shown} runs)" if len(starts) > shown else ""
+    return ", ".join(runs) + more
+
+
+# -- one bare trial and the publisher's handle ----------------------------------------------------
+
+class PublisherProcess:
+    """The parent's handle on a publisher process: its port, its result, and its release."""
+
+    def __init__(self, context: Any, plan: PublishPlan) -> None:
+        self._release = context.Event()
+        self._child = Child(context, publisher_main, plan, self._release)
+        try:
+            self.port: int = self._child.expect("port", 60.0)
+        except BaseException:
+            self.finish()
+            raise
+
+    def result(self, timeout: float) -> PublishResult:
+        return self._child.expect("sent", timeout)
+
+    def finish(self) -> None:
+        """Let it close its socket (everything is received by now) and reap it."""
+        self._release.set()
+        self._child.stop()
+
+
+def planned_count(rate: float, duration: float) -> int:
+    return max(1, round(rate * duration))
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What every trial of one run shares."""
+
+    context: Any            # multiprocessing "spawn" context
+    workdir: Path           # the run's temporary folder, deleted at the end
+    duration: float         # seconds of publishing per trial
+    spark: Any = None       # the run's SparkSession, if the connector is measured
+
+
+def run_bare_trial(bench: Bench, rate: float) -> Trial:
+    """Publisher and bare SUB receiver, each in its own process."""
+    context, duration = bench.context, bench.duration
+    trial = Trial("bare", rate, planned_count(rate, duration))
+    publisher = receiver = None
+    try:
+        publisher = PublisherProcess(context, PublishPlan(trial.planned, rate))
+        receiver = Child(context, bare_receiver_main, publisher.port, trial.planned,
+                         SUBSCRIBE_TIMEOUT + 2 * duration + 30)
+        trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
+        got: ReceiveResult = receiver.expect("received", SUBSCRIBE_TIMEOUT + 2 * duration + 60)
+        trial.received, trial.duplicates, trial.invalid = got.unique, got.duplicates, got.foreign
+        trial.missing = got.missing
+    except (RuntimeError, TimeoutError) as exc:
+        trial.error = str(exc)
+    finally:
+        if publisher is not None:
+            publisher.finish()
+        if receiver is not None:
+            receiver.stop()
+    return trial
+
+
+# -- connector into a Spark sink ------------------------------------------------------------------
+
+def start_spark() -> Any:
+    """One local session for the whole run, bound to loopback, quiet."""
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # capture logs every endpoint join at INFO; the benchmark's output is on stdout
+    os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("zeroeq_rate benchmark")
+             .config("spark.driver.host", LOOPBACK)
+             .config("spark.driver.bindAddress", LOOPBACK)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def payload_heads(payload: Any) -> tuple[np.ndarray, np.ndarray, int]:
+    """Sequence numbers and send times of an Arrow binary column, vectorised (a Python loop per
+    row would slow the sink, and so the query, at the rates measured), plus the number of rows
+    that carry no benchmark payload (null: a gap row from capture; or too short)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sequences, sent_ns, invalid = [], [], 0
+    for chunk in payload.chunks:
+        valid = pc.and_(pc.is_valid(chunk), pc.greater_equal(pc.binary_length(chunk), HEAD.size))
+        valid = pc.fill_null(valid, False)
+        kept = chunk.filter(valid)
+        invalid += len(chunk) - len(kept)
+        if not len(kept):
+            continue
+        width = np.int64 if pa.types.is_large_binary(kept.type) else np.int32
+        starts = np.frombuffer(kept.buffers()[1], dtype=width)[kept.offset:kept.offset + len(kept)]
+        data = np.frombuffer(kept.buffers()[2], dtype=np.uint8)
+        heads: np.ndarray = data[starts.astype(np.int64)[:, None] + np.arange(HEAD.size)]
+        words = heads.view(">u8")  # (rows, 2): sequence number, send time
+        sequences.append(words[:, 0].astype(np.int64))
+        sent_ns.append(words[:, 1].astype(np.int64))
+    if not sequences:
+        return np.empty(0, np.int64), np.empty(0, np.int64), invalid
+    return np.concatenate(sequences), np.concatenate(sent_ns), invalid
+
+
+class BatchCollector:
+    """The ``foreachBatch`` sink: counts every sequence number and records per-row latency.
+
+    Latency is taken once the batch's payloads are in the driver's hands (after ``toArrow``),
+    i.e. when the rows have really reached the sink, not when Spark merely planned the batch.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.seen = np.zeros(count, dtype=np.int32)
+        self.out_of_range = 0
+        self.invalid = 0
+        self.rows = 0
+        self.latencies: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        table = batch_df.select("payload").toArrow()
+        arrived = time.time_ns()
+        sequences, sent_ns, invalid = payload_heads(table.column("payload"))
+        inside = (sequences >= 0) & (sequences < self.count)
+        with self._lock:
+            np.add.at(self.seen, sequences[inside], 1)
+            self.out_of_range += int((~inside).sum())
+            self.invalid += invalid
+            self.rows += table.num_rows
+            self.latencies.append(arrived - sent_ns)
+
+    @property
+    def unique(self) -> int:
+        with self._lock:
+            return int(np.count_nonzero(self.seen))
+
+    @property
+    def duplicates(self) -> int:
+        with self._lock:
+            return int(np.clip(self.seen - 1, 0, None).sum())
+
+    def latency_ms(self) -> tuple[float, float] | None:
+        with self._lock:
+            if not self.latencies:
+                return None
+            values = np.concatenate(self.latencies) / MS
+        p50, p99 = np.percentile(values, [50, 99])
+        return float(p50), float(p99)
+
+
+def _bounded_call(call: Callable[[], None], timeout: float) -> bool:
+    """Run a blocking Spark call in a helper thread; False if it did not finish in time (the
+    caller then stops the query, which releases the call)."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # the query failed: re-raised below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name="processAllAvailable", daemon=True)
+    thread.start()
+    thread.join(max(0.0, timeout))
+    if errors:
+        raise errors[0]
+    return not thread.is_alive()
+
+
+def drain_query(query: Any, collector: BatchCollector, timeout: float) -> None:
+    """After the publisher is done: let the query process what capture has, until every
+    sequence number arrived or a full ``processAllAvailable`` pass brings nothing new."""
+    deadline = time.monotonic() + timeout
+    rows_before = -1
+    while collector.unique < collector.count and time.monotonic() < deadline:
+        if not _bounded_call(query.processAllAvailable, deadline - time.monotonic()):
+            return
+        if collector.rows == rows_before:
+            return
+        rows_before = collector.rows
+
+
+def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
+                        duration: float | None = None) -> Trial:
+    """Publisher process -> ``format("zeroeq")`` -> ``foreachBatch``. The publisher binds first
+    (the query needs its port) but sends nothing until the query's capture has subscribed."""
+    duration = duration or bench.duration
+    trial = Trial(receiver, rate, planned_count(rate, duration))
+    collector = BatchCollector(trial.planned)
+    folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
+    publisher = query = None
+    try:
+        publisher = PublisherProcess(bench.context, PublishPlan(trial.planned, rate))
+        query = (bench.spark.readStream.format("zeroeq")
+                 .option("publishers", f"{LOOPBACK}:{publisher.port}")
+                 .option("spoolPath", str(folder / "spool")).load()
+                 .writeStream.foreachBatch(collector)
+                 .option("checkpointLocation", str(folder / "checkpoint"))
+                 .trigger(processingTime="500 milliseconds").start())
+        trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
+        time.sleep(0.5)
+        drain_query(query, collector, 60.0 + 5 * duration)
+    except Exception as exc:  # a failed query or child is a trial result, not a crash
+        trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        if query is not None:
+            stop_query(query)
+        if publisher is not None:
+            publisher.finish()
+        shutil.rmtree(folder, ignore_errors=True)
+    trial.received, trial.duplicates = collector.unique, collector.duplicates
+    trial.invalid = collector.invalid + collector.out_of_range
+    trial.latency_ms = collector.latency_ms()
+    trial.missing = describe_missing(collector.seen > 0)
+    return trial
+
+
+def stop_query(query: Any) -> None:
+    """Stop and surface nothing: a failure was already recorded, and the run must go on."""
+    with contextlib.suppress(Exception):
+        query.stop()
+
+
+# -- the search -----------------------------------------------------------------------------------
+
+def search(receiver: str, run: Callable[[float], Trial], start: float, factor: float,
+           max_steps: int, on_trial: Callable[[Trial], None]) -> SearchOutcome:
+    """Step the rate by ``factor`` (up while trials succeed, down while they fail) until one
+    good and one bad rate bracket the limit, then try their midpoint once."""
+    outcome = SearchOutcome(receiver)
+    rate = start
+    good: float | None = None
+    bad: float | None = None
+    for _ in range(max_steps):
+        trial = run(rate)
+        outcome.trials.append(trial)
+        on_trial(trial)
+        if trial.success:
+            good = rate
+        else:
+            bad = rate if bad is None else min(bad, rate)
+        if good is not None and bad is not None:
+            break
+        rate = rate * factor if trial.success else rate / factor
+        if rate < 100:
+            break
+    if good is not None and bad is not None and bad > good:
+        middle = round((good + bad) / 2, -2) or (good + bad) / 2
+        if good < middle < bad:
+            trial = run(middle)
+            outcome.trials.append(trial)
+            on_trial(trial)
+    return outcome
+
+
+# -- capture's memory with a full spool -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """What the capture subprocess reports: counts, bytes on disk, and its memory."""
+
+    messages: int
+    rows_held: int
+    spool_bytes: int
+    baseline_rss_kib: int
+    peak_rss_kib: int
+    rss_at_quarters_kib: tuple[int, ...]
+    capture_seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.messages / self.capture_seconds if self.capture_seconds > 0 else 0.0
+
+
+def rss_kib() -> int:
+    """Current resident set size (VmRSS), KiB."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def capture_memory_main(port: int, count: int, root: str, max_bytes: int, timeout: float,
+                        conn: multiprocessing.connection.Connection) -> None:
+    """The package's capture alone in a fresh process, receiving ``count`` messages into a spool
+    under ``root``; reports its RSS before starting, at each quarter of the data and at peak."""
+    def body() -> None:
+        from spark_zmq.capture import Capture
+        from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+        from spark_zmq.spool import Spool
+
+        spool = Spool(root, max_bytes=max_bytes)
+        capture = Capture(spool, max_message_bytes=64 << 20, flush_interval=0.1, name="bench")
+        baseline = rss_kib()
+        capture.start()
+        key = f"{LOOPBACK}:{port}"
+        StaticDiscovery([Endpoint(key, f"tcp://{key}", {"publisher": key},
+                                  (b"", event_id(MEERKAT)))]).start(capture)
+        try:
+            first, quarters = _watch_capture(capture, count, timeout)
+            capture.sync(timeout=300)
+            seconds = time.monotonic() - first if first else 0.0
+            held = sum(state.end - state.start for state in spool.snapshot().values())
+            result = MemoryResult(sum(capture.received().values()), held, spool.nbytes,
+                                  baseline, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                                  quarters, seconds)
+        finally:
+            capture.close()
+            spool.close()
+        conn.send(("memory", result))
+
+    _report_errors(conn, body)
+
+
+def _watch_capture(capture: Any, count: int, timeout: float) -> tuple[float, tuple[int, ...]]:
+    """Poll capture's counters until ``count`` messages arrived (or idle/timeout); returns when
+    the first arrived and the RSS as each quarter of them was reached."""
+    deadline = time.monotonic() + timeout
+    first = last_change = 0.0
+    received = 0
+    quarters: list[int] = []
+    while received < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+        now_received = sum(capture.received().values())
+        now = time.monotonic()
+        if now_received != received:
+            first, last_change, received = first or now, now, now_received
+        elif first and now - last_change > 2 * IDLE_SECONDS:
+            break
+        while len(quarters) < 4 and received >= count * (len(quarters) + 1) / 4:
+            quarters.append(rss_kib())
+    return first, tuple(quarters)
+
+
+def run_memory_trial(context: Any, workdir: Path, gib: float, rate: float
+                     ) -> tuple[MemoryResult | None, PublishResult | None, str]:
+    """~``gib`` GiB of 1 KiB events (send high-water mark 0: nothing dropped) into a capture
+    subprocess; the spool is deleted afterwards."""
+    count = max(1, round(gib * (1 << 30) / MEMORY_PAYLOAD_BYTES))
+    plan = PublishPlan(count, rate, payload_bytes=MEMORY_PAYLOAD_BYTES, send_hwm=0)
+    root = Path(tempfile.mkdtemp(prefix="memory-", dir=workdir))
+    max_bytes = max(4 << 30, int(2 * gib * (1 << 30)))
+    publisher = capture = None
+    try:
+        publisher = PublisherProcess(context, plan)
+        capture = Child(context, capture_memory_main, publisher.port, count, str(root / "spool"),
+                        max_bytes, SUBSCRIBE_TIMEOUT + 600.0)
+        sent = publisher.result(SUBSCRIBE_TIMEOUT + 900.0)
+        memory: MemoryResult = capture.expect("memory", 900.0)
+        return memory, sent, ""
+    except (RuntimeError, TimeoutError) as exc:
+        return None, None, str(exc)
+    finally:
+        if publisher is not None:
+            publisher.finish()
+        if capture is not None:
+            capture.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def print_header(args: argparse.Namespace) -> None:
+    import pyarrow
+    import pyspark
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    java_line = (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) \
+        else "unknown"
+    print("zeroeq_rate benchmark")
+    print(f"  command   : {shlex.join([sys.executable, *sys.argv])}")
+    print(f"  machine   : nproc={len(os.sched_getaffinity(0))} ({platform.machine()}, "
+          f"{platform.platform()})")
+    print(f"  python    : {platform.python_version()} ({sys.executable})")
+    print(f"  zmq       : pyzmq {zmq.pyzmq_version()}, libzmq {zmq.zmq_version()}")
+    print(f"  spark     : pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}, "
+          f"numpy {np.__version__}, {java_line}")
+    print(f"  network   : private namespace (interfaces: "
+          f"{', '.join(n for _, n in socket.if_nameindex())}), {LOOPBACK} only")
+    print(f"  settings  : trial {args.duration:g} s, start {args.start_rate:,.0f} msg/s, "
+          f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
+          f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate")
+    print(flush=True)
+
+
+TABLE_HEADER = (f"{'receiver':<10} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
+                f"{'dups':>5} {'bad':>4} {'pub rate/s':>10} {'HWM drop':>8} {'p50 ms':>8} "
+                f"{'p99 ms':>8}  result")
+
+
+def trial_row(trial: Trial) -> str:
+    p50, p99 = (f"{v:8.1f}" for v in trial.latency_ms) if trial.latency_ms else ("       -",) * 2
+    note = f" ({trial.error[:90]})" if trial.error else ""
+    note += f"  missing: {trial.missing}" if trial.missing else ""
+    return (f"{trial.receiver:<10} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
+            f"{trial.gaps:>8,} {trial.duplicates:>5} {trial.invalid:>4} "
+            f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99}  "
+            f"{trial.verdict}{note}")
+
+
+def print_progress(trial: Trial) -> None:
+    print("  " + trial_row(trial), flush=True)
+
+
+def describe_limit(outcome: SearchOutcome) -> str:
+    bound = outcome.bound
+    if bound is None:
+        return "no failing rate found within the step budget (raise --max-steps)"
+    if bound.error:
+        return f"trial at {bound.rate:,.0f} msg/s failed: {bound.error[:120]}"
+    if not bound.publisher_kept_up and bound.gaps == 0:
+        return (f"the publisher: asked for {bound.rate:,.0f} msg/s it sent "
+                f"{bound.publisher_rate:,.0f} msg/s (< {KEEP_UP:.0%}); the receiver lost nothing")
+    if not bound.publisher_kept_up:
+        return (f"the publisher fell behind ({bound.publisher_rate:,.0f} of {bound.rate:,.0f} "
+                f"msg/s) and {bound.gaps:,} messages were lost")
+    return (f"gaps: at {bound.rate:,.0f} msg/s {bound.gaps:,} of {bound.planned:,} messages were "
+            f"lost ({bound.publisher_dropped:,} of them at the publisher's send HWM), "
+            f"{bound.duplicates} duplicated")
+
+
+def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
+    """Max no-gap rate of each receiver, what bounded it, and the ratio when both ran."""
+    print("\n== rate ==")
+    for outcome in outcomes:
+        best = outcome.best
+        shown = f"{best.rate:,.0f} msg/s" if best else "none (even the lowest rate failed)"
+        print(f"max no-gap rate, {outcome.receiver:<9}: {shown}")
+        print(f"  bounded by {describe_limit(outcome)}")
+        counted = [t for t in outcome.trials if not t.error]
+        lost = sum(t.gaps for t in counted)
+        if lost:
+            at_hwm = sum(t.publisher_dropped for t in counted)
+            print(f"  over all its trials {lost:,} messages were lost: {at_hwm:,} dropped by the "
+                  f"publisher's send HWM, {lost - at_hwm:,} after leaving the publisher")
+    by_name = {outcome.receiver: outcome for outcome in outcomes}
+    bare, connector = by_name.get("bare"), by_name.get("connector")
+    if bare is None or connector is None:
+        return
+    if bare.best and connector.best:
+        ratio = connector.best.rate / bare.best.rate
+        met = "met" if ratio >= 0.8 else "NOT met"
+        print(f"ratio connector / bare      : {ratio:.2f} (target >= 0.8: {met})")
+    else:
+        print("ratio connector / bare      : n/a")
+    if bare.limited_by_publisher:
+        print("NOTE: even the bare SUB loop was limited by the publisher, not by receiving. The "
+              "ratio therefore has an upper bound of 1 and means 'the connector keeps up with what "
+              "a Python publisher can send on this machine', not a receive-side ceiling.")
+    if connector.limited_by_publisher:
+        print("NOTE: the connector's search ended because the publisher fell behind (it shares "
+              "the cores with Spark, capture and the sink), not because of a gap.")
+
+
+def print_latency(connector: SearchOutcome, modest: Trial | None) -> None:
+    print("\n== latency, publish -> row in foreachBatch (taken after toArrow) ==")
+    for label, trial in (("at the max no-gap rate", connector.best), ("at a modest rate", modest)):
+        if trial is None or trial.latency_ms is None:
+            print(f"{label:<24}: n/a")
+            continue
+        p50, p99 = trial.latency_ms
+        print(f"{label:<24}: {trial.rate:>9,.0f} msg/s  p50 {p50:8.1f} ms  p99 {p99:8.1f} ms"
+              f"{'' if trial.success else '  (that trial had gaps or errors)'}")
+    print("  (processingTime trigger of 500 ms: a row waits ~250 ms for a trigger on average)")
+
+
+def print_memory(label: str, result: MemoryResult | None, sent: PublishResult | None,
+                 error: str) -> None:
+    print(f"-- {label}")
+    if result is None or sent is None:
+        print(f"   failed: {error}")
+        return
+    quarters = ", ".join(f"{q / 1024:,.0f}" for q in result.rss_at_quarters_kib)
+    print(f"   publisher        : {sent.sent:,} messages at {sent.rate:,.0f} msg/s (SNDHWM 0)")
+    print(f"   captured         : {result.messages:,} messages, {result.rows_held:,} rows held; "
+          f"{result.rate:,.0f} msg/s (first message -> all in the spool)")
+    print(f"   spool bytes held : {result.spool_bytes:,} "
+          f"({result.spool_bytes / (1 << 30):.2f} GiB)")
+    print(f"   baseline RSS     : {result.baseline_rss_kib / 1024:,.1f} MiB "
+          f"(after imports, before capture started)")
+    print(f"   peak RSS         : {result.peak_rss_kib / 1024:,.1f} MiB (ru_maxrss)")
+    print(f"   RSS as 25/50/75/100% had arrived: {quarters} MiB")
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="short smoke run (1 s trials, x2 steps, 0.1 GiB spool): ~2 minutes")
+    parser.add_argument("--duration", type=float, help="seconds per trial (default 4; quick 1)")
+    parser.add_argument("--start-rate", type=float, default=20_000.0,
+                        help="first rate tried, msg/s (default 20000)")
+    parser.add_argument("--factor", type=float, help="rate step (default 1.5; quick 2)")
+    parser.add_argument("--max-steps", type=int, help="trials per search before the refinement "
+                                                      "(default 10; quick 5)")
+    parser.add_argument("--latency-rate", type=float, default=10_000.0,
+                        help="modest rate of the separate latency trial (default 10000)")
+    parser.add_argument("--spool-gb", type=float,
+                        help="GiB to hold in capture's spool (default 1.0; quick 0.1)")
+    parser.add_argument("--spool-rate", type=float,
+                        help="pace of the memory trial's publisher, msg/s, 0 = as fast as it can "
+                             "(default: both, first unpaced, then paced at half the rate "
+                             "capture reached unpaced)")
+    parser.add_argument("--skip", choices=("bare", "connector", "memory"), action="append",
+                        default=[], help="leave a part out (repeatable)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    args.duration = args.duration or (1.0 if quick else 4.0)
+    args.factor = args.factor or (2.0 if quick else 1.5)
+    args.max_steps = args.max_steps or (5 if quick else 10)
+    args.spool_gb = args.spool_gb if args.spool_gb is not None else (0.1 if quick else 1.0)
+    if args.factor <= 1 or args.duration <= 0 or args.start_rate <= 0 or args.spool_gb <= 0:
+        parser.error("--factor must be > 1; --duration, --start-rate and --spool-gb > 0")
+    return args
+
+
+@contextlib.contextmanager
+def spark_session() -> Iterator[Any]:
+    """The run's one Spark session; stopped (with any query left) however the run ends."""
+    spark = start_spark()
+    try:
+        yield spark
+    finally:
+        for query in spark.streams.active:
+            stop_query(query)
+        spark.stop()
+
+
+def measure_bare(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
+    print("bare pyzmq SUB loop:", flush=True)
+    return search("bare", lambda rate: run_bare_trial(bench, rate), args.start_rate,
+                  args.factor, args.max_steps, print_progress)
+
+
+def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOutcome, Trial]:
+    """A warm-up trial (the first query pays for starting Python workers and JIT), the search,
+    then the separate latency trial at a modest rate."""
+    print("connector -> foreachBatch:", flush=True)
+    warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
+    print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
+    outcome = search("connector", lambda rate: run_connector_trial(bench, rate), args.start_rate,
+                     args.factor, args.max_steps, print_progress)
+    modest = run_connector_trial(bench, args.latency_rate, "latency")
+    print_progress(modest)
+    return outcome, modest
+
+
+def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None) -> None:
+    print("\n== all trials ==")
+    print(TABLE_HEADER)
+    for trial in [t for outcome in outcomes for t in outcome.trials] + ([modest] if modest else []):
+        print(trial_row(trial))
+    print("(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps)")
+    print_rate_summary(outcomes)
+    connector = [outcome for outcome in outcomes if outcome.receiver == "connector"]
+    if connector:
+        print_latency(connector[0], modest)
+
+
+def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
+    """Capture alone: unpaced (its throughput; any backlog sits in its receive queue, since it
+    uses receive high-water mark 0) and then paced at half that rate (its steady-state memory),
+    unless --spool-rate picks one pace."""
+    print(f"\n== capture alone, ~{args.spool_gb:g} GiB of 1 KiB events into its spool "
+          f"(no Spark) ==", flush=True)
+    first = memory_trial(bench, args.spool_gb, args.spool_rate or 0.0)
+    if args.spool_rate is None and first is not None and first.rate > 0:
+        memory_trial(bench, args.spool_gb, round(first.rate / 2, -3) or first.rate / 2)
+
+
+def memory_trial(bench: Bench, gib: float, pace: float) -> MemoryResult | None:
+    memory, sent, error = run_memory_trial(bench.context, bench.workdir, gib, pace)
+    label = "publisher as fast as it can" if pace <= 0 else f"publisher paced at {pace:,.0f} msg/s"
+    print_memory(label, memory, sent, error)
+    return memory
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    ensure_private_network()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    print_header(args)
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="zeroeq_rate-"))
+    bench = Bench(multiprocessing.get_context("spawn"), workdir, args.duration)
+    try:
+        outcomes: list[SearchOutcome] = []
+        modest = None
+        if "bare" not in args.skip:  # first, while nothing else runs (not even Spark's JVM)
+            outcomes.append(measure_bare(args, bench))
+        if "connector" not in args.skip:
+            with spark_session() as spark:
+                outcome, modest = measure_connector(args, replace(bench, spark=spark))
+                outcomes.append(outcome)
+        if outcomes:
+            print_rates(outcomes, modest)
+        if "memory" not in args.skip:
+            measure_memory(args, bench)
+    finally:
+        for child in multiprocessing.active_children():  # only if a trial was interrupted
+            child.terminate()
+            child.join(5.0)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\ntotal time {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
