@@ -411,6 +411,7 @@ class Bench:
     context: Any            # multiprocessing "spawn" context
     workdir: Path           # the run's temporary folder, deleted at the end
     duration: float         # seconds of publishing per trial
+    trigger_ms: int         # the connector query's processingTime trigger
     spark: Any = None       # the run's SparkSession, if the connector is measured
 
 
@@ -581,7 +582,7 @@ def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
                  .option("spoolPath", str(folder / "spool")).load()
                  .writeStream.foreachBatch(collector)
                  .option("checkpointLocation", str(folder / "checkpoint"))
-                 .trigger(processingTime="500 milliseconds").start())
+                 .trigger(processingTime=f"{bench.trigger_ms} milliseconds").start())
         trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
         time.sleep(0.5)
         drain_query(query, collector, 60.0 + 5 * duration)
@@ -763,7 +764,8 @@ def print_header(args: argparse.Namespace) -> None:
           f"numpy {np.__version__}, {java_line}")
     print(f"  network   : private namespace (interfaces: "
           f"{', '.join(n for _, n in socket.if_nameindex())}), {LOOPBACK} only")
-    print(f"  settings  : trial {args.duration:g} s, start {args.start_rate:,.0f} msg/s, "
+    print(f"  settings  : trial {args.duration:g} s, trigger {args.trigger_ms} ms, "
+          f"start {args.start_rate:,.0f} msg/s, "
           f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
           f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate")
     print(flush=True)
@@ -838,7 +840,7 @@ def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
               "the cores with Spark, capture and the sink), not because of a gap.")
 
 
-def print_latency(connector: SearchOutcome, modest: Trial | None) -> None:
+def print_latency(connector: SearchOutcome, modest: Trial | None, trigger_ms: int) -> None:
     print("\n== latency, publish -> row in foreachBatch (taken after toArrow) ==")
     for label, trial in (("at the max no-gap rate", connector.best), ("at a modest rate", modest)):
         if trial is None or trial.latency_ms is None:
@@ -847,7 +849,8 @@ def print_latency(connector: SearchOutcome, modest: Trial | None) -> None:
         p50, p99 = trial.latency_ms
         print(f"{label:<24}: {trial.rate:>9,.0f} msg/s  p50 {p50:8.1f} ms  p99 {p99:8.1f} ms"
               f"{'' if trial.success else '  (that trial had gaps or errors)'}")
-    print("  (processingTime trigger of 500 ms: a row waits ~250 ms for a trigger on average)")
+    print(f"  (processingTime trigger of {trigger_ms} ms: a row waits ~{trigger_ms // 2} ms for a "
+          f"trigger on average)")
 
 
 def print_memory(label: str, result: MemoryResult | None, sent: PublishResult | None,
@@ -882,6 +885,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                                                       "(default 10; quick 5)")
     parser.add_argument("--latency-rate", type=float, default=10_000.0,
                         help="modest rate of the separate latency trial (default 10000)")
+    parser.add_argument("--trigger-ms", type=int, default=500,
+                        help="processingTime trigger of the connector's query (default 500)")
     parser.add_argument("--spool-gb", type=float,
                         help="GiB to hold in capture's spool (default 1.0; quick 0.1)")
     parser.add_argument("--spool-rate", type=float,
@@ -932,7 +937,8 @@ def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOut
     return outcome, modest
 
 
-def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None) -> None:
+def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None,
+                trigger_ms: int) -> None:
     print("\n== all trials ==")
     print(TABLE_HEADER)
     for trial in [t for outcome in outcomes for t in outcome.trials] + ([modest] if modest else []):
@@ -941,7 +947,7 @@ def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None) -> None
     print_rate_summary(outcomes)
     connector = [outcome for outcome in outcomes if outcome.receiver == "connector"]
     if connector:
-        print_latency(connector[0], modest)
+        print_latency(connector[0], modest, trigger_ms)
 
 
 def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
@@ -969,7 +975,7 @@ def main() -> int:
     print_header(args)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="zeroeq_rate-"))
-    bench = Bench(multiprocessing.get_context("spawn"), workdir, args.duration)
+    bench = Bench(multiprocessing.get_context("spawn"), workdir, args.duration, args.trigger_ms)
     try:
         outcomes: list[SearchOutcome] = []
         modest = None
@@ -980,7 +986,7 @@ def main() -> int:
                 outcome, modest = measure_connector(args, replace(bench, spark=spark))
                 outcomes.append(outcome)
         if outcomes:
-            print_rates(outcomes, modest)
+            print_rates(outcomes, modest, args.trigger_ms)
         if "memory" not in args.skip:
             measure_memory(args, bench)
     finally:
