@@ -442,22 +442,11 @@ def run_bare_trial(bench: Bench, rate: float) -> Trial:
 
 def start_spark() -> Any:
     """One local session for the whole run, bound to loopback, quiet."""
-    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # capture logs every endpoint join at INFO; the benchmark's output is on stdout
     os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
-    from pyspark.sql import SparkSession
+    from spark_zmq.local import loopback_session
 
-    spark = (SparkSession.builder.master("local[2]").appName("zeroeq_rate benchmark")
-             .config("spark.driver.host", LOOPBACK)
-             .config("spark.driver.bindAddress", LOOPBACK)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return loopback_session("zeroeq_rate benchmark", log_level="ERROR")
 
 
 def payload_heads(payload: Any) -> tuple[np.ndarray, np.ndarray, int]:

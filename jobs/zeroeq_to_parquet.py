@@ -22,6 +22,9 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_zmq.local import loopback_session
+from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -40,15 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def spark_session() -> SparkSession:
-    builder = SparkSession.builder.appName("zeroeq_to_parquet")
-    if not _submitted():
-        builder = (builder.master("local[2]").config("spark.driver.host", "127.0.0.1")
-                   .config("spark.driver.bindAddress", "127.0.0.1")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false"))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
+    """spark-submit's session, else a local one that listens on loopback only."""
+    if _submitted():
+        spark = SparkSession.builder.appName("zeroeq_to_parquet").getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        return spark
+    return loopback_session("zeroeq_to_parquet")
 
 
 def _submitted() -> bool:
@@ -73,9 +73,6 @@ def publish_demo_events(publishers, count: int, started: threading.Event) -> Non
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
 
     spark = spark_session()
     output = os.path.abspath(args.output)

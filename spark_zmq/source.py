@@ -144,7 +144,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self._available()[0]
 
     def partitions(self, start: dict, end: dict) -> list[SpoolRange]:
-        first = self._available()[1] if any(k not in start for k in end) else {}
+        first = {}
+        if any(k not in start for k in end):   # where partitions new since ``start`` begin
+            self._started()
+            first = {k: s.start for k, s in self._spool.snapshot().items()}
         return [SpoolRange(self.spool_path, r.key, r.start, r.end)
                 for r in ranges(start, end, first)]
 

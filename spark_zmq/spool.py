@@ -32,7 +32,6 @@ from typing import Iterator, Mapping, NamedTuple
 
 import pyarrow as pa
 
-from .log import logger
 
 SPOOL_SCHEMA = pa.schema([
     pa.field("received_at", pa.timestamp("us", tz="UTC")),

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import socket
-import sys
 import time
 
 import pytest
@@ -26,20 +24,9 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(scope="session")
 def spark():
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from spark_zmq.local import loopback_session
 
-    session = (SparkSession.builder.master("local[2]")
-               .appName("spark_zmq tests")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("WARN")
+    session = loopback_session("spark_zmq tests", {"spark.sql.session.timeZone": "UTC"})
     yield session
     session.stop()
 
