@@ -48,11 +48,11 @@ from typing import Any
 import numpy as np
 import zmq
 
+from spark_zmq.local import LOOPBACK
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 
 REPO = Path(__file__).resolve().parent.parent
 NETNS_SCRIPT = REPO / "scripts" / "netns.sh"
-LOOPBACK = "127.0.0.1"
 
 TICK_EVENT = "bench::Tick"
 #: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload

@@ -159,8 +159,8 @@ class Capture:
         next_flush = time.monotonic() + self.flush_interval
         try:
             while not self._stopping:
-                wake_at = min(next_flush, self._next_recheck())
-                timeout_ms = max(0.0, (wake_at - time.monotonic()) * 1000)
+                recheck_at = self._next_recheck()
+                timeout_ms = max(0.0, (min(next_flush, recheck_at) - time.monotonic()) * 1000)
                 received = 0
                 for item, _ in self._poller.poll(timeout_ms):
                     if item in self._by_socket:
@@ -170,7 +170,7 @@ class Capture:
                         self._apply_commands()
                     elif item in self._by_monitor:
                         self._on_monitor_event(self._by_monitor[item])
-                if self._rechecks:
+                if recheck_at <= time.monotonic():
                     self._reopen_abandoned()
                 if time.monotonic() >= next_flush or self._sync_pending():
                     self._flush_all()
@@ -249,10 +249,6 @@ class Capture:
             conn.socket, conn.monitor = self._open_socket(conn.endpoint)
             conn.recheck_at = None
             self._register(conn)
-
-    @property
-    def _rechecks(self) -> bool:
-        return any(c.recheck_at is not None for c in self._connections.values())
 
     def _next_recheck(self) -> float:
         times = [c.recheck_at for c in self._connections.values() if c.recheck_at is not None]
