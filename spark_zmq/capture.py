@@ -6,7 +6,9 @@ segment happens once per flush (every ``flush_interval`` seconds, every 65536 me
 partition, and whenever the reader asks via ``sync``). Decoding happens later, on executors.
 
 Discovery calls ``endpoint_joined``/``endpoint_left`` from its own threads; those calls are queued
-and applied by the capture thread, because zmq sockets belong to one thread.
+and applied by the capture thread, because zmq sockets belong to one thread. An endpoint that
+leaves is still read until its peer closes the connection (or for ``LEAVE_GRACE`` seconds):
+discovery often reports a peer gone before the last messages it sent have arrived.
 
 Gaps are never silent: a connection that zmq drops and re-establishes (a message over
 ``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart) and
@@ -41,6 +43,10 @@ RECONNECT_CHECK = 0.5
 #: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
 COALESCE_BELOW = 64
 COALESCE_SECONDS = 0.001
+#: seconds an endpoint that discovery reports gone is still read, for what it sent before going
+LEAVE_GRACE = 2.0
+#: seconds still read after the peer of a leaving endpoint closed its connection
+LEAVE_SETTLE = 0.05
 
 
 def _now_text(ns: int) -> str:
@@ -63,6 +69,7 @@ class _Connection:
     dropped_since: int | None = None               # first time of the current spool-full episode
     dropped: int = 0
     received: int = 0                              # messages received since capture started
+    leave_by: float | None = None                  # set when discovery reported it gone
 
     def add_fault(self, text: str) -> None:
         self.faults[len(self.frames)] = text
@@ -160,7 +167,9 @@ class Capture:
         try:
             while not self._stopping:
                 recheck_at = self._next_recheck()
-                timeout_ms = max(0.0, (min(next_flush, recheck_at) - time.monotonic()) * 1000)
+                leave_at = self._next_leave()
+                wake_at = min(next_flush, recheck_at, leave_at)
+                timeout_ms = max(0.0, (wake_at - time.monotonic()) * 1000)
                 received = 0
                 for item, _ in self._poller.poll(timeout_ms):
                     if item in self._by_socket:
@@ -172,6 +181,8 @@ class Capture:
                         self._on_monitor_event(self._by_monitor[item])
                 if recheck_at <= time.monotonic():
                     self._reopen_abandoned()
+                if leave_at <= time.monotonic():
+                    self._finish_leaving()
                 if time.monotonic() >= next_flush or self._sync_pending():
                     self._flush_all()
                     next_flush = time.monotonic() + self.flush_interval
@@ -211,7 +222,9 @@ class Capture:
     def _on_monitor_event(self, conn: _Connection) -> None:
         event = recv_monitor_message(conn.monitor)["event"]
         address, key = conn.endpoint.address, conn.endpoint.key
-        if event == zmq.EVENT_DISCONNECTED:
+        if event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
+            conn.leave_by = min(conn.leave_by, time.monotonic() + LEAVE_SETTLE)
+        elif event == zmq.EVENT_DISCONNECTED:
             conn.disconnected_at = time.time_ns()
             conn.recheck_at = time.monotonic() + RECONNECT_CHECK
             logger.info("%s: lost connection to %s (partition %s)", self.name, address, key)
@@ -254,6 +267,10 @@ class Capture:
         times = [c.recheck_at for c in self._connections.values() if c.recheck_at is not None]
         return min(times, default=float("inf"))
 
+    def _next_leave(self) -> float:
+        times = [c.leave_by for c in self._connections.values() if c.leave_by is not None]
+        return min(times, default=float("inf"))
+
     def _apply_commands(self) -> None:
         while True:
             try:
@@ -267,6 +284,13 @@ class Capture:
 
     def _join(self, endpoint: Endpoint) -> None:
         old = self._connections.get(endpoint.key)
+        if old is not None and old.leave_by is not None:
+            if old.endpoint == endpoint:        # back before it was let go
+                old.leave_by = None
+                logger.info("%s: endpoint %s is back", self.name, endpoint.key)
+                return
+            self._finish_leave(old)
+            old = None
         if old is not None:
             if old.endpoint == endpoint:
                 return
@@ -276,7 +300,7 @@ class Capture:
                 old.endpoint = endpoint
                 logger.info("%s: endpoint %s updated its metadata", self.name, endpoint.key)
                 return
-            self._leave(endpoint.key)
+            self._finish_leave(old)
         self.spool.open_partition(endpoint.key)
         conn = _Connection(endpoint, *self._open_socket(endpoint))
         self._connections[endpoint.key] = conn
@@ -312,14 +336,30 @@ class Capture:
         conn.socket.close(0)
 
     def _leave(self, key: str) -> None:
-        conn = self._connections.pop(key, None)
-        if conn is None:
+        """Discovery says the endpoint is gone: read on until its peer closes the connection."""
+        conn = self._connections.get(key)
+        if conn is None or conn.leave_by is not None:
             return
+        settle = LEAVE_SETTLE if conn.disconnected_at is not None else LEAVE_GRACE
+        conn.leave_by = time.monotonic() + settle
+        conn.recheck_at = None
+        logger.info("%s: endpoint left: %s at %s; reading what it sent until it disconnects",
+                    self.name, key, conn.endpoint.address)
+
+    def _finish_leaving(self) -> None:
+        now = time.monotonic()
+        for conn in list(self._connections.values()):
+            if conn.leave_by is not None and conn.leave_by <= now:
+                self._finish_leave(conn)
+
+    def _finish_leave(self, conn: _Connection) -> None:
+        key = conn.endpoint.key
+        del self._connections[key]
         self._receive(conn)  # what already arrived is kept
         self._flush(conn)
         self._unregister(conn)
         self.spool.retire(key)
-        logger.info("%s: endpoint left: %s at %s", self.name, key, conn.endpoint.address)
+        logger.info("%s: partition %s retired after %d messages", self.name, key, conn.received)
 
     def _sync_pending(self) -> bool:
         return self._sync_asked > self._sync_done

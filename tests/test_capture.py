@@ -55,6 +55,26 @@ def test_close_writes_what_was_received(tmp_path):
     assert [frames[1] for frames, _ in spooled(spool.root, key)] == [b"%d" % i for i in range(100)]
 
 
+def test_an_endpoint_that_leaves_is_read_until_its_peer_disconnects(tmp_path):
+    """Discovery reports a peer gone (its goodbye) before the last messages it sent arrive:
+    those are kept, and the partition is retired once the peer has closed."""
+    publisher = Publisher("", announce=False)
+    spool, capture = start_capture(tmp_path, publisher)
+    key = publisher.instance_name
+    payloads = [b"%05d" % i + b"." * 20_000 for i in range(500)]
+    try:
+        for payload in payloads:
+            publisher.publish(ECHO, payload)
+        capture.endpoint_left(key)                    # the goodbye overtakes the data
+        publisher.close()                             # lingers until all is sent
+        wait_until(lambda: load_index(spool.root, key).retired, timeout=10,
+                   what="the partition to be retired")
+    finally:
+        capture.close()
+        spool.close()
+    assert [frames[1] for frames, _ in spooled(spool.root, key)] == payloads
+
+
 def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
     publisher = Publisher("", announce=False)
     spool, capture = start_capture(tmp_path, publisher, max_bytes=1)
