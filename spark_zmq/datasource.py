@@ -7,13 +7,14 @@ call), or through ``spark.dataSource.register(ZeroEQDataSource)`` and the like.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from .options import READER_OPTIONS, Options, parse_options
-from .protocols.base import StreamProtocol
+from .options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse_options
+from .protocols.base import SinkProtocol, StreamProtocol
 from .protocols.zeroeq import ZeroEQ
+from .sink import ZmqStreamWriter
 from .source import ZmqStreamReader, output_schema
 
 
@@ -27,8 +28,16 @@ class ZmqDataSource(DataSource):
         return cls.protocol.name
 
     def reader_options(self) -> Options:
+        options = parse_options(self.protocol.name,
+                                READER_OPTIONS + self.protocol.reader_options, self.options)
+        self.protocol.check_options(options)
+        return options
+
+    def writer_options(self) -> Options:
+        if not isinstance(self.protocol, SinkProtocol):
+            raise OptionError(f"{self.protocol.name}: this format cannot be written")
         return parse_options(self.protocol.name,
-                             READER_OPTIONS + self.protocol.reader_options, self.options)
+                             WRITER_OPTIONS + self.protocol.writer_options, self.options)
 
     def schema(self) -> StructType:
         self.reader_options()  # fail on a bad option when the query is defined, not later
@@ -36,6 +45,11 @@ class ZmqDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return ZmqStreamReader(self.protocol, self.reader_options())
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        options = self.writer_options()
+        self.protocol.check_input(to_arrow_schema(schema))
+        return ZmqStreamWriter(self.protocol, options)
 
 
 # -- one class per format (module-level, so Spark pickles them by reference) ------------------

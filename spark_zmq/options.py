@@ -124,11 +124,15 @@ class Options(Mapping[str, Any]):
         return name in self.given
 
 
+#: options that Spark itself handles and passes on to a stream writer as well
+SPARK_OWN_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
+
+
 def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, str]) -> Options:
     """Validate ``raw`` (Spark's case-insensitive option map) against ``specs``.
 
     Raises OptionError for an unknown name (with a suggestion) or a value the option's parser
-    rejects (naming the accepted values).
+    rejects (naming the accepted values). Spark's own options are passed over.
     """
     by_lower = {spec.name.lower(): spec for spec in specs}
     values = {spec.name: None if spec.default is None else spec.parse(spec.default)
@@ -136,6 +140,8 @@ def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, s
     given: set[str] = set()
     for key, value in raw.items():
         spec = by_lower.get(key.lower())
+        if spec is None and key.lower() in SPARK_OWN_OPTIONS:
+            continue
         if spec is None:
             raise OptionError(_unknown_option_message(format_name, key, specs))
         try:
@@ -197,4 +203,22 @@ READER_OPTIONS: tuple[Option, ...] = (
     Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", "100",
            "How often capture writes what it received to the spool (it also writes at every "
            "micro-batch and every 65536 messages)."),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options of the generic stream writer, shared by every format.
+
+WRITER_OPTIONS: tuple[Option, ...] = (
+    Option("mode", choice(*MODES), "one of " + ", ".join(MODES), "PERMISSIVE",
+           "What to do with a row that cannot be sent (no event, a wrong id, a message over "
+           "`maxMessageBytes`, ...): skip it with a warning naming the first such row of the "
+           "task, skip it counting only, or fail the batch naming the row."),
+    Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
+           "Largest message sent; a larger row is handled per `mode`."),
+    Option("waitForSubscribers", non_negative_float, "a number of seconds", "0",
+           "Before a task sends an event, wait up to this long until `minSubscribers` "
+           "subscriptions match it (seen through XPUB); then send anyway, with a warning."),
+    Option("minSubscribers", positive_int, "a positive integer", "1",
+           "How many matching subscriptions `waitForSubscribers` waits for."),
 )

@@ -107,7 +107,8 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _stop_on_sigterm()
             atexit.register(self.stop)
             logger.info("%s: spooling to %s", self.protocol.name, self.spool_path)
-            self._discovery = self.protocol.discovery(self.options)
+            state = self._spool.state("discovery")
+            self._discovery = self.protocol.discovery(self.options, state)
             self._discovery.start(self._capture)
         return self._capture
 

@@ -271,9 +271,32 @@ class Spool:
             except FileNotFoundError:
                 pass
 
+    def state(self, name: str) -> "JsonState":
+        """A small JSON document kept beside the partitions (discovery's durable state)."""
+        return JsonState(os.path.join(self.root, f"{name}.json"))
+
     def _save(self, index: PartitionIndex) -> None:
         path = os.path.join(partition_dir(self.root, index.key), INDEX_NAME)
         _write_atomically(path, index.to_json().encode("utf-8"))
+
+
+class JsonState:
+    """One JSON document in a spool folder, replaced atomically on every save."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def load(self) -> dict | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            raise SpoolError(f"{self.path} is not valid JSON ({exc}); remove it to start over")
+
+    def save(self, data: dict) -> None:
+        _write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 # -- reading (any process) ---------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -46,10 +48,13 @@ def test_record_keys_are_case_insensitive_and_instance_name_gives_the_address():
                                  {b"session": b"alice", b"vocabulary": b"a;b",
                                   b"vocabulary_request": b"tcp://h:1"})
     assert shipped.session == seed.session == "alice"
-    endpoint = shipped.endpoint((b"",))
-    assert endpoint.key == "127.0.0.1:5555" and endpoint.address == "tcp://127.0.0.1:5555"
-    assert endpoint.metadata["application"] == "viewer" and endpoint.metadata["user"] == "bob"
-    assert seed.endpoint((b"",)).metadata["vocabulary_request"] == "tcp://h:1"
+    assert shipped.instance_name == "127.0.0.1:5555" and shipped.address == "tcp://127.0.0.1:5555"
+    assert shipped.txt["application"] == "viewer" and shipped.txt["user"] == "bob"
+    assert seed.vocabulary_request == "tcp://h:1" and seed.address == "tcp://host.example:6000"
+    assert shipped.vocabulary == set() and shipped.vocabulary_request is None
+    ids = PublisherRecord.parse("h:1._zeroeq_pub._tcp.local.", {
+        b"vocabulary": b"880e00827119dbdd:282e2ef9016e98e3;nonsense;" + ECHO_WIRE.encode()})
+    assert ids.vocabulary == {event_id("zeroeq::test::Echo")}
     with pytest.raises(ValueError):
         PublisherRecord.parse("not-an-address._zeroeq_pub._tcp.local.", {})
 
@@ -81,11 +86,12 @@ def test_parse_address():
             parse_address(bad)
 
 
-def decode(messages, **raw_options):
+def decode(messages, metadata=None, **raw_options):
     protocol = ZeroEQ()
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw_options)
     frames = pa.array(messages, pa.list_(pa.binary()))
-    source = Source("tcp://127.0.0.1:1", {"publisher": "127.0.0.1:1", "session": "s"})
+    source = Source("tcp://127.0.0.1:1",
+                    {"publisher": "127.0.0.1:1", "session": "s", **(metadata or {})})
     return protocol.decode(frames, source, options)
 
 
@@ -103,9 +109,18 @@ def test_decode_well_formed_and_malformed_messages():
     assert decoded.keep is None
 
 
-def test_decode_events_option_names_and_filters():
+def test_decode_names_from_events_option_filters_by_the_endpoint_subscription():
     echo, meerkat = event_id("zeroeq::test::Echo"), event_id(MEERKAT)
-    decoded = decode([[echo, b"1"], [meerkat], [b"bad"]], events="zeroeq::test::Echo")
+    decoded = decode([[echo, b"1"], [meerkat], [b"bad"]], {"events": echo.hex()},
+                     events="zeroeq::test::Echo")
     assert decoded.columns["event"].to_pylist() == ["zeroeq::test::Echo", None, None]
     assert decoded.keep.to_pylist() == [True, False, False]
     assert decoded.error.to_pylist()[2] is not None   # malformed rows still go through `mode`
+
+
+def test_decode_names_from_vocabulary_and_excluded_events():
+    echo, other = event_id("zeroeq::test::Echo"), event_id("other")
+    metadata = {"names": json.dumps({echo.hex(): "zeroeq::test::Echo"}), "excluded": other.hex()}
+    decoded = decode([[echo, b"1"], [other, b"2"]], metadata)
+    assert decoded.columns["event"].to_pylist() == ["zeroeq::test::Echo", None]
+    assert decoded.keep.to_pylist() == [True, False]

@@ -46,6 +46,15 @@ class EndpointListener(TypingProtocol):
     def endpoint_left(self, key: str) -> None: ...
 
 
+class StateStore(TypingProtocol):
+    """Durable state of a query's discovery (kept in the spool folder, so a restart of the
+    query from its checkpoint finds it again)."""
+
+    def load(self) -> dict | None: ...
+
+    def save(self, data: dict) -> None: ...
+
+
 class Discovery(ABC):
     """Keeps the live set of endpoints and tells a listener when it changes."""
 
@@ -93,10 +102,69 @@ class StreamProtocol(ABC):
     #: the columns this format adds after the shared ones
     columns: pa.Schema
 
+    def check_options(self, options: Options) -> None:
+        """Raise OptionError for option values that are wrong together; default: nothing."""
+
     @abstractmethod
-    def discovery(self, options: Options) -> Discovery:
+    def discovery(self, options: Options, state: StateStore) -> Discovery:
         """The discovery to run on the driver side for a query with these options."""
 
     @abstractmethod
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         """Decode captured messages (list of frames each) that came from ``source``."""
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+@dataclass
+class Encoded:
+    """A protocol's encoding of rows to send, one entry per row: the frames of a message, or
+    an error text (the generic writer then applies ``mode``)."""
+
+    messages: list[list[bytes] | None]
+    errors: list[str | None]
+    #: the topic of each message as subscribers subscribe to it (for waitForSubscribers)
+    topics: list[bytes | None]
+    #: names of the topics, where known (ZeroEQ puts them in the publisher's vocabulary)
+    names: dict[bytes, str | None] = field(default_factory=dict)
+
+
+class SinkPublisher(ABC):
+    """Where a writer task's messages go; one per Python worker process and option set."""
+
+    #: how the publisher is named in logs and commit messages
+    name: str
+
+    @abstractmethod
+    def send(self, frames: list[bytes]) -> None:
+        """Send one message; may block (back-pressure); raises TimeoutError when stuck."""
+
+    def declare(self, names: dict[bytes, str | None]) -> None:
+        """Topics about to be sent (ZeroEQ adds them to the vocabulary); default: nothing."""
+
+    @abstractmethod
+    def subscribers(self, topic: bytes) -> int:
+        """How many subscriptions match ``topic`` now."""
+
+    def close(self) -> None:
+        """Release sockets and announcements."""
+
+
+class SinkProtocol(ABC):
+    """A wire format as seen by the generic stream writer."""
+
+    name: str
+    #: options of this format's writer, besides the generic writer's
+    writer_options: tuple[Option, ...] = ()
+
+    @abstractmethod
+    def check_input(self, schema: pa.Schema) -> None:
+        """Raise ValueError naming the columns at fault if rows of ``schema`` cannot be sent."""
+
+    @abstractmethod
+    def open_publisher(self, options: Options) -> SinkPublisher:
+        """Bind or connect, and announce; called once per Python worker and option set."""
+
+    @abstractmethod
+    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+        """The messages of a batch of input rows."""

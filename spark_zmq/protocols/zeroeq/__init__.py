@@ -1,0 +1,27 @@
+"""ZeroEQ: the ``zeroeq`` format.
+
+``wire``        event ids, URIs, sessions (the fact sheet's wire facts)
+``reqrep``      request/reply server and client (vocabulary and management port use it)
+``vocabulary``  the seed's Vocabulary: registered events, served and announced
+``announce``    ZeroConf records of publishers and subscribers
+``publisher``   a publisher as the shipped 0.9 library's, plus the seed's vocabulary
+``discovery``   which publishers, and which events of them, a reader reads
+``management``  the seed's management port
+``format``      what the generic stream reader and writer need (options, decode, encode)
+"""
+
+from .announce import PublisherRecord, Record, make_zeroconf, resolve_interfaces
+from .format import ZeroEQ
+from .management import ManagementError, manage
+from .publisher import Publisher, SendTimeout
+from .vocabulary import Vocabulary, request_vocabulary
+from .wire import (EVENT_ID_BYTES, MEERKAT, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE,
+                   default_session, event_id, event_id_text, in_session, parse_address,
+                   parse_event)
+
+__all__ = [
+    "EVENT_ID_BYTES", "MEERKAT", "PUBLISHER_SERVICE", "SUBSCRIBER_SERVICE", "ManagementError",
+    "Publisher", "PublisherRecord", "Record", "SendTimeout", "Vocabulary", "ZeroEQ",
+    "default_session", "event_id", "event_id_text", "in_session", "make_zeroconf", "manage",
+    "parse_address", "parse_event", "request_vocabulary", "resolve_interfaces",
+]

@@ -1,0 +1,136 @@
+"""ZeroConf records of ZeroEQ publishers (``_zeroeq_pub._tcp``) and subscribers
+(``_zeroeq_sub._tcp``): parsing what others announce, and announcing ourselves.
+
+TXT keys are read lower-cased (DNS-SD keys are case-insensitive, and the shipped library
+writes ``Session`` where the seed says ``session``). python-zeroconf rejects these service
+names in strict mode, so registration and browsing run with ``strict=False``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Mapping
+
+from .vocabulary import parse_vocabulary_txt
+from .wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, parse_address, zmq_host
+
+
+@dataclass(frozen=True)
+class Record:
+    """One announcement: its instance name and TXT keys (lower-cased)."""
+
+    service: str
+    instance_name: str
+    txt: Mapping[str, str]
+
+    @property
+    def session(self) -> str | None:
+        return self.txt.get("session")
+
+    @property
+    def vocabulary(self) -> set[bytes]:
+        return parse_vocabulary_txt(self.txt.get("vocabulary"))
+
+    @property
+    def vocabulary_request(self) -> str | None:
+        return self.txt.get("vocabulary_request") or None
+
+    @classmethod
+    def parse(cls, service_name: str, properties: Mapping[bytes, bytes | None]) -> "Record":
+        service = SUBSCRIBER_SERVICE if service_name.endswith(SUBSCRIBER_SERVICE) \
+            else PUBLISHER_SERVICE
+        instance = service_name
+        if instance.endswith("." + service):
+            instance = instance[:-len(service) - 1]
+        txt = {key.decode("utf-8", "replace").lower(): (value or b"").decode("utf-8", "replace")
+               for key, value in properties.items()}
+        return cls(service, instance, txt)
+
+
+@dataclass(frozen=True)
+class PublisherRecord(Record):
+    """A ``_zeroeq_pub._tcp`` announcement; subscribers connect to the instance name."""
+
+    host: str = ""
+    port: int = 0
+
+    @classmethod
+    def parse(cls, service_name: str,
+              properties: Mapping[bytes, bytes | None]) -> "PublisherRecord":
+        record = Record.parse(service_name, properties)
+        host, port = parse_address(record.instance_name)
+        return cls(PUBLISHER_SERVICE, record.instance_name, record.txt, host, port)
+
+    @property
+    def address(self) -> str:
+        return f"tcp://{zmq_host(self.host)}:{self.port}"
+
+
+def resolve_interfaces(names: tuple[str, ...]) -> list[str]:
+    """``discoveryInterfaces`` entries (IPv4 addresses or interface names) -> IPv4 addresses."""
+    import ifaddr
+
+    adapters = {a.nice_name: a for a in ifaddr.get_adapters()}
+    addresses = []
+    for name in names:
+        try:
+            addresses.append(str(ipaddress.IPv4Address(name)))
+            continue
+        except ValueError:
+            pass
+        adapter = adapters.get(name)
+        ips = [ip.ip for ip in adapter.ips if isinstance(ip.ip, str)] if adapter else []
+        if not ips:
+            raise ValueError(f"discoveryInterfaces: no interface {name!r} with an IPv4 address; "
+                             f"interfaces here: {', '.join(sorted(adapters)) or 'none'}")
+        addresses.extend(ips)
+    return addresses
+
+
+def make_zeroconf(interfaces: tuple[str, ...] | None):
+    """A Zeroconf instance on ``interfaces`` (None = all), IPv4 only."""
+    from zeroconf import InterfaceChoice, IPVersion, Zeroconf
+
+    chosen = InterfaceChoice.All if not interfaces else resolve_interfaces(interfaces)
+    return Zeroconf(interfaces=chosen, ip_version=IPVersion.V4Only)
+
+
+class Announcement:
+    """Our own record on ZeroConf: registered once, its TXT keys updated in place."""
+
+    def __init__(self, zeroconf, service: str, instance_name: str, host: str, port: int,
+                 txt: dict[str, str]) -> None:
+        from zeroconf import ServiceInfo
+
+        try:
+            packed = [socket.inet_aton(socket.gethostbyname(host))]
+        except OSError:
+            packed = []
+        self._zeroconf = zeroconf
+        self._info = ServiceInfo(service, f"{instance_name}.{service}", addresses=packed,
+                                 port=port, properties=txt,
+                                 server=f"{socket.gethostname()}.local.")
+        zeroconf.register_service(self._info, strict=False)
+        self.txt = dict(txt)
+
+    def update(self, txt: dict[str, str]) -> None:
+        if txt == self.txt or self._info is None:
+            return
+        from zeroconf import ServiceInfo
+
+        info = self._info
+        self._info = ServiceInfo(info.type, info.name, addresses=info.addresses, port=info.port,
+                                 properties=txt, server=info.server)
+        # Not update_service: that blocks for the rebroadcasts (~0.7 s); a publisher calls this
+        # when it sends a new event, and should not wait for its announcement.
+        asyncio.run_coroutine_threadsafe(self._zeroconf.async_update_service(self._info),
+                                         self._zeroconf.loop)
+        self.txt = dict(txt)
+
+    def close(self) -> None:
+        if self._info is not None:
+            self._zeroconf.unregister_service(self._info)
+            self._info = None

@@ -1,0 +1,271 @@
+"""The reader's discovery: which publishers to read, and which of their events.
+
+A publisher is read when it is in the query's session (and, with ``compatibleOnly``, its
+vocabulary shares an event with ``events``), when the ``publishers`` option names it, or when
+the management port was told to subscribe to it. The management port can also take events or
+whole publishers away. Each publisher's effective subscription becomes its endpoint's zmq
+subscriptions plus metadata (``events``, ``excluded``, ``names``) that decoding uses.
+
+The reader announces itself as the seed's subscriber (``_zeroeq_sub._tcp``, a UUID instance
+name, TXT ``vocabulary``, ``vocabulary_request``, ``session``, ``user``, ``application`` and
+``management``, the management port's address) and serves its vocabulary.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import threading
+import uuid
+from dataclasses import dataclass
+
+from ...log import logger
+from ..base import Discovery, Endpoint, EndpointListener, StateStore
+from .announce import Announcement, PublisherRecord, make_zeroconf
+from .management import ALL, ManagementPort
+from .reqrep import RequestError
+from .vocabulary import Vocabulary, request_vocabulary
+from .wire import (MEERKAT, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, event_id, event_id_text,
+                   in_session, zmq_host)
+
+#: seconds to wait for a publisher's vocabulary reply
+VOCABULARY_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True)
+class Known:
+    """What is known of one publisher: its record (if announced) and its vocabulary."""
+
+    record: PublisherRecord | None
+    vocabulary: dict[bytes, str | None]
+    static: bool = False
+
+
+class ZeroEQDiscovery(Discovery):
+    """Publishers of a session via ZeroConf, fixed publishers, and management overrides."""
+
+    def __init__(self, *, session: str, events: dict[bytes, str | None],
+                 interfaces: tuple[str, ...] | None, static: tuple[tuple[str, int], ...],
+                 compatible_only: bool, management_bind: str | None, application: str,
+                 state: StateStore) -> None:
+        self.session = session
+        self.events = events                      # empty: every event
+        self.interfaces = interfaces
+        self.static = static
+        self.compatible_only = compatible_only
+        self.management_bind = management_bind
+        self.application = application
+        self.state = state
+        self.instance_name = str(uuid.uuid4())
+        self._known: dict[str, Known] = {}
+        self._joined: dict[str, Endpoint] = {}
+        self._lock = threading.RLock()
+        self._listener: EndpointListener | None = None
+        self._zeroconf = self._browser = self._announcement = None
+        self.vocabulary: Vocabulary | None = None
+        self.management: ManagementPort | None = None
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def start(self, listener: EndpointListener) -> None:
+        self._listener = listener
+        if self.management_bind:
+            self.management = ManagementPort(self.management_bind, self.state, self._refresh,
+                                             self.describe)
+            logger.info("zeroeq: management port at %s", self.management.address)
+        for host, port in self.static:
+            self._known[f"{host}:{port}"] = Known(None, {}, static=True)
+        for key in set(self._known) | self._overridden():
+            self._refresh(key)
+        if self.static:
+            return
+        from zeroconf import ServiceBrowser
+
+        self._zeroconf = make_zeroconf(self.interfaces)
+        self._announce()
+        self._browser = ServiceBrowser(self._zeroconf, PUBLISHER_SERVICE,
+                                       handlers=[self._on_change])
+        where = ", ".join(self.interfaces) if self.interfaces else "all interfaces"
+        shown = repr(self.session) if self.session else "any session (empty session)"
+        logger.info("zeroeq: browsing %s on %s for session %s", PUBLISHER_SERVICE, where, shown)
+
+    def _announce(self) -> None:
+        """The seed's subscriber record and its vocabulary server (on the browsed interface)."""
+        host = self.interfaces[0] if self.interfaces and len(self.interfaces) == 1 else "127.0.0.1"
+        try:
+            bind = f"tcp://{zmq_host(host)}:*"
+            self.vocabulary = Vocabulary("subscriber", bind)
+        except ValueError:
+            self.vocabulary = Vocabulary("subscriber", "tcp://127.0.0.1:*")
+        for wire, name in self.events.items():
+            self.vocabulary.register(wire, name)
+        self.vocabulary.on_change = self._update_announcement
+        self._announcement = Announcement(self._zeroconf, SUBSCRIBER_SERVICE, self.instance_name,
+                                          host, int(self.vocabulary.address.rsplit(":", 1)[1]),
+                                          self._txt())
+
+    def _txt(self) -> dict[str, str]:
+        txt = {"Type": "ZeroEQ", "vocabulary": self.vocabulary.txt_value(),
+               "vocabulary_request": self.vocabulary.address, "user": getpass.getuser(),
+               "application": self.application}
+        if self.session:
+            txt["session"] = self.session
+        if self.management is not None:
+            txt["management"] = self.management.address
+        return txt
+
+    def _update_announcement(self) -> None:
+        if self._announcement is not None:
+            self._announcement.update(self._txt())
+
+    def close(self) -> None:
+        if self._browser is not None:
+            self._browser.cancel()
+            self._browser = None
+        if self._announcement is not None:
+            self._announcement.close()
+            self._announcement = None
+        if self._zeroconf is not None:
+            self._zeroconf.close()
+            self._zeroconf = None
+        for server in (self.vocabulary, self.management):
+            if server is not None:
+                server.close()
+
+    # -- ZeroConf ------------------------------------------------------------------------------
+
+    def _on_change(self, zeroconf, service_type, name, state_change) -> None:
+        from zeroconf import ServiceStateChange
+
+        key = name[:-len(PUBLISHER_SERVICE) - 1]
+        if state_change is ServiceStateChange.Removed:
+            with self._lock:
+                self._known.pop(key, None)
+            self._refresh(key)
+            return
+        info = zeroconf.get_service_info(service_type, name, timeout=3000)
+        if info is None:
+            logger.warning("zeroeq: publisher %s did not answer with its record; ignored", name)
+            return
+        try:
+            record = PublisherRecord.parse(name, info.properties)
+        except ValueError as exc:
+            logger.warning("zeroeq: ignoring publisher record %s: instance name is not "
+                           "host:port (%s)", name, exc)
+            return
+        vocabulary = self._vocabulary_of(record)
+        with self._lock:
+            self._known[key] = Known(record, vocabulary)
+        self._refresh(key)
+
+    def _vocabulary_of(self, record: PublisherRecord) -> dict[bytes, str | None]:
+        """The publisher's vocabulary: asked for when it serves one, else its TXT ids."""
+        ids = {wire: None for wire in record.vocabulary}
+        if record.vocabulary_request:
+            try:
+                return {**ids, **request_vocabulary(record.vocabulary_request,
+                                                    VOCABULARY_TIMEOUT)}
+            except (RequestError, ValueError) as exc:
+                logger.warning("zeroeq: publisher %s: no vocabulary from %s (%s); using its "
+                               "TXT record", record.instance_name, record.vocabulary_request, exc)
+        return ids
+
+    # -- what to read --------------------------------------------------------------------------
+
+    def _overridden(self) -> set[str]:
+        return self.management.overrides.publishers() if self.management else set()
+
+    def _automatic(self, key: str, known: Known | None) -> bool:
+        if known is None:
+            return False
+        if known.static:
+            return True
+        record = known.record
+        if not in_session(record.session, self.session):
+            return False
+        return not self.compatible_only or bool(set(known.vocabulary) & set(self.events))
+
+    def _refresh(self, key: str) -> None:
+        """Work out what to read of publisher ``key`` and tell the listener if it changed."""
+        with self._lock:
+            endpoint = self._endpoint(key)
+            if endpoint == self._joined.get(key):
+                return
+            if endpoint is None:
+                self._joined.pop(key, None)
+                self._listener.endpoint_left(key)
+                return
+            if key not in self._joined:
+                self._log_joined(key)
+            self._joined[key] = endpoint
+            if self.vocabulary is not None and endpoint.metadata.get("events"):
+                for hex_id in endpoint.metadata["events"].split(";"):
+                    self.vocabulary.register(bytes.fromhex(hex_id))
+            self._listener.endpoint_joined(endpoint)
+
+    def _log_joined(self, key: str) -> None:
+        known = self._known.get(key)
+        if known is not None and known.record is not None and not self._automatic(key, known):
+            logger.info("zeroeq: publisher %s (session %r) is read by a management request",
+                        key, known.record.session)
+
+    def _endpoint(self, key: str) -> Endpoint | None:
+        known = self._known.get(key)
+        overrides = self.management.overrides if self.management else None
+        added = overrides.added.get(key, set()) if overrides else set()
+        removed = overrides.removed.get(key, set()) if overrides else set()
+        automatic = self._automatic(key, known)
+        if ALL in removed or not (automatic or added):
+            return None
+        every = (automatic and not self.events) or ALL in added
+        base = {wire.hex() for wire in self.events} if automatic else set()
+        wanted = set() if every else (base | added) - removed
+        if not every and not wanted:
+            return None
+        names = {wire.hex(): name for wire, name in (known.vocabulary if known else {}).items()
+                 if name}
+        names.update({wire.hex(): name for wire, name in self.events.items() if name})
+        if overrides:
+            names.update(overrides.names)
+        metadata = {"publisher": key}
+        if known is not None and known.record is not None:
+            for txt_key in ("session", "application", "user", "instance"):
+                if txt_key in known.record.txt:
+                    metadata[txt_key] = known.record.txt[txt_key]
+            address = known.record.address
+        else:
+            host, _, port = key.rpartition(":")
+            address = f"tcp://{zmq_host(host.strip('[]'))}:{port}"
+        if names:
+            metadata["names"] = json.dumps(names, sort_keys=True)
+        if every:
+            subscriptions = (b"",)
+            if removed:
+                metadata["excluded"] = ";".join(sorted(removed))
+        else:
+            subscriptions = tuple(bytes.fromhex(h) for h in sorted(wanted))
+            metadata["events"] = ";".join(sorted(wanted))
+        # 0.9 publishers notice subscribers by their Meerkat subscription
+        return Endpoint(key, address, metadata, subscriptions + (event_id(MEERKAT),))
+
+    def describe(self) -> list[dict]:
+        """The current subscriptions, for the management port's List request."""
+        with self._lock:
+            joined = dict(self._joined)
+        out = []
+        for key, endpoint in sorted(joined.items()):
+            known = self._known.get(key)
+            names = json.loads(endpoint.metadata.get("names", "{}"))
+            events = endpoint.metadata.get("events")
+            out.append({
+                "publisher": key, "address": endpoint.address,
+                "session": endpoint.metadata.get("session"),
+                "application": endpoint.metadata.get("application"),
+                "origin": ("static" if known and known.static else
+                           "session" if self._automatic(key, known) else "management"),
+                "events": "all" if events is None else [
+                    {"id": h, "text": event_id_text(bytes.fromhex(h)), "name": names.get(h)}
+                    for h in events.split(";")],
+                "excluded": [h for h in endpoint.metadata.get("excluded", "").split(";") if h],
+            })
+        return out

@@ -1,0 +1,96 @@
+"""ZeroEQ request/reply: a REP server on its own thread, and a one-shot REQ client.
+
+A request is ``[16-byte request type id][optional payload]`` and its reply
+``[16-byte reply type id][optional payload]``; the type ids are event ids of type names. An
+unknown request type, or a handler that fails, gets the all-zero reply type and no payload, as
+from the shipped library. The vocabulary and the management port are both such servers.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import zmq
+
+from ...log import logger
+from .wire import EVENT_ID_BYTES, NO_REPLY_TYPE
+
+#: a handler gets the request payload and returns (reply type id, reply payload)
+Handler = Callable[[bytes], "tuple[bytes, bytes]"]
+
+
+class RequestError(RuntimeError):
+    """A request that got no reply, or the all-zero (unknown/failed) reply."""
+
+
+class ReplyServer:
+    """Binds a REP socket and answers requests by their type id on a daemon thread."""
+
+    def __init__(self, bind: str, handlers: dict[bytes, Handler], name: str,
+                 context: zmq.Context | None = None) -> None:
+        self.name = name
+        self.handlers = handlers
+        self._socket = (context or zmq.Context.instance()).socket(zmq.REP)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        try:
+            self._socket.bind(bind)
+        except zmq.ZMQError as exc:
+            self._socket.close()
+            raise ValueError(f"{name}: cannot bind {bind}: {exc}") from None
+        self.address = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=f"spark_zmq {name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                if not self._socket.poll(100):
+                    continue
+                frames = self._socket.recv_multipart()
+                self._socket.send_multipart(self._answer(frames))
+        except zmq.ZMQError as exc:
+            if not self._stopping.is_set():
+                logger.error("%s: stopped serving: %s", self.name, exc)
+        finally:
+            self._socket.close(0)
+
+    def _answer(self, frames: list[bytes]) -> list[bytes]:
+        if not frames or len(frames[0]) != EVENT_ID_BYTES or len(frames) > 2:
+            logger.warning("%s: malformed request of %d frames; answered with no reply type",
+                           self.name, len(frames))
+            return [NO_REPLY_TYPE]
+        handler = self.handlers.get(frames[0])
+        if handler is None:
+            return [NO_REPLY_TYPE]
+        try:
+            reply_type, payload = handler(frames[1] if len(frames) == 2 else b"")
+        except Exception:
+            logger.exception("%s: request handler failed", self.name)
+            return [NO_REPLY_TYPE]
+        return [reply_type, payload] if payload else [reply_type]
+
+    def close(self) -> None:
+        self._stopping.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(2)
+
+
+def request(address: str, request_type: bytes, payload: bytes = b"", *, timeout: float = 2.0,
+            context: zmq.Context | None = None) -> tuple[bytes, bytes]:
+    """Send one request to the REP server at ``address``; (reply type id, reply payload)."""
+    sock = (context or zmq.Context.instance()).socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(address)
+        sock.send_multipart([request_type, payload] if payload else [request_type])
+        if not sock.poll(timeout * 1000):
+            raise RequestError(f"no reply from {address} within {timeout} s")
+        frames = sock.recv_multipart()
+    finally:
+        sock.close(0)
+    if not frames or frames[0] == NO_REPLY_TYPE:
+        raise RequestError(f"{address} does not know this request (all-zero reply type)")
+    return frames[0], frames[1] if len(frames) > 1 else b""

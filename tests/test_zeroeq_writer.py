@@ -1,0 +1,112 @@
+"""writeStream.format("zeroeq"): Spark publishes events that a Spark reader and a plain
+wire-level subscriber receive; rows that cannot be sent follow `mode`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spark_zmq.protocols.zeroeq import PUBLISHER_SERVICE, event_id
+from test_zeroeq_stream import start_query, wait_for_rows
+from zeroeq_peers import WireSubscriber, announced
+
+pytestmark = pytest.mark.spark
+A, B = "spark::test::A", "spark::test::B"
+INPUT_SCHEMA = "event STRING, event_id STRING, payload STRING"
+
+
+def write_rows(folder, name, rows):
+    with open(folder / f"{name}.json", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def start_writer(spark, tmp_path, inbox, trigger=None, **options):
+    stream = spark.readStream.schema(INPUT_SCHEMA).json(str(inbox)).writeStream.format("zeroeq")
+    options.setdefault("checkpointLocation", str(tmp_path / "checkpoint-writer"))
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    return stream.trigger(**(trigger or {"processingTime": "500 milliseconds"})).start()
+
+
+def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, tmp_path,
+                                                                        zeroconf):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    reader = start_query(spark, tmp_path, "written", session="w1")
+    write_rows(inbox, "1", [{"event": A, "payload": f"a/{i}"} for i in range(5)]
+               + [{"event": A}, {"event_id": event_id(B).hex(), "payload": "b/0"}])
+    writer = start_writer(spark, tmp_path, inbox, session="w1", registeredEvents=f"{A},{B}",
+                          waitForSubscribers="60", minSubscribers="2")
+    subscriber = None
+    try:
+        # the writer's task has opened its publisher and waits for a second subscriber
+        records = announced(zeroconf, PUBLISHER_SERVICE, "w1")
+        subscriber = WireSubscriber(zeroconf, "w1", [A, B])   # connects late
+        got = subscriber.receive(7)
+        write_rows(inbox, "2", [{"event": B, "payload": "b/1"}])   # a second micro-batch
+        got = subscriber.receive(8)
+        rows = wait_for_rows(spark, "written", 8)
+    finally:
+        writer.stop()
+        reader.stop()
+        if subscriber is not None:
+            subscriber.close()
+    expected = [[event_id(A), b"a/%d" % i] for i in range(5)] + [[event_id(A)]] \
+        + [[event_id(B), b"b/0"], [event_id(B), b"b/1"]]
+    assert got == expected                     # one frame for the empty event
+    record = next(iter(records.values()))
+    assert {"type", "instance", "user", "application", "session", "vocabulary",
+            "vocabulary_request"} <= set(record.txt)
+    assert record.txt["type"] == "ZeroEQ" and record.session == "w1"
+    assert record.vocabulary == {event_id(A), event_id(B)}
+    assert record.instance_name.startswith("127.0.0.1:")
+    assert sorted((r.event, bytes(r.payload)) for r in rows) == sorted(
+        [(A, b"a/%d" % i) for i in range(5)] + [(A, b""), (B, b"b/0"), (B, b"b/1")])
+    assert len({r.publisher for r in rows}) == 1   # the publisher lived on between batches
+
+
+@pytest.mark.parametrize("mode", ["PERMISSIVE", "FAILFAST"])
+def test_rows_that_cannot_be_sent_follow_mode(spark, tmp_path, zeroconf, mode):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    session = f"bad-{mode.lower()}"
+    write_rows(inbox, "1", [
+        {"event": A, "payload": "first"},
+        {"event": "", "payload": "empty name"},
+        {"event_id": "abc", "payload": "short id"},
+        {"event": "spark::test::Unregistered", "payload": "not registered"},
+        {"event": A, "payload": "x" * 500},
+        {},
+        {"event": A, "payload": "last"},
+    ])
+    subscriber = WireSubscriber(zeroconf, session, [A])
+    writer = start_writer(spark, tmp_path, inbox, {"availableNow": True}, session=session,
+                          mode=mode, registeredEvents=A, maxMessageBytes="200",
+                          waitForSubscribers="60")
+    try:
+        if mode == "FAILFAST":
+            with pytest.raises(Exception, match="cannot be sent: empty event name"):
+                writer.awaitTermination(120)
+            return
+        assert [m[1] for m in subscriber.receive(2)] == [b"first", b"last"]
+        writer.awaitTermination(120)
+        assert writer.exception() is None
+    finally:
+        writer.stop()
+        subscriber.close()
+
+
+def test_writer_options_and_input_columns_are_checked(spark, tmp_path):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    write_rows(inbox, "1", [{"event": A}])
+    frame = spark.readStream.schema("name STRING").json(str(inbox))
+    with pytest.raises(Exception, match="need a column `event`"):
+        frame.writeStream.format("zeroeq").option(
+            "checkpointLocation", str(tmp_path / "c1")).start().awaitTermination(60)
+    frame = spark.readStream.schema(INPUT_SCHEMA).json(str(inbox))
+    with pytest.raises(Exception, match="option 'waitForSubscribers' must be a number"):
+        frame.writeStream.format("zeroeq").option("waitForSubscribers", "soon").option(
+            "checkpointLocation", str(tmp_path / "c2")).start().awaitTermination(60)

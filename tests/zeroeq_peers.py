@@ -1,0 +1,79 @@
+"""Test peers written from the ZeroEQ fact sheet, independent of the package's own code paths."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import zmq
+from zeroconf import ServiceBrowser, ServiceStateChange
+
+from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Record, event_id
+
+
+class WireSubscriber:
+    """A plain ZeroEQ subscriber: browses ``_zeroeq_pub._tcp`` of one session, connects one SUB
+    to each publisher's ``host:port`` instance name and subscribes with 16-byte ids."""
+
+    def __init__(self, zeroconf, session: str, events: list[str]) -> None:
+        self.session = session
+        self.socket = zmq.Context.instance().socket(zmq.SUB)
+        self.socket.setsockopt(zmq.RCVHWM, 0)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        for name in events + [MEERKAT]:
+            self.socket.setsockopt(zmq.SUBSCRIBE, event_id(name))
+        self._found: set[str] = set()
+        self.connected: set[str] = set()
+        self._lock = threading.Lock()
+        self.received: list[list[bytes]] = []
+        self._browser = ServiceBrowser(zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change])
+
+    def _on_change(self, zeroconf, service_type, name, state_change) -> None:
+        if state_change is ServiceStateChange.Removed:
+            return
+        info = zeroconf.get_service_info(service_type, name, timeout=3000)
+        if info is None:
+            return
+        txt = {k.decode().lower(): (v or b"").decode() for k, v in info.properties.items()}
+        if txt.get("session") == self.session:
+            with self._lock:
+                self._found.add(name[:-len(PUBLISHER_SERVICE) - 1])
+
+    def receive(self, count: int, timeout: float = 60.0) -> list[list[bytes]]:
+        """Receive until ``count`` messages in all, connecting to publishers as found."""
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count and time.monotonic() < deadline:
+            with self._lock:
+                new = self._found - self.connected
+            for instance in new:
+                self.socket.connect(f"tcp://{instance}")
+                self.connected.add(instance)
+            if self.socket.poll(100):
+                self.received.append(self.socket.recv_multipart())
+        return self.received
+
+    def close(self) -> None:
+        self._browser.cancel()
+        self.socket.close(0)
+
+
+def announced(zeroconf, service: str, session: str, timeout: float = 60.0) -> dict:
+    """{instance name: Record} of the ``service`` records of ``session`` that a browser sees,
+    once there is at least one."""
+    from conftest import wait_until
+
+    found = {}
+
+    def on_change(zeroconf, service_type, name, state_change):
+        info = zeroconf.get_service_info(service_type, name, timeout=3000)
+        if info is not None:
+            record = Record.parse(name, info.properties)
+            if record.session == session:
+                found[record.instance_name] = record
+
+    browser = ServiceBrowser(zeroconf, service, handlers=[on_change])
+    try:
+        wait_until(lambda: found, timeout=timeout, what=f"a {service} record of {session}")
+    finally:
+        browser.cancel()
+    return found
