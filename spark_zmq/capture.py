@@ -295,10 +295,13 @@ class Capture:
             if old.endpoint == endpoint:
                 return
             if (old.endpoint.address == endpoint.address
-                    and old.endpoint.subscriptions == endpoint.subscriptions):
+                    and old.endpoint.socket_type == endpoint.socket_type):
+                self._receive(old)
                 self._flush(old)  # rows so far keep the metadata they arrived under
+                self._resubscribe(old.socket, old.endpoint.subscriptions, endpoint.subscriptions)
                 old.endpoint = endpoint
-                logger.info("%s: endpoint %s updated its metadata", self.name, endpoint.key)
+                logger.info("%s: endpoint %s updated its metadata or subscriptions", self.name,
+                            endpoint.key)
                 return
             self._finish_leave(old)
         self.spool.open_partition(endpoint.key)
@@ -318,6 +321,16 @@ class Capture:
         monitor = sock.get_monitor_socket(_MONITORED)
         sock.connect(endpoint.address)
         return sock, monitor
+
+    @staticmethod
+    def _resubscribe(sock: zmq.Socket, old: tuple[bytes, ...], new: tuple[bytes, ...]) -> None:
+        """Change a live SUB socket's subscriptions: no reconnect, nothing in flight lost."""
+        if sock.type != zmq.SUB:
+            return
+        for prefix in set(new) - set(old):
+            sock.setsockopt(zmq.SUBSCRIBE, prefix)
+        for prefix in set(old) - set(new):
+            sock.setsockopt(zmq.UNSUBSCRIBE, prefix)
 
     def _register(self, conn: _Connection) -> None:
         self._by_socket[conn.socket] = conn

@@ -75,6 +75,32 @@ def test_an_endpoint_that_leaves_is_read_until_its_peer_disconnects(tmp_path):
     assert [frames[1] for frames, _ in spooled(spool.root, key)] == payloads
 
 
+def test_changed_subscriptions_apply_to_the_live_socket(tmp_path):
+    """A management request changes what a publisher's socket subscribes to: the connection
+    stays (no reconnect, no gap), and only the new subscriptions' messages arrive."""
+    publisher = Publisher("", announce=False)
+    spool, capture = start_capture(tmp_path, publisher)
+    key, other = publisher.instance_name, "zeroeq::test::Other"
+    try:
+        publisher.publish(ECHO, b"echo 1")
+        wait_until(lambda: capture.received().get(key) == 1, what="the first message")
+        capture.endpoint_joined(Endpoint(key, publisher.address, {"note": "changed"},
+                                         (event_id(other), event_id(MEERKAT))))
+        publisher.wait_for_subscribers(1, event=other, timeout=10)
+        wait_until(lambda: publisher.count_subscribers(ECHO) == 0, what="ECHO unsubscribed")
+        publisher.publish(ECHO, b"echo 2")
+        publisher.publish(other, b"other 1")
+        wait_until(lambda: capture.received().get(key) == 2, what="the second message")
+        capture.sync()
+    finally:
+        capture.close()
+        spool.close()
+        publisher.close()
+    rows = spooled(spool.root, key)
+    assert [(frames[1], fault) for frames, fault in rows] == [(b"echo 1", None),
+                                                               (b"other 1", None)]
+
+
 def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
     publisher = Publisher("", announce=False)
     spool, capture = start_capture(tmp_path, publisher, max_bytes=1)

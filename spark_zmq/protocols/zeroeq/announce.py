@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -115,10 +116,14 @@ class Announcement:
                                  server=f"{socket.gethostname()}.local.")
         zeroconf.register_service(self._info, strict=False)
         self.txt = dict(txt)
+        self._lock = threading.Lock()    # updates come from tasks and discovery threads
 
     def update(self, txt: dict[str, str]) -> None:
-        if txt == self.txt or self._info is None:
-            return
+        with self._lock:
+            if txt != self.txt and self._info is not None:
+                self._update(txt)
+
+    def _update(self, txt: dict[str, str]) -> None:
         from zeroconf import ServiceInfo
 
         info = self._info
@@ -131,6 +136,7 @@ class Announcement:
         self.txt = dict(txt)
 
     def close(self) -> None:
-        if self._info is not None:
-            self._zeroconf.unregister_service(self._info)
-            self._info = None
+        with self._lock:
+            info, self._info = self._info, None
+        if info is not None:
+            self._zeroconf.unregister_service(info)
