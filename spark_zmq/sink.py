@@ -45,8 +45,9 @@ _publishers_lock = threading.Lock()
 
 
 def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher:
-    """This process's publisher for the format and option set, opened on first use."""
-    key = (protocol.name, tuple(sorted((name, str(options[name])) for name in options.given)))
+    """This process's publisher for the format and its writer options, opened on first use."""
+    own = sorted(option.name for option in protocol.writer_options)
+    key = (protocol.name, tuple((name, str(options[name])) for name in own))
     with _publishers_lock:
         publisher = _publishers.get(key)
         if publisher is None:

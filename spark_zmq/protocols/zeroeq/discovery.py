@@ -212,8 +212,9 @@ class ZeroEQDiscovery(Discovery):
     def _endpoint(self, key: str) -> Endpoint | None:
         known = self._known.get(key)
         overrides = self.management.overrides if self.management else None
-        added = overrides.added.get(key, set()) if overrides else set()
-        removed = overrides.removed.get(key, set()) if overrides else set()
+        # copies: the management port's thread changes these sets
+        added = set(overrides.added.get(key, ())) if overrides else set()
+        removed = set(overrides.removed.get(key, ())) if overrides else set()
         automatic = self._automatic(key, known)
         if ALL in removed or not (automatic or added):
             return None
@@ -226,7 +227,7 @@ class ZeroEQDiscovery(Discovery):
                  if name}
         names.update({wire.hex(): name for wire, name in self.events.items() if name})
         if overrides:
-            names.update(overrides.names)
+            names.update(dict(overrides.names))
         metadata = {"publisher": key}
         if known is not None and known.record is not None:
             for txt_key in ("session", "application", "user", "instance"):
