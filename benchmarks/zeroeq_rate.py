@@ -48,11 +48,11 @@ from typing import Any
 import numpy as np
 import zmq
 
+from hermetic import ensure_private_network
 from spark_zmq.local import LOOPBACK
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 
 REPO = Path(__file__).resolve().parent.parent
-NETNS_SCRIPT = REPO / "scripts" / "netns.sh"
 
 TICK_EVENT = "bench::Tick"
 #: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload
@@ -70,23 +70,6 @@ SUBSCRIBE_TIMEOUT = 120.0
 RELEASE_TIMEOUT = 600.0
 MEMORY_PAYLOAD_BYTES = 1024
 MS = 1e6
-
-
-# -- hermetic network -----------------------------------------------------------------------------
-
-def ensure_private_network() -> None:
-    """Re-execute inside ``scripts/netns.sh`` unless already there, then refuse to go on if any
-    interface but ``lo`` is visible: nothing this benchmark opens may reach a real network."""
-    if os.environ.get("SPARK_ZMQ_NETNS") != "1":
-        bash = shutil.which("bash") or "/bin/bash"
-        argv = [bash, str(NETNS_SCRIPT), sys.executable, str(Path(__file__).resolve()),
-                *sys.argv[1:]]
-        sys.stdout.flush()
-        os.execv(bash, argv)
-    interfaces = sorted(name for _, name in socket.if_nameindex())
-    if interfaces != ["lo"]:
-        sys.exit(f"refusing to run: interfaces {interfaces} are visible; expected only lo "
-                 f"(run through {NETNS_SCRIPT})")
 
 
 # -- plans and results ----------------------------------------------------------------------------
@@ -959,7 +942,7 @@ def memory_trial(bench: Bench, gib: float, pace: float) -> MemoryResult | None:
 
 def main() -> int:
     args = parse_args(sys.argv[1:])
-    ensure_private_network()
+    ensure_private_network(__file__)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     print_header(args)
     started = time.monotonic()
