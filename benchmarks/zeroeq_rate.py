@@ -52,7 +52,6 @@ from hermetic import ensure_private_network
 from spark_zmq.local import LOOPBACK
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 
-REPO = Path(__file__).resolve().parent.parent
 
 TICK_EVENT = "bench::Tick"
 #: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload

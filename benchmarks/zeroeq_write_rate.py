@@ -56,7 +56,6 @@ from spark_zmq.local import LOOPBACK
 from spark_zmq.protocols.zeroeq import (MEERKAT, PUBLISHER_SERVICE, Record, event_id,
                                         make_zeroconf)
 
-REPO = Path(__file__).resolve().parent.parent
 
 EVENT = "bench::Write"
 WIRE_ID = event_id(EVENT)
