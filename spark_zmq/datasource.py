@@ -13,6 +13,7 @@ from pyspark.sql.types import StructType
 
 from .options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse_options
 from .protocols.base import SinkProtocol, StreamProtocol
+from .protocols.ebus import EBus
 from .protocols.zeroeq import ZeroEQ
 from .sink import ZmqStreamWriter
 from .source import ZmqStreamReader, output_schema
@@ -58,3 +59,9 @@ class ZeroEQDataSource(ZmqDataSource):
     """``format("zeroeq")``: events of the publishers of a ZeroEQ session."""
 
     protocol = ZeroEQ()
+
+
+class EBusDataSource(ZmqDataSource):
+    """``format("ebus")``: broadcasts on EBUS broker channels."""
+
+    protocol = EBus()

@@ -10,15 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from spark_zmq.cli import options_markdown
+from spark_zmq.cli import FORMATS, options_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_options_table_is_generated_from_the_definitions():
+def test_readme_options_tables_are_generated_from_the_definitions():
     readme = (ROOT / "README.md").read_text()
-    table = re.search(r"<!-- options:zeroeq -->\n(.*?)<!-- /options -->", readme, re.S).group(1)
-    assert table == options_markdown("zeroeq")
+    blocks = re.findall(r"<!-- options:(\w+)( own)? -->\n(.*?)<!-- /options -->", readme, re.S)
+    assert {name for name, _, _ in blocks} == set(FORMATS)
+    for name, own, table in blocks:
+        assert table == options_markdown(name, shared=not own), name
 
 
 def test_cli_prints_options():
@@ -53,3 +55,15 @@ def test_quickstart_notebook_runs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     counts = re.findall(r"\|\s*127\.0\.0\.1:\d+\s*\|\s*[0-9a-f]{32}\s*\|\s*(\d+)\s*\|", result.stdout)
     assert counts == ["100", "100"], result.stdout
+
+
+def test_every_auto_registered_module_imports():
+    """Spark's lookup imports every pyspark_* module in one process: one that fails to import
+    hides every format, not just its own."""
+    import importlib
+    import pkgutil
+
+    names = sorted(m.name for m in pkgutil.iter_modules([str(ROOT)])
+                   if m.name.startswith("pyspark_"))
+    found = {importlib.import_module(name).DefaultSource.name() for name in names}
+    assert found == set(FORMATS)

@@ -10,21 +10,28 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..datasource import ZeroEQDataSource
+from ..datasource import EBusDataSource, ZeroEQDataSource
 from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
+from ..protocols.base import SinkProtocol
 from .zeroeq import add_zeroeq_parser, run_zeroeq
 
-FORMATS = {source.name(): source.protocol for source in (ZeroEQDataSource,)}
+FORMATS = {source.name(): source.protocol for source in (ZeroEQDataSource, EBusDataSource)}
 
 
-def options_markdown(format_name: str) -> str:
+def options_markdown(format_name: str, shared: bool = True) -> str:
+    """The option tables of a format: its own, after the generic reader's and writer's unless
+    ``shared`` is False."""
     protocol = FORMATS[format_name]
-    return (f"Options of every format's reader:\n\n{option_table(READER_OPTIONS)}\n\n"
-            f"Options of the `{format_name}` reader:\n\n"
-            f"{option_table(protocol.reader_options)}\n\n"
-            f"Options of every format's writer:\n\n{option_table(WRITER_OPTIONS)}\n\n"
-            f"Options of the `{format_name}` writer:\n\n"
-            f"{option_table(protocol.writer_options)}\n")
+    tables = []
+    if shared:
+        tables.append(("every format's reader", READER_OPTIONS))
+    tables.append((f"the `{format_name}` reader", protocol.reader_options))
+    if isinstance(protocol, SinkProtocol):
+        if shared:
+            tables.append(("every format's writer", WRITER_OPTIONS))
+        tables.append((f"the `{format_name}` writer", protocol.writer_options))
+    return "\n".join(f"Options of {title}:\n\n{option_table(specs)}\n"
+                     for title, specs in tables)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     options = commands.add_parser("options", help="print a format's options (Markdown)")
     options.add_argument("format", nargs="?", default="zeroeq", choices=sorted(FORMATS))
+    options.add_argument("--own", action="store_true",
+                         help="only the format's own options, not the generic ones")
     add_zeroeq_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "options":
-        sys.stdout.write(options_markdown(args.format))
+        sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0
     return run_zeroeq(args)

@@ -129,6 +129,12 @@ class Encoded:
     names: dict[bytes, str | None] = field(default_factory=dict)
 
 
+def column_values(batch: pa.RecordBatch, name: str) -> list:
+    """A column of input rows as Python values; nulls when the rows have no such column."""
+    index = batch.schema.get_field_index(name)
+    return batch.column(index).to_pylist() if index >= 0 else [None] * batch.num_rows
+
+
 class SinkPublisher(ABC):
     """Where a writer task's messages go; one per Python worker process and option set."""
 

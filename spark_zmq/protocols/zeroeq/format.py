@@ -17,7 +17,7 @@ from ...options import (Option, OptionError, Options, boolean, comma_list, non_n
                          positive_int, text)
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, SinkProtocol, SinkPublisher, StateStore,
-                    StreamProtocol)
+                    StreamProtocol, column_values)
 from .discovery import ZeroEQDiscovery
 from .publisher import Publisher
 from .wire import (EVENT_ID_BYTES, default_session, event_id, events_option, parse_event,
@@ -208,10 +208,9 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         return PublisherSink(publisher)
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
-        n = batch.num_rows
-        events = _column(batch, "event", n)
-        ids = _column(batch, "event_id", n)
-        payloads = _column(batch, "payload", n)
+        events = column_values(batch, "event")
+        ids = column_values(batch, "event_id")
+        payloads = column_values(batch, "payload")
         registered = set(_events_map(options["registeredEvents"])) \
             if options["registeredEvents"] else None
         wire_of: dict[str, bytes] = {}
@@ -256,11 +255,6 @@ class PublisherSink(SinkPublisher):
 
     def close(self) -> None:
         self.publisher.close()
-
-
-def _column(batch: pa.RecordBatch, name: str, n: int) -> list:
-    index = batch.schema.get_field_index(name)
-    return batch.column(index).to_pylist() if index >= 0 else [None] * n
 
 
 def _wire_id(event: str | None, hex_id: str | None,

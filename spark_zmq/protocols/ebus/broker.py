@@ -1,0 +1,83 @@
+"""The EBUS broker's broadcast relay: an XSUB bound on the pub port, an XPUB on the sub port.
+
+Publishers connect a PUB to the pub port and subscribers a SUB to the sub port; the relay passes
+frames 0-1 of each broadcast one way and subscriptions the other, as the reference broker does.
+This is the broadcast half of a broker; request routing (frontend/backend) is not here yet.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import zmq
+
+from ...log import logger
+from .wire import BROKER_CHANNEL, PUB_PORT, SUB_PORT, pack
+
+
+class BroadcastRelay:
+    """Relays broadcasts between ``tcp://host:pub_port`` and ``tcp://host:sub_port``."""
+
+    def __init__(self, host: str = "127.0.0.1", pub_port: int = PUB_PORT,
+                 sub_port: int = SUB_PORT, context: zmq.Context | None = None) -> None:
+        self._context = context or zmq.Context.instance()
+        self._xsub = self._context.socket(zmq.XSUB)
+        self._xpub = self._context.socket(zmq.XPUB)
+        for sock in (self._xsub, self._xpub):
+            sock.setsockopt(zmq.LINGER, 0)
+        try:
+            self.pub_port = _bind(self._xsub, host, pub_port)
+            self.sub_port = _bind(self._xpub, host, sub_port)
+        except zmq.ZMQError as exc:
+            self._xsub.close(0)
+            self._xpub.close(0)
+            raise OSError(f"ebus broker: cannot bind its broadcast ports on {host}: "
+                          f"{exc}") from None
+        self.host = host
+        # commands to the relay thread (announce, stop), which alone uses the relay's sockets
+        self._stop_r, self._stop_w = self._context.socket(zmq.PAIR), self._context.socket(zmq.PAIR)
+        self._stop_r.bind(f"inproc://ebus-relay-{id(self)}")
+        self._stop_w.connect(f"inproc://ebus-relay-{id(self)}")
+        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus relay",
+                                        daemon=True)
+        self._thread.start()
+        logger.info("ebus broker: broadcasts from tcp://%s:%d relayed to tcp://%s:%d", host,
+                    self.pub_port, host, self.sub_port)
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        for sock in (self._xsub, self._xpub, self._stop_r):
+            poller.register(sock, zmq.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if self._stop_r in ready:
+                    command = self._stop_r.recv_multipart()
+                    if command[0] != b"announce":
+                        return
+                    self._xpub.send_multipart(command[1:])
+                if self._xsub in ready:
+                    frames = self._xsub.recv_multipart()
+                    self._xpub.send_multipart(frames[:2])    # frames 0-1 only, as the broker
+                if self._xpub in ready:
+                    self._xsub.send(self._xpub.recv())       # (un)subscriptions upstream
+        finally:
+            for sock in (self._xsub, self._xpub, self._stop_r):
+                sock.close(0)
+
+    def announce(self, message: str, **fields) -> None:
+        """Send the broker's own broadcast on channel ``ebus`` (e.g. ``ebus/started``)."""
+        self._stop_w.send_multipart([b"announce", BROKER_CHANNEL.encode(),
+                                     pack({"ebusmessage": message, **fields})])
+
+    def close(self) -> None:
+        self._stop_w.send(b"stop")
+        self._thread.join(2)
+        self._stop_w.close(0)
+
+
+def _bind(sock: zmq.Socket, host: str, port: int) -> int:
+    if port:
+        sock.bind(f"tcp://{host}:{port}")
+        return port
+    return sock.bind_to_random_port(f"tcp://{host}")

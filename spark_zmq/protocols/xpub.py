@@ -1,0 +1,56 @@
+"""A writer's XPUB socket that connects to a broker (EBUS's pub port, and later others).
+
+XPUB rather than PUB, for two things a PUB cannot do: ``XPUB_NODROP`` turns a full send queue
+into back-pressure (a PUB drops silently), and the subscriptions that the broker relays upstream
+arrive here, so a writer can wait for subscribers. On the wire it is a PUB to the broker's XSUB.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import zmq
+
+from .base import SinkPublisher
+
+
+class SendTimeout(TimeoutError):
+    """A send stayed blocked by back-pressure for longer than the send timeout."""
+
+
+class ConnectedXPub(SinkPublisher):
+    """An XPUB connected to ``address``: sends with back-pressure, counts subscriptions."""
+
+    def __init__(self, address: str, *, send_hwm: int, send_timeout: float | None,
+                 context: zmq.Context | None = None) -> None:
+        self.name = address
+        self.address = address
+        self.send_timeout = send_timeout
+        self._subscriptions: Counter[bytes] = Counter()
+        self.socket = (context or zmq.Context.instance()).socket(zmq.XPUB)
+        self.socket.setsockopt(zmq.SNDHWM, send_hwm)
+        self.socket.setsockopt(zmq.XPUB_NODROP, 1)
+        self.socket.setsockopt(zmq.XPUB_VERBOSER, 1)
+        self.socket.setsockopt(zmq.LINGER, 1000)
+        if send_timeout:
+            self.socket.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
+        self.socket.connect(address)
+
+    def send(self, frames: list[bytes]) -> None:
+        try:
+            self.socket.send_multipart(frames)
+        except zmq.Again:
+            raise SendTimeout(f"send to {self.address} stayed blocked for {self.send_timeout} s: "
+                              f"the broker or a subscriber is not taking messages") from None
+
+    def subscribers(self, topic: bytes) -> int:
+        while self.socket.poll(0):
+            message = self.socket.recv()
+            if message[:1] == b"\x01":
+                self._subscriptions[message[1:]] += 1
+            elif message[:1] == b"\x00" and self._subscriptions[message[1:]] > 0:
+                self._subscriptions[message[1:]] -= 1
+        return sum(n for prefix, n in self._subscriptions.items() if topic.startswith(prefix))
+
+    def close(self) -> None:
+        self.socket.close()

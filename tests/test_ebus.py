@@ -1,0 +1,148 @@
+"""EBUS reading: payload packing against hand-built frames, decoding of malformed broadcasts,
+and `format("ebus")` on channel prefixes through the broker's broadcast relay."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pyarrow as pa
+import pytest
+import zmq
+
+from conftest import wait_until
+from spark_zmq.options import READER_OPTIONS, parse_options
+from spark_zmq.protocols.ebus import BroadcastRelay, EBus, PayloadError, pack, unpack
+from spark_zmq.spool import Source
+
+#: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
+BSON_L_42 = bytes.fromhex("0c000000" "10" "6c00" "2a000000" "00")
+BSON_L_HI = bytes.fromhex("0f000000" "02" "6c00" "03000000" "686900" "00")
+
+
+def test_unpack_hand_built_frames_and_null():
+    assert unpack(zlib.compress(BSON_L_42)) == 42
+    assert unpack(zlib.compress(BSON_L_HI)) == "hi"
+    raw_deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    assert unpack(raw_deflate.compress(BSON_L_42) + raw_deflate.flush()) == 42
+    assert unpack(b"null") is None and pack(None) == b"null"
+    assert zlib.decompress(pack(42)) == BSON_L_42
+    value = {"temperature": 21.5, "tags": ["a", "b"], "ok": True}
+    assert unpack(pack(value)) == value
+
+
+@pytest.mark.parametrize("frame, fault", [
+    (b"not zlib at all", "not zlib-deflated"),
+    (zlib.compress(b"\x05\x00\x00\x00"), "not a BSON document"),
+    (zlib.compress(bytes.fromhex("0c000000" "10" "6d00" "2a000000" "00")), "without key 'l'"),
+])
+def test_unpack_names_the_layer_at_fault(frame, fault):
+    with pytest.raises(PayloadError, match=fault):
+        unpack(frame)
+
+
+def decode(messages, **raw):
+    protocol = EBus()
+    options = parse_options("ebus", READER_OPTIONS + protocol.reader_options, raw)
+    return protocol.decode(pa.array(messages, pa.list_(pa.binary())),
+                           Source("tcp://127.0.0.1:5003", {"prefix": ""}), options)
+
+
+def test_decode_broadcasts_malformed_ones_and_broker_events():
+    decoded = decode([[b"A", pack({"x": 1})], [b"A", b"garbage"], [b"lonely"],
+                      [b"ebus", pack({"ebusmessage": "ebus/started"})], [b"B", b"null"]])
+    assert decoded.columns["channel"].to_pylist() == ["A", "A", None, "ebus", "B"]
+    assert [json.loads(d) if d else d for d in decoded.columns["data"].to_pylist()] == [
+        {"x": 1}, None, None, {"ebusmessage": "ebus/started"}, None]
+    errors = decoded.error.to_pylist()
+    assert errors[0] is None and errors[3] is None and errors[4] is None
+    assert "not zlib-deflated" in errors[1] and "1 frames of 6 bytes" in errors[2]
+    assert decoded.payload.to_pylist()[2] == b"lonely"
+    assert decoded.keep.to_pylist() == [True, True, True, False, True]
+    assert decode([[b"ebus", b"null"]], includeBrokerEvents="true").keep is None
+
+
+@pytest.mark.spark
+def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
+    relay = BroadcastRelay(pub_port=0, sub_port=0)
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.connect(f"tcp://127.0.0.1:{relay.pub_port}")
+    queries = {}
+    try:
+        for name, options in (("ebus_a", {"channels": "A"}),
+                              ("ebus_all", {"includeBrokerEvents": "true"})):
+            stream = spark.readStream.format("ebus").option("subPort", relay.sub_port) \
+                .option("spoolPath", str(tmp_path / f"spool-{name}"))
+            for key, value in options.items():
+                stream = stream.option(key, value)
+            queries[name] = (stream.load().writeStream.format("memory").queryName(name)
+                             .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+                             .trigger(processingTime="500 milliseconds").start())
+
+        def both_see_warm_up():   # subscriptions travel SUB -> relay -> PUB: wait for them
+            publisher.send_multipart([b"A/warm", pack(0)])
+            return all(spark.sql(f"select * from {n} where channel = 'A/warm'").count()
+                       for n in queries)
+
+        wait_until(both_see_warm_up, timeout=90, interval=0.5, what="subscriptions to settle")
+        for channel, value in ((b"A", 1), (b"AB", {"v": 2}), (b"B", [3])):
+            publisher.send_multipart([channel, pack(value)])
+        publisher.send_multipart([b"A", b"broken"])
+        relay.announce("ebus/workers", workers=["echo"])
+        for query in queries.values():
+            query.processAllAvailable()
+
+        def rows(name):
+            return [(r.channel, r.data, r.error is not None) for r in spark.sql(
+                f"select * from {name} where channel != 'A/warm' order by offset").collect()]
+
+        wait_until(lambda: len(rows("ebus_a")) == 3 and len(rows("ebus_all")) == 5,
+                   timeout=60, what="the broadcasts")
+    finally:
+        for query in queries.values():
+            query.stop()
+        publisher.close(0)
+        relay.close()
+    assert rows("ebus_a") == [("A", "1", False), ("AB", '{"v": 2}', False), ("A", None, True)]
+    every = sorted(rows("ebus_all"), key=str)
+    assert every[:4] == [("A", "1", False), ("A", None, True), ("AB", '{"v": 2}', False),
+                         ("B", "[3]", False)]
+    broker_event = every[4]
+    assert broker_event[0] == "ebus" and json.loads(broker_event[1]) == {
+        "ebusmessage": "ebus/workers", "workers": ["echo"]}
+
+
+@pytest.mark.spark
+def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tmp_path):
+    relay = BroadcastRelay(pub_port=0, sub_port=0)
+    subscriber = zmq.Context.instance().socket(zmq.SUB)
+    subscriber.setsockopt(zmq.LINGER, 0)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"out/")
+    subscriber.connect(f"tcp://127.0.0.1:{relay.sub_port}")
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "1.json").write_text("\n".join(json.dumps(row) for row in [
+        {"channel": "out/a", "data": '{"x": 1}'},
+        {"channel": "out/b", "data": None},
+        {"channel": "", "data": "2"},                 # no channel: skipped (PERMISSIVE)
+        {"channel": "out/c", "data": "{not json"},    # skipped
+        {"channel": "out/d", "data": '[1, "two"]'},
+    ]) + "\n")
+    writer = (spark.readStream.schema("channel STRING, data STRING").json(str(inbox))
+              .writeStream.format("ebus").option("pubPort", relay.pub_port)
+              .option("waitForSubscribers", "60")
+              .option("checkpointLocation", str(tmp_path / "cp-writer"))
+              .trigger(availableNow=True).start())
+    received = []
+    try:
+        while len(received) < 3 and subscriber.poll(90_000):
+            received.append(subscriber.recv_multipart())
+        writer.awaitTermination(60)
+        assert writer.exception() is None
+    finally:
+        writer.stop()
+        subscriber.close(0)
+        relay.close()
+    assert [(channel, unpack(packed)) for channel, packed in received] == [
+        (b"out/a", {"x": 1}), (b"out/b", None), (b"out/d", [1, "two"])]
