@@ -221,4 +221,9 @@ WRITER_OPTIONS: tuple[Option, ...] = (
            "subscriptions match it (seen through XPUB); then send anyway, with a warning."),
     Option("minSubscribers", positive_int, "a positive integer", "1",
            "How many matching subscriptions `waitForSubscribers` waits for."),
+    Option("sendHighWaterMark", positive_int, "a positive number of messages", "100000",
+           "Messages queued per peer (subscriber, or broker); when a queue is full a send waits "
+           "(XPUB_NODROP: back-pressure, not loss)."),
+    Option("sendTimeout", non_negative_float, "a number of seconds", "60",
+           "How long a send may wait on back-pressure before the task fails."),
 )

@@ -40,14 +40,16 @@ class SendCounts(WriterCommitMessage):
     unwatched: list[str] = field(default_factory=list)
 
 
+#: generic writer options that shape a publisher's socket (others apply per task)
+SOCKET_OPTIONS = ("sendHighWaterMark", "sendTimeout")
 _publishers: dict[tuple, SinkPublisher] = {}
 _publishers_lock = threading.Lock()
 
 
 def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher:
     """This process's publisher for the format and its writer options, opened on first use."""
-    own = sorted(option.name for option in protocol.writer_options)
-    key = (protocol.name, tuple((name, str(options[name])) for name in own))
+    shaping = sorted(option.name for option in protocol.writer_options) + list(SOCKET_OPTIONS)
+    key = (protocol.name, tuple((name, str(options[name])) for name in shaping))
     with _publishers_lock:
         publisher = _publishers.get(key)
         if publisher is None:

@@ -76,20 +76,27 @@ def browsed(capsys, *args):
 def test_browse_shows_a_publisher_with_its_session_and_vocabulary_names(publishers, capsys):
     publisher = publishers("cli-browse", registered={event_id("x::Y"): "x::Y"})
 
-    def row():
-        rows = browsed(capsys, "--session", "cli-browse")
-        return next((r for r in rows if r["instance"] == publisher.instance_name), None)
+    vocabulary = [{"id": event_id("x::Y").hex(), "text": event_id_text(event_id("x::Y")),
+                   "name": "x::Y"}]
 
-    found = wait_until(row, timeout=30, interval=0, what="the publisher in browse's output")
+    def row():   # browse listens for a while: on a loaded machine one round may miss a record
+        rows = browsed(capsys, "--session", "cli-browse")
+        return next((r for r in rows if r["instance"] == publisher.instance_name
+                     and r["vocabulary"] == vocabulary), None)
+
+    found = wait_until(row, timeout=60, interval=0, what="the publisher in browse's output")
     assert found["kind"] == "publisher" and found["session"] == "cli-browse"
-    assert found["vocabulary"] == [{"id": event_id("x::Y").hex(),
-                                    "text": event_id_text(event_id("x::Y")), "name": "x::Y"}]
-    assert main(["zeroeq", "browse", "--timeout", "1.5", "--session", "cli-browse"]) == 0
-    table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["kind", "instance", "session", "application", "user",
+
+    def table():
+        assert main(["zeroeq", "browse", "--timeout", "1.5", "--session", "cli-browse"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        listed = any(line.split()[:3] == ["publisher", publisher.instance_name, "cli-browse"]
+                     and "x::Y" in line for line in lines[1:])
+        return listed and lines
+
+    lines = wait_until(table, timeout=60, interval=0, what="the publisher in browse's table")
+    assert lines[0].split() == ["kind", "instance", "session", "application", "user",
                                 "vocabulary", "management"]
-    assert any(line.split()[:3] == ["publisher", publisher.instance_name, "cli-browse"]
-               and "x::Y" in line for line in table[1:])
 
 
 class MemoryState(StateStore):

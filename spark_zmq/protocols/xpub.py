@@ -14,6 +14,31 @@ import zmq
 from .base import SinkPublisher
 
 
+class Subscriptions:
+    """What an ``XPUB_VERBOSER`` socket reports: every subscription and unsubscription, counted
+    per prefix, so a writer can tell how many subscribers an event or channel has."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[bytes] = Counter()
+
+    def take(self, sock: zmq.Socket) -> None:
+        """Count the (un)subscription messages waiting on ``sock``."""
+        while sock.poll(0):
+            message = sock.recv()
+            if message[:1] == b"\x01":
+                self._counts[message[1:]] += 1
+            elif message[:1] == b"\x00" and self._counts[message[1:]] > 0:
+                self._counts[message[1:]] -= 1
+
+    def exactly(self, prefix: bytes) -> int:
+        """Subscriptions to exactly ``prefix``."""
+        return self._counts[prefix]
+
+    def matching(self, topic: bytes) -> int:
+        """Subscriptions whose prefix matches ``topic``."""
+        return sum(n for prefix, n in self._counts.items() if topic.startswith(prefix))
+
+
 class SendTimeout(TimeoutError):
     """A send stayed blocked by back-pressure for longer than the send timeout."""
 
@@ -26,7 +51,7 @@ class ConnectedXPub(SinkPublisher):
         self.name = address
         self.address = address
         self.send_timeout = send_timeout
-        self._subscriptions: Counter[bytes] = Counter()
+        self._subscriptions = Subscriptions()
         self.socket = (context or zmq.Context.instance()).socket(zmq.XPUB)
         self.socket.setsockopt(zmq.SNDHWM, send_hwm)
         self.socket.setsockopt(zmq.XPUB_NODROP, 1)
@@ -44,13 +69,8 @@ class ConnectedXPub(SinkPublisher):
                               f"the broker or a subscriber is not taking messages") from None
 
     def subscribers(self, topic: bytes) -> int:
-        while self.socket.poll(0):
-            message = self.socket.recv()
-            if message[:1] == b"\x01":
-                self._subscriptions[message[1:]] += 1
-            elif message[:1] == b"\x00" and self._subscriptions[message[1:]] > 0:
-                self._subscriptions[message[1:]] -= 1
-        return sum(n for prefix, n in self._subscriptions.items() if topic.startswith(prefix))
+        self._subscriptions.take(self.socket)
+        return self._subscriptions.matching(topic)
 
     def close(self) -> None:
         self.socket.close()

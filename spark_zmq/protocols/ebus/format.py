@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ...options import Option, Options, boolean, comma_list, non_negative_float, positive_int, text
+from ...options import Option, Options, boolean, comma_list, positive_int, text
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
                     StateStore, StaticDiscovery, StreamProtocol, column_values)
@@ -54,11 +54,6 @@ class EBus(StreamProtocol, SinkProtocol):
                "The broker's pub port (its XSUB), where broadcasts are sent."),
         Option("pubEndpoint", text, "a zmq endpoint such as tcp://host:5002", None,
                "The pub address in full; overrides `broker` and `pubPort`."),
-        Option("sendHighWaterMark", positive_int, "a positive number of messages", "100000",
-               "Messages queued for the broker; when the queue is full a send waits "
-               "(XPUB_NODROP: back-pressure, not loss)."),
-        Option("sendTimeout", non_negative_float, "a number of seconds", "60",
-               "How long a send may wait on back-pressure before the task fails."),
     )
     columns = pa.schema([
         pa.field("channel", pa.string()),

@@ -13,8 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...options import (Option, OptionError, Options, boolean, comma_list, non_negative_float,
-                         positive_int, text)
+from ...options import Option, OptionError, Options, boolean, comma_list, text
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, SinkProtocol, SinkPublisher, StateStore,
                     StreamProtocol, column_values)
@@ -106,11 +105,6 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
                "comma-separated event names, 32-hex wire ids or high:low ids", None,
                "The seed's registered events: in the vocabulary from the start, and the only "
                "events rows may carry (others are errors per `mode`)."),
-        Option("sendHighWaterMark", positive_int, "a positive number of messages", "100000",
-               "Messages queued per subscriber; when a subscriber's queue is full a send waits "
-               "(XPUB_NODROP: back-pressure, not loss)."),
-        Option("sendTimeout", non_negative_float, "a number of seconds", "60",
-               "How long a send may wait on back-pressure before the task fails."),
         APPLICATION,
     )
     columns = pa.schema([

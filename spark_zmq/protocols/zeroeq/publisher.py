@@ -16,17 +16,12 @@ import socket
 import sys
 import time
 import uuid
-from collections import Counter
-
 import zmq
 
+from ..xpub import SendTimeout, Subscriptions
 from .announce import Announcement, make_zeroconf
 from .vocabulary import Vocabulary
 from .wire import MEERKAT, PUBLISHER_SERVICE, default_session, event_id, zmq_host
-
-
-class SendTimeout(TimeoutError):
-    """A send stayed blocked by back-pressure (a subscriber not draining) for too long."""
 
 
 class Publisher:
@@ -70,7 +65,7 @@ class Publisher:
         self.address = f"tcp://{zmq_host(announced_host)}:{port}"
         self.instance_id = "%x:%x" % divmod(uuid.uuid4().int, 1 << 64)
         self.application = application or os.path.basename(sys.argv[0] or "python")
-        self._subscriptions: Counter[bytes] = Counter()
+        self._subscriptions = Subscriptions()
         self.vocabulary = None
         self._announcement = None
         if vocabulary:
@@ -87,7 +82,7 @@ class Publisher:
 
     @property
     def subscribers(self) -> int:
-        return self._subscriptions[event_id(MEERKAT)]
+        return self._subscriptions.exactly(event_id(MEERKAT))
 
     def txt(self) -> dict[str, str]:
         keys = {"Type": "ZeroEQ", "Instance": self.instance_id, "User": getpass.getuser(),
@@ -127,22 +122,13 @@ class Publisher:
                 f"{self.send_timeout} s: a subscriber is not taking messages (back-pressure)"
             ) from None
 
-    def _take_subscriptions(self) -> None:
-        while self.socket.poll(0):
-            message = self.socket.recv()
-            if message[:1] == b"\x01":
-                self._subscriptions[message[1:]] += 1
-            elif message[:1] == b"\x00" and self._subscriptions[message[1:]] > 0:
-                self._subscriptions[message[1:]] -= 1
-
     def count_subscribers(self, event: str | bytes | None = None) -> int:
         """Subscriptions matching ``event`` (its id or a prefix of it); without ``event``,
         subscribers subscribed to Meerkat (0.9 subscribers all are)."""
-        self._take_subscriptions()
+        self._subscriptions.take(self.socket)
         if event is None:
             return self.subscribers
-        wire = event if isinstance(event, bytes) else event_id(event)
-        return sum(n for prefix, n in self._subscriptions.items() if wire.startswith(prefix))
+        return self._subscriptions.matching(event if isinstance(event, bytes) else event_id(event))
 
     def wait_for_subscribers(self, count: int = 1, timeout: float = 30.0,
                              event: str | bytes | None = None) -> None:
