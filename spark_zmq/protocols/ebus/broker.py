@@ -1,18 +1,21 @@
-"""The EBUS broker's broadcast relay: an XSUB bound on the pub port, an XPUB on the sub port.
+"""An EBUS broker: the broadcast relay and request routing (``routing``), on loopback by default.
 
-Publishers connect a PUB to the pub port and subscribers a SUB to the sub port; the relay passes
-frames 0-1 of each broadcast one way and subscriptions the other, as the reference broker does.
-This is the broadcast half of a broker; request routing (frontend/backend) is not here yet.
+Broadcasts: an XSUB bound on the pub port and an XPUB on the sub port. Publishers connect a PUB
+to the pub port and subscribers a SUB to the sub port; the relay passes frames 0-1 of each
+broadcast one way and subscriptions the other, as the reference broker does, and carries the
+broker's own announcements on channel ``ebus``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 import zmq
 
 from ...log import logger
-from .wire import BROKER_CHANNEL, PUB_PORT, SUB_PORT, pack
+from .routing import RequestRouter
+from .wire import BACKEND_PORT, BROKER_CHANNEL, FRONTEND_PORT, PUB_PORT, SUB_PORT, pack
 
 
 class BroadcastRelay:
@@ -36,6 +39,7 @@ class BroadcastRelay:
         self.host = host
         # commands to the relay thread (announce, stop), which alone uses the relay's sockets
         self._stop_r, self._stop_w = self._context.socket(zmq.PAIR), self._context.socket(zmq.PAIR)
+        self._command_lock = threading.Lock()        # announce and close come from any thread
         self._stop_r.bind(f"inproc://ebus-relay-{id(self)}")
         self._stop_w.connect(f"inproc://ebus-relay-{id(self)}")
         self._thread = threading.Thread(target=self._run, name="spark_zmq ebus relay",
@@ -67,11 +71,13 @@ class BroadcastRelay:
 
     def announce(self, message: str, **fields) -> None:
         """Send the broker's own broadcast on channel ``ebus`` (e.g. ``ebus/started``)."""
-        self._stop_w.send_multipart([b"announce", BROKER_CHANNEL.encode(),
-                                     pack({"ebusmessage": message, **fields})])
+        with self._command_lock:
+            self._stop_w.send_multipart([b"announce", BROKER_CHANNEL.encode(),
+                                         pack({"ebusmessage": message, **fields})])
 
     def close(self) -> None:
-        self._stop_w.send(b"stop")
+        with self._command_lock:
+            self._stop_w.send(b"stop")
         self._thread.join(2)
         self._stop_w.close(0)
 
@@ -81,3 +87,65 @@ def _bind(sock: zmq.Socket, host: str, port: int) -> int:
         sock.bind(f"tcp://{host}:{port}")
         return port
     return sock.bind_to_random_port(f"tcp://{host}")
+
+
+class Broker:
+    """An EBUS broker: the broadcast relay, and request routing between clients (frontend) and
+    workers (backend). Binds to ``host`` (loopback unless told otherwise); port 0 picks any."""
+
+    def __init__(self, host: str = "127.0.0.1", frontend_port: int = FRONTEND_PORT,
+                 backend_port: int = BACKEND_PORT, pub_port: int = PUB_PORT,
+                 sub_port: int = SUB_PORT, context: zmq.Context | None = None) -> None:
+        self._context = context or zmq.Context.instance()
+        self.relay = BroadcastRelay(host, pub_port, sub_port, self._context)
+        self._frontend = self._context.socket(zmq.ROUTER)
+        self._backend = self._context.socket(zmq.ROUTER)
+        for sock in (self._frontend, self._backend):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        try:
+            self.frontend_port = _bind(self._frontend, host, frontend_port)
+            self.backend_port = _bind(self._backend, host, backend_port)
+        except zmq.ZMQError as exc:
+            self.relay.close()
+            for sock in (self._frontend, self._backend):
+                sock.close(0)
+            raise OSError(f"ebus broker: cannot bind its frontend/backend on {host}: "
+                          f"{exc}") from None
+        self.host = host
+        self.pub_port, self.sub_port = self.relay.pub_port, self.relay.sub_port
+        self._router = RequestRouter(self._frontend, self._backend, self._announce_workers)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus broker",
+                                        daemon=True)
+        self._thread.start()
+        self.relay.announce("ebus/started")
+        logger.info("ebus broker: frontend tcp://%s:%d, backend tcp://%s:%d", host,
+                    self.frontend_port, host, self.backend_port)
+
+    def _announce_workers(self, services: list[str]) -> None:
+        self.relay.announce("ebus/workers", workers=services)
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._frontend, zmq.POLLIN)
+        poller.register(self._backend, zmq.POLLIN)
+        try:
+            while not self._stopping.is_set():
+                due = self._router.tick()
+                timeout = max(0.0, min(due - time.monotonic(), 0.1)) * 1000
+                for sock, _ in poller.poll(timeout):
+                    frames = sock.recv_multipart()
+                    if sock is self._frontend:
+                        self._router.from_client(frames)
+                    else:
+                        self._router.from_worker(frames)
+        finally:
+            for sock in (self._frontend, self._backend):
+                sock.close(0)
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(2)
+        self.relay.announce("ebus/shutdown")
+        self.relay.close()

@@ -1,0 +1,211 @@
+"""The EBUS broker's request routing: clients on the frontend ROUTER, workers on the backend.
+
+Follows the reference implementation's dialect (``shared/protocols/ebus.md``):
+
+- A worker registers first with ``['EBW01', 'READY', 'null', service]``; anything before READY,
+  or a second READY, gets it a DISCONNECT. The broker heartbeats workers every 500 ms and drops
+  one that stayed silent for 5 heartbeats.
+- A client's ``REQ, service, requestId, data, stalesMs`` goes to the least-loaded worker of the
+  service, or is REJECTed when there is none. A duplicate request id is answered from the reply
+  cache (5 s). A request with no reply after ``stalesMs`` gets EXPIRED.
+- ``PING`` is answered with ``HEARTBEAT``; ``SERVICES`` and ``WORKERS`` with the registered
+  service names and ``[{id, service, load}]``, packed.
+
+Everything runs on one thread; the broker announces ``ebus/workers`` through the relay when the
+set of services changes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import zmq
+
+from ...log import logger
+from .wire import CLIENT, WORKER, pack
+
+HEARTBEAT_SECONDS = 0.5
+LIVENESS = 5
+REPLY_CACHE_SECONDS = 5.0
+DEFAULT_STALES_MS = 3000
+
+
+@dataclass
+class _Worker:
+    identity: bytes
+    service: str
+    load: int = 0
+    seen: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Pending:
+    client: bytes
+    worker: bytes
+    expires: float
+
+
+class RequestRouter:
+    """Frontend (clients) and backend (workers) of a broker; see the module docstring."""
+
+    def __init__(self, frontend: zmq.Socket, backend: zmq.Socket,
+                 on_services_changed: Callable[[list[str]], None]) -> None:
+        self.frontend = frontend
+        self.backend = backend
+        self.on_services_changed = on_services_changed
+        self.workers: dict[bytes, _Worker] = {}
+        self.pending: dict[bytes, _Pending] = {}
+        self.replies: dict[bytes, tuple[float, list[bytes]]] = {}
+        self._next_heartbeat = time.monotonic()
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def from_client(self, frames: list[bytes]) -> None:
+        identity, body = frames[0], frames[1:]
+        if body[:1] == [b""]:
+            body = body[1:]
+        if len(body) < 2 or body[0] != CLIENT:
+            logger.warning("ebus broker: malformed message from client %r (%d frames); ignored",
+                           identity, len(frames))
+            return
+        kind, args = body[1], body[2:]
+        if kind in (b"REQ", b"REQUEST") and len(args) >= 2:
+            self._request(identity, args)
+        elif kind == b"PING":
+            self._to_client(identity, b"HEARTBEAT")
+        elif kind == b"SERVICES":
+            names = sorted({w.service for w in self.workers.values()})
+            self._to_client(identity, b"SERVICES", (args or [b""])[0], pack(names))
+        elif kind == b"WORKERS":
+            listing = [{"id": w.identity.decode("utf-8", "replace"), "service": w.service,
+                        "load": w.load} for w in self.workers.values()]
+            self._to_client(identity, b"WORKERS", (args or [b""])[0], pack(listing))
+        elif kind == b"CANCEL" and len(args) >= 2:
+            pending = self.pending.pop(args[1], None)
+            if pending is not None:
+                self._to_worker(pending.worker, b"CANCEL", args[1])
+                self._unload(pending.worker)
+
+    def _request(self, client: bytes, args: list[bytes]) -> None:
+        service, request_id = args[0], args[1]
+        data = args[2] if len(args) > 2 else b"null"
+        stales = _stales_ms(args[3] if len(args) > 3 else b"")
+        cached = self.replies.get(request_id)
+        if cached is not None:
+            self._to_client(client, *cached[1])
+            return
+        if request_id in self.pending:      # a resend of a request still being worked on
+            self.pending[request_id].client = client
+            return
+        candidates = [w for w in self.workers.values() if w.service == service.decode()]
+        if not candidates:
+            self._to_client(client, b"REJECT", request_id)
+            return
+        worker = min(candidates, key=lambda w: w.load)
+        worker.load += 1
+        self.pending[request_id] = _Pending(client, worker.identity,
+                                            time.monotonic() + stales / 1000.0)
+        self._to_worker(worker.identity, b"REQ", request_id, data, str(stales).encode())
+
+    def _to_client(self, identity: bytes, kind: bytes, *args: bytes) -> None:
+        self.frontend.send_multipart([identity, b"", WORKER, kind, *args])
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def from_worker(self, frames: list[bytes]) -> None:
+        identity, body = frames[0], frames[1:]
+        if len(body) < 2 or body[0] != WORKER:
+            logger.warning("ebus broker: malformed message from worker %r; disconnecting it",
+                           identity)
+            self._to_worker(identity, b"DISCONNECT", b"malformed message")
+            return
+        kind, args = body[1], body[2:]
+        worker = self.workers.get(identity)
+        if kind == b"READY":
+            self._ready(identity, worker, args)
+            return
+        if worker is None:
+            self._to_worker(identity, b"DISCONNECT", b"not registered: send READY first")
+            return
+        worker.seen = time.monotonic()
+        if kind in (b"REPLY", b"REJECT") and args:
+            self._answer(worker, kind, args)
+        elif kind == b"PING":
+            self._to_worker(identity, b"HEARTBEAT")
+        elif kind == b"DISCONNECT":
+            self._drop(identity, "it disconnected")
+
+    def _ready(self, identity: bytes, worker: _Worker | None, args: list[bytes]) -> None:
+        if worker is not None or len(args) < 2:
+            self._to_worker(identity, b"DISCONNECT", b"READY twice, or without a service")
+            self._drop(identity, "a second READY")
+            return
+        service = args[1].decode("utf-8", "replace")
+        self.workers[identity] = _Worker(identity, service)
+        logger.info("ebus broker: worker %s registered for service %r",
+                    identity.decode("utf-8", "replace"), service)
+        self._services_changed()
+
+    def _answer(self, worker: _Worker, kind: bytes, args: list[bytes]) -> None:
+        request_id = args[0]
+        pending = self.pending.pop(request_id, None)
+        self._unload(worker.identity)
+        if pending is None:
+            return                         # expired or cancelled meanwhile
+        message = [kind, request_id, args[1] if len(args) > 1 else b"null"]
+        self.replies[request_id] = (time.monotonic() + REPLY_CACHE_SECONDS, message)
+        self._to_client(pending.client, *message)
+
+    def _to_worker(self, identity: bytes, kind: bytes, *args: bytes) -> None:
+        self.backend.send_multipart([identity, CLIENT, kind, *args])
+
+    def _unload(self, identity: bytes) -> None:
+        worker = self.workers.get(identity)
+        if worker is not None and worker.load > 0:
+            worker.load -= 1
+
+    def _drop(self, identity: bytes, why: str) -> None:
+        worker = self.workers.pop(identity, None)
+        if worker is None:
+            return
+        logger.info("ebus broker: worker %s of %r removed: %s",
+                    identity.decode("utf-8", "replace"), worker.service, why)
+        for request_id, pending in list(self.pending.items()):
+            if pending.worker == identity:
+                del self.pending[request_id]
+                self._to_client(pending.client, b"REJECT", request_id)
+        self._services_changed()
+
+    def _services_changed(self) -> None:
+        self.on_services_changed(sorted({w.service for w in self.workers.values()}))
+
+    # -- time ----------------------------------------------------------------------------------
+
+    def tick(self) -> float:
+        """Heartbeats, worker expiry, request expiry, reply-cache cleanup; the next due time."""
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            for identity in list(self.workers):
+                self._to_worker(identity, b"HEARTBEAT")
+            self._next_heartbeat = now + HEARTBEAT_SECONDS
+        for identity, worker in list(self.workers.items()):
+            if now - worker.seen > HEARTBEAT_SECONDS * LIVENESS:
+                self._drop(identity, f"silent for {LIVENESS} heartbeats")
+        for request_id, pending in list(self.pending.items()):
+            if now >= pending.expires:
+                del self.pending[request_id]
+                self._unload(pending.worker)
+                self._to_client(pending.client, b"EXPIRED", request_id)
+        for request_id, (until, _) in list(self.replies.items()):
+            if now >= until:
+                del self.replies[request_id]
+        return self._next_heartbeat
+
+
+def _stales_ms(frame: bytes) -> int:
+    try:
+        return max(1, int(frame.decode() or DEFAULT_STALES_MS))
+    except ValueError:
+        return DEFAULT_STALES_MS

@@ -1,0 +1,145 @@
+"""The EBUS broker's request routing, against a client and workers written from the fact sheet
+(no Spark): registration, dispatch, the reply cache, rejects, expiry, heartbeats, SERVICES and
+WORKERS, and the `ebus/workers` announcement."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import zmq
+
+from conftest import wait_until
+from spark_zmq.protocols.ebus import Broker, pack, unpack
+
+CLIENT, WORKER = b"EBC01", b"EBW01"
+
+
+def dealer(identity: bytes, port: int) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, identity)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    return sock
+
+
+def receive(sock: zmq.Socket, timeout: float = 10.0) -> list[bytes]:
+    assert sock.poll(timeout * 1000), "no message"
+    return sock.recv_multipart()
+
+
+class EchoWorker:
+    """A worker: READY for ``service``, answers every REQ with its data, heartbeats back."""
+
+    def __init__(self, port: int, service: str) -> None:
+        self.sock = dealer(b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode()), port)
+        self.sock.send_multipart([WORKER, b"READY", b"null", service.encode()])
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            if not self.sock.poll(50):
+                continue
+            frames = self.sock.recv_multipart()
+            if frames[1] == b"REQ":
+                self.sock.send_multipart([WORKER, b"REPLY", frames[2], frames[3]])
+            elif frames[1] == b"HEARTBEAT":
+                self.sock.send_multipart([WORKER, b"HEARTBEAT"])
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(2)
+        self.sock.close(0)
+
+
+def subscribed(broker, channel: bytes) -> zmq.Socket:
+    """A SUB on the broker's sub port whose subscription has reached the broker (a probe
+    broadcast sent through the broker came back)."""
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    for prefix in (channel, b"probe"):
+        sub.setsockopt(zmq.SUBSCRIBE, prefix)
+    sub.connect(f"tcp://127.0.0.1:{broker.sub_port}")
+    pub = zmq.Context.instance().socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.connect(f"tcp://127.0.0.1:{broker.pub_port}")
+    try:
+        def probe_came_back():
+            pub.send_multipart([b"probe", b"null"])
+            return sub.poll(100) and sub.recv_multipart()[0] == b"probe"
+
+        wait_until(probe_came_back, timeout=10, interval=0, what="the SUB to be subscribed")
+    finally:
+        pub.close(0)
+    return sub
+
+
+@pytest.fixture
+def broker():
+    instance = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    yield instance
+    instance.close()
+
+
+def test_requests_go_to_a_worker_and_back(broker):
+    announcements = subscribed(broker, b"ebus")
+    worker = EchoWorker(broker.backend_port, "echo")
+    client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
+    try:
+        def services():
+            client.send_multipart([b"", CLIENT, b"SERVICES", b"s1"])
+            frames = receive(client)
+            return frames[3:4] == [b"s1"] and unpack(frames[4]) == ["echo"]
+
+        wait_until(services, timeout=10, what="the worker to register")
+        client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack({"x": 1}), b"3000"])
+        reply = receive(client)
+        assert reply[:4] == [b"", WORKER, b"REPLY", b"r1"] and unpack(reply[4]) == {"x": 1}
+        # a resend with the same id is answered from the reply cache
+        client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack({"x": 2}), b"3000"])
+        assert unpack(receive(client)[4]) == {"x": 1}
+        client.send_multipart([b"", CLIENT, b"REQ", b"nobody", b"r2", b"null", b"3000"])
+        assert receive(client)[:4] == [b"", WORKER, b"REJECT", b"r2"]
+        client.send_multipart([b"", CLIENT, b"WORKERS", b"w1"])
+        [listed] = unpack(receive(client)[4])
+        assert listed["service"] == "echo" and listed["load"] == 0
+        client.send_multipart([b"", CLIENT, b"PING"])
+        assert receive(client)[2] == b"HEARTBEAT"
+        workers = next(m for m in iter(lambda: unpack(receive(announcements)[1]), None)
+                       if isinstance(m, dict) and m.get("ebusmessage") == "ebus/workers")
+        assert workers == {"ebusmessage": "ebus/workers", "workers": ["echo"]}
+    finally:
+        worker.close()
+        client.close(0)
+        announcements.close(0)
+
+
+def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
+    client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
+    silent = dealer(b"W/slow/" + uuid.uuid4().hex.encode(), broker.backend_port)
+    stranger = dealer(b"W/x/" + uuid.uuid4().hex.encode(), broker.backend_port)
+    try:
+        stranger.send_multipart([WORKER, b"HEARTBEAT"])        # before READY
+        assert receive(stranger)[:2] == [CLIENT, b"DISCONNECT"]
+        silent.send_multipart([WORKER, b"READY", b"null", b"slow"])
+
+        def registered():
+            client.send_multipart([b"", CLIENT, b"SERVICES", b"s"])
+            return unpack(receive(client)[4]) == ["slow"]
+
+        wait_until(registered, timeout=10, what="the silent worker to register")
+        client.send_multipart([b"", CLIENT, b"REQ", b"slow", b"r1", b"null", b"300"])
+        assert receive(silent)[1:3] == [b"REQ", b"r1"]          # it never answers
+        assert receive(client)[:4] == [b"", WORKER, b"EXPIRED", b"r1"]
+
+        def gone():
+            client.send_multipart([b"", CLIENT, b"SERVICES", b"s"])
+            return unpack(receive(client)[4]) == []
+
+        wait_until(gone, timeout=10, what="the silent worker to be dropped")
+    finally:
+        for sock in (client, silent, stranger):
+            sock.close(0)
