@@ -33,6 +33,7 @@ class SendCounts(WriterCommitMessage):
     """What one task did."""
 
     publisher: str
+    rows: int = 0
     sent: int = 0
     skipped: int = 0
     first_error: str | None = None
@@ -84,6 +85,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         for batch in iterator:
             encoded = self.protocol.encode(batch, self.options)
             self._check_rows(encoded, counts)
+            counts.rows += batch.num_rows
             publisher.declare(encoded.names)
             for message, topic in zip(encoded.messages, encoded.topics):
                 if message is None:
@@ -112,8 +114,8 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
                 continue
             if self.options["mode"] == "FAILFAST":
                 raise UnsendableRowError(
-                    f"{self.protocol.name} writer: row {counts.sent + counts.skipped + 1} of "
-                    f"this task cannot be sent: {error} (mode=FAILFAST; mode=PERMISSIVE or "
+                    f"{self.protocol.name} writer: row {counts.rows + index + 1} of this "
+                    f"task cannot be sent: {error} (mode=FAILFAST; mode=PERMISSIVE or "
                     f"DROPMALFORMED skips such rows)")
             counts.skipped += 1
             counts.first_error = counts.first_error or error

@@ -87,7 +87,8 @@ def test_rows_that_cannot_be_sent_follow_mode(spark, tmp_path, zeroconf, mode):
                           waitForSubscribers="60")
     try:
         if mode == "FAILFAST":
-            with pytest.raises(Exception, match="cannot be sent: empty event name"):
+            with pytest.raises(Exception,
+                               match="row 2 of this task cannot be sent: empty event name"):
                 writer.awaitTermination(120)
             return
         assert [m[1] for m in subscriber.receive(2)] == [b"first", b"last"]

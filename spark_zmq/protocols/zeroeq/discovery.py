@@ -59,6 +59,7 @@ class ZeroEQDiscovery(Discovery):
         self.instance_name = str(uuid.uuid4())
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
+        self._passed_over: set[str] = set()      # publishers not read, logged once each
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf = self._browser = self._announcement = None
@@ -189,6 +190,8 @@ class ZeroEQDiscovery(Discovery):
         """Work out what to read of publisher ``key`` and tell the listener if it changed."""
         with self._lock:
             endpoint = self._endpoint(key)
+            if endpoint is None:
+                self._log_passed_over(key)
             if endpoint == self._joined.get(key):
                 return
             if endpoint is None:
@@ -197,11 +200,26 @@ class ZeroEQDiscovery(Discovery):
                 return
             if key not in self._joined:
                 self._log_joined(key)
+                self._passed_over.discard(key)
             self._joined[key] = endpoint
             if self.vocabulary is not None and endpoint.metadata.get("events"):
                 for hex_id in endpoint.metadata["events"].split(";"):
                     self.vocabulary.register(bytes.fromhex(hex_id))
             self._listener.endpoint_joined(endpoint)
+
+    def _log_passed_over(self, key: str) -> None:
+        """One line per publisher that discovery finds but does not read (and why)."""
+        known = self._known.get(key)
+        if known is None or known.record is None or key in self._passed_over:
+            return
+        self._passed_over.add(key)
+        if not in_session(known.record.session, self.session):
+            why = f"it is in session {known.record.session!r}, not {self.session!r}"
+        elif self.compatible_only and not set(known.vocabulary) & set(self.events):
+            why = "its vocabulary shares no event with option events (compatibleOnly)"
+        else:
+            why = "a management request unsubscribed it"
+        logger.info("zeroeq: publisher %s is not read: %s", key, why)
 
     def _log_joined(self, key: str) -> None:
         known = self._known.get(key)

@@ -4,13 +4,10 @@ unsubscribe from, an event of a publisher, and list its current subscriptions.
 A REP socket (loopback unless ``managementUri`` says otherwise) takes requests in ZeroEQ's
 request/reply layout, ``[16-byte request type][JSON payload]``:
 
-=============================  ==========================================  ==================
-request type (event id of)     payload                                     effect
-=============================  ==========================================  ==================
-``zeroeq::management::Subscribe``    ``{"publisher": "host:port", "event": E}``  read E of it
-``zeroeq::management::Unsubscribe``  ``{"publisher": "host:port", "event": E}``  stop reading E
-``zeroeq::management::List``         none                                        the subscriptions
-=============================  ==========================================  ==================
+- ``zeroeq::management::Subscribe`` (the request type is that name's event id), payload
+  ``{"publisher": "host:port", "event": E}``: read event E of that publisher;
+- ``zeroeq::management::Unsubscribe``, same payload: stop reading it;
+- ``zeroeq::management::List``, no payload: the current subscriptions.
 
 ``E`` is an event name, a 32-hex wire id or a ``high:low`` id; without ``"event"`` the request
 is about every event of the publisher. A publisher named this way is read even when it is not
