@@ -143,3 +143,64 @@ def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
     finally:
         for sock in (client, silent, stranger):
             sock.close(0)
+
+
+def test_worker_replies_and_rejects_when_its_handler_fails(broker):
+    from spark_zmq.protocols.ebus import Worker, ask
+
+    def handler(data):
+        if data == "boom":
+            raise ValueError("boom")
+        return {"echo": data}
+
+    worker = Worker(f"tcp://127.0.0.1:{broker.backend_port}", "echo", handler)
+    client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
+    frontend = f"tcp://127.0.0.1:{broker.frontend_port}"
+    try:
+        wait_until(lambda: ask(frontend, "SERVICES") == ["echo"], timeout=10,
+                   what="the worker to register")
+        [listed] = ask(frontend, "WORKERS")
+        assert listed["id"] == worker.identity.decode() and listed["service"] == "echo"
+        client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack([1, 2]), b"3000"])
+        assert unpack(receive(client)[4]) == {"echo": [1, 2]}
+        client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r2", pack("boom"), b"3000"])
+        assert receive(client)[2:4] == [b"REJECT", b"r2"]
+    finally:
+        worker.close()
+        client.close(0)
+
+
+def test_cli_runs_a_broker_and_a_worker_and_asks_for_services(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "spark_zmq", "ebus"]
+    broker = subprocess.Popen(cli + ["broker", "--frontend-port", "0", "--backend-port", "0",
+                                     "--pub-port", "0", "--sub-port", "0"],
+                              stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        words = broker.stdout.readline().replace(",", "").split()
+        ports = dict(zip(words[4::2], words[5::2]))   # "... frontend P backend P pub P sub P"
+        worker = subprocess.Popen(cli + ["worker", "--service", "echo", "--backend-port",
+                                         ports["backend"]], stdout=subprocess.PIPE, text=True)
+        assert worker.stdout.readline().startswith("ebus worker 'echo'")
+
+        def services():
+            out = subprocess.run(cli + ["services", "--frontend-port", ports["frontend"]],
+                                 capture_output=True, text=True, timeout=30)
+            return out.returncode == 0 and out.stdout.strip() == '["echo"]'
+
+        wait_until(services, timeout=30, what="`ebus services` to list the worker")
+    finally:
+        for process in (worker, broker):
+            if process is not None:
+                process.terminate()
+                assert process.wait(10) == 0
+    nobody = subprocess.run(cli + ["workers", "--frontend-port", ports["frontend"],
+                                   "--timeout", "0.5"], capture_output=True, text=True,
+                            timeout=30, env=dict(os.environ))
+    assert nobody.returncode == 1
+    assert f"no WORKERS answer from the EBUS broker at tcp://127.0.0.1:{ports['frontend']}" \
+        in nobody.stderr

@@ -2,7 +2,7 @@
 
 ``options [FORMAT]`` prints a format's options as a Markdown table, generated from their
 definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ from a shell
-(``spark_zmq.cli.zeroeq``).
+(``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from ..datasource import EBusDataSource, ZeroEQDataSource
 from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
 from ..protocols.base import SinkProtocol
+from .ebus import add_ebus_parser, run_ebus
 from .zeroeq import add_zeroeq_parser, run_zeroeq
 
 FORMATS = {source.name(): source.protocol for source in (ZeroEQDataSource, EBusDataSource)}
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     options.add_argument("--own", action="store_true",
                          help="only the format's own options, not the generic ones")
     add_zeroeq_parser(commands)
+    add_ebus_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0
-    return run_zeroeq(args)
+    return run_ebus(args) if args.command == "ebus" else run_zeroeq(args)

@@ -2,11 +2,14 @@
 
 ``wire``    constants, ports, payload packing (zlib + BSON ``{l: value}``)
 ``broker``  a broker: the broadcast relay (XSUB/XPUB) and ``routing`` of requests
-``format``  what the generic stream reader needs (options, columns, decode)
+``client``  one-shot SERVICES/WORKERS questions, and a worker
+``format``  what the generic stream reader and writer need (options, columns, decode, encode)
 """
 
 from .broker import BroadcastRelay, Broker
+from .client import BrokerError, Worker, ask
 from .format import EBus
 from .wire import BROKER_CHANNEL, PayloadError, pack, unpack
 
-__all__ = ["BROKER_CHANNEL", "BroadcastRelay", "Broker", "EBus", "PayloadError", "pack", "unpack"]
+__all__ = ["BROKER_CHANNEL", "BroadcastRelay", "Broker", "BrokerError", "EBus", "PayloadError",
+           "Worker", "ask", "pack", "unpack"]

@@ -1,0 +1,86 @@
+"""``python -m spark_zmq ebus broker|worker|services|workers``: EBUS peers from a shell.
+
+``broker`` runs a broker (loopback unless ``--host`` says otherwise) and ``worker`` an echo
+service on one, both until interrupted; ``services`` and ``workers`` ask a broker and print its
+answer as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+from ..protocols.ebus import Broker, BrokerError, Worker, ask
+from ..protocols.ebus.wire import BACKEND_PORT, FRONTEND_PORT, PUB_PORT, SUB_PORT
+
+
+def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
+    ebus = commands.add_parser("ebus", help="an EBUS broker, an echo worker, services, workers",
+                               description="EBUS peers from a shell, without Spark.")
+    actions = ebus.add_subparsers(dest="action", required=True, metavar="ACTION")
+    broker = actions.add_parser("broker", help="run a broker until interrupted")
+    broker.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    for name, default in (("frontend", FRONTEND_PORT), ("backend", BACKEND_PORT),
+                          ("pub", PUB_PORT), ("sub", SUB_PORT)):
+        broker.add_argument(f"--{name}-port", type=int, default=default, metavar="PORT")
+    broker.set_defaults(run=run_broker)
+    worker = actions.add_parser("worker", help="serve an echo service until interrupted")
+    worker.add_argument("--service", default="echo")
+    worker.add_argument("--broker", default="127.0.0.1", help="the broker's host")
+    worker.add_argument("--backend-port", type=int, default=BACKEND_PORT, metavar="PORT")
+    worker.set_defaults(run=run_worker)
+    for kind in ("services", "workers"):
+        question = actions.add_parser(kind, help=f"print the broker's {kind.upper()} answer")
+        question.add_argument("--broker", default="127.0.0.1", help="the broker's host")
+        question.add_argument("--frontend-port", type=int, default=FRONTEND_PORT,
+                              metavar="PORT")
+        question.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
+        question.set_defaults(run=run_question)
+
+
+def run_ebus(args: argparse.Namespace) -> int:
+    try:
+        return args.run(args)
+    except (BrokerError, OSError) as exc:
+        print(f"python -m spark_zmq ebus {args.action}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _until_interrupted() -> None:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    broker = Broker(args.host, args.frontend_port, args.backend_port, args.pub_port,
+                    args.sub_port)
+    print(f"ebus broker on {args.host}: frontend {broker.frontend_port}, backend "
+          f"{broker.backend_port}, pub {broker.pub_port}, sub {broker.sub_port}", flush=True)
+    try:
+        _until_interrupted()
+    finally:
+        broker.close()
+    return 0
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    worker = Worker(f"tcp://{args.broker}:{args.backend_port}", args.service, lambda data: data)
+    print(f"ebus worker {args.service!r} on tcp://{args.broker}:{args.backend_port}", flush=True)
+    try:
+        _until_interrupted()
+    finally:
+        worker.close()
+    return 0
+
+
+def run_question(args: argparse.Namespace) -> int:
+    answer = ask(f"tcp://{args.broker}:{args.frontend_port}", args.action.upper(), args.timeout)
+    print(json.dumps(answer, sort_keys=True))
+    return 0
