@@ -146,3 +146,46 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
         relay.close()
     assert [(channel, unpack(packed)) for channel, packed in received] == [
         (b"out/a", {"x": 1}), (b"out/b", None), (b"out/d", [1, "two"])]
+
+
+@pytest.mark.spark
+def test_channels_services_follow_the_services_registered_at_the_broker(spark, tmp_path):
+    from spark_zmq.protocols.ebus import Broker, Worker
+
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    backend = f"tcp://127.0.0.1:{broker.backend_port}"
+    workers = [Worker(backend, "echo", lambda data: data)]
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.connect(f"tcp://127.0.0.1:{broker.pub_port}")
+    query = (spark.readStream.format("ebus").option("channels", "services")
+             .option("subPort", broker.sub_port).option("frontendPort", broker.frontend_port)
+             .option("spoolPath", str(tmp_path / "spool")).load()
+             .writeStream.format("memory").queryName("ebus_services")
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+
+    def channels_seen():
+        return {r.channel for r in spark.sql("select channel from ebus_services").collect()}
+
+    def arrives(channel):          # broadcast until the partition's SUB is subscribed
+        publisher.send_multipart([b"other", pack("not a service")])
+        publisher.send_multipart([channel.encode(), pack(channel)])
+        return channel in channels_seen()
+
+    try:
+        wait_until(lambda: arrives("echo"), timeout=90, interval=0.5, what="echo's channel")
+        workers.append(Worker(backend, "temperature", lambda data: data))   # joins mid-stream
+        wait_until(lambda: arrives("temperature"), timeout=90, interval=0.5,
+                   what="the new service's channel")
+        partitions = {r.partition for r in spark.sql(
+            "select distinct partition from ebus_services").collect()}
+    finally:
+        query.stop()
+        for worker in workers:
+            worker.close()
+        publisher.close(0)
+        broker.close()
+    assert channels_seen() == {"echo", "temperature"}
+    assert partitions == {f"echo@127.0.0.1:{broker.sub_port}",
+                          f"temperature@127.0.0.1:{broker.sub_port}"}

@@ -16,7 +16,9 @@ from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
                     StateStore, StaticDiscovery, StreamProtocol, column_values)
 from ..xpub import ConnectedXPub
-from .wire import BROKER_CHANNEL, PUB_PORT, SUB_PORT, PayloadError, from_json, pack, to_json, unpack
+from .discovery import ServiceChannels
+from .wire import (BROKER_CHANNEL, FRONTEND_PORT, PUB_PORT, SUB_PORT, PayloadError, from_json,
+                   pack, to_json, unpack)
 
 
 def _port(value: str) -> int:
@@ -41,9 +43,13 @@ class EBus(StreamProtocol, SinkProtocol):
                "The broker's sub port (its XPUB), where broadcasts are read."),
         Option("subEndpoint", text, "a zmq endpoint such as tcp://host:5003", None,
                "The sub address in full; overrides `broker` and `subPort`."),
-        Option("channels", _channels, "comma-separated channel prefixes", None,
+        Option("frontendPort", _port, "a port number", str(FRONTEND_PORT),
+               "The broker's frontend port, asked for SERVICES with `channels=services`."),
+        Option("channels", _channels, "comma-separated channel prefixes, or services", None,
                "Read broadcasts on channels that start with one of these; one partition per "
-               "prefix (a channel under two prefixes is read by both). Default: every channel."),
+               "prefix (a channel under two prefixes is read by both). `services`: one channel "
+               "per service registered at the broker, following `ebus/workers` announcements. "
+               "Default: every channel."),
         Option("includeBrokerEvents", boolean, "true or false", "false",
                "Also read the broker's own broadcasts on channel `ebus` (started, shutdown, "
                "workers)."),
@@ -65,11 +71,16 @@ class EBus(StreamProtocol, SinkProtocol):
 
     def discovery(self, options: Options, state: StateStore) -> Discovery:
         address = self.sub_address(options)
+
+        def endpoint_of(prefix: str) -> Endpoint:
+            return Endpoint(f"{prefix or '*'}@{address.split('://', 1)[-1]}", address,
+                            {"prefix": prefix}, (prefix.encode("utf-8"),))
+
         prefixes = options["channels"] or ("",)
-        return StaticDiscovery([
-            Endpoint(f"{prefix or '*'}@{address.split('://', 1)[-1]}", address,
-                     {"prefix": prefix}, (prefix.encode("utf-8"),))
-            for prefix in prefixes])
+        if prefixes == ("services",):
+            frontend = f"tcp://{options['broker']}:{options['frontendPort']}"
+            return ServiceChannels(frontend, address, endpoint_of)
+        return StaticDiscovery([endpoint_of(prefix) for prefix in prefixes])
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         channels, data, payloads, errors, keep = [], [], [], [], []
