@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import zmq
 
+from children import Child, report_errors
 from hermetic import ensure_private_network
 from spark_zmq.local import LOOPBACK
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
@@ -175,53 +176,6 @@ class SearchOutcome:
         return bound is not None and not bound.error and not bound.publisher_kept_up
 
 
-# -- child processes ------------------------------------------------------------------------------
-
-class Child:
-    """A spawned process and the read end of the pipe it reports through."""
-
-    def __init__(self, context: Any, target: Callable[..., None], *args: Any) -> None:
-        self.conn, child_end = context.Pipe(duplex=False)
-        self.process = context.Process(target=target, args=(*args, child_end), daemon=True)
-        self.process.start()
-        child_end.close()
-
-    def expect(self, kind: str, timeout: float) -> Any:
-        """The next report, which must be ``kind``; a child error or silence raises."""
-        try:
-            if not self.conn.poll(timeout):
-                raise TimeoutError(f"{self.process.name}: no {kind!r} within {timeout:.0f} s")
-            got, value = self.conn.recv()
-        except EOFError:
-            raise RuntimeError(f"{self.process.name} exited ({self.process.exitcode}) "
-                               f"before reporting {kind!r}") from None
-        if got != kind:
-            raise RuntimeError(f"{self.process.name}: {value}")
-        return value
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Wait for a clean exit, then terminate, then kill: never leave a child behind."""
-        self.process.join(timeout)
-        for end in (self.process.terminate, self.process.kill):
-            if not self.process.is_alive():
-                break
-            end()
-            self.process.join(5.0)
-        self.conn.close()
-
-
-def _report_errors(conn: multiprocessing.connection.Connection, body: Callable[[], None]) -> None:
-    """Run a child's body; send any exception to the parent instead of dying silently."""
-    try:
-        body()
-    except BaseException as exc:  # the parent shows it in the trial row
-        with contextlib.suppress(Exception):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        raise
-    finally:
-        conn.close()
-
-
 # -- publisher process ----------------------------------------------------------------------------
 
 def publisher_main(plan: PublishPlan, release: Any, conn: multiprocessing.connection.Connection
@@ -247,7 +201,7 @@ def publisher_main(plan: PublishPlan, release: Any, conn: multiprocessing.connec
             sock.close()
             context.term()
 
-    _report_errors(conn, body)
+    report_errors(conn, body)
 
 
 def _wait_for_subscriber(sock: zmq.Socket, timeout: float) -> None:
@@ -306,7 +260,7 @@ def bare_receiver_main(port: int, count: int, timeout: float,
             sock.close()
             context.term()
 
-    _report_errors(conn, body)
+    report_errors(conn, body)
 
 
 def _receive_sequence(sock: zmq.Socket, count: int, timeout: float) -> ReceiveResult:
@@ -667,7 +621,7 @@ def capture_memory_main(port: int, count: int, root: str, max_bytes: int, timeou
             spool.close()
         conn.send(("memory", result))
 
-    _report_errors(conn, body)
+    report_errors(conn, body)
 
 
 def _watch_capture(capture: Any, count: int, timeout: float) -> tuple[float, tuple[int, ...]]:

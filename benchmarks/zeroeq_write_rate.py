@@ -44,13 +44,14 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import zmq
 
+from children import Child, report_errors
 from hermetic import ensure_private_network
 from spark_zmq.local import LOOPBACK
 from spark_zmq.protocols.zeroeq import (MEERKAT, PUBLISHER_SERVICE, Record, event_id,
@@ -101,56 +102,6 @@ def write_input(folder: Path, rows: int, files: int) -> Path:
         pq.write_table(table, folder / f"part-{index:03d}.parquet",
                        row_group_size=max(1, stop - start))
     return folder
-
-
-# -- child processes ------------------------------------------------------------------------------
-
-class Child:
-    """A spawned process and its end of a duplex pipe: it reports through the pipe, and the
-    parent releases it through the same pipe."""
-
-    def __init__(self, context: Any, target: Callable[..., None], *args: Any) -> None:
-        self.conn, child_end = context.Pipe(duplex=True)
-        self.process = context.Process(target=target, args=(*args, child_end), daemon=True)
-        self.process.start()
-        child_end.close()
-
-    def expect(self, kind: str, timeout: float) -> Any:
-        """The next report, which must be ``kind``; a child's error or silence raises."""
-        try:
-            if not self.conn.poll(timeout):
-                raise TimeoutError(f"{self.process.name}: no {kind!r} within {timeout:.0f} s")
-            got, value = self.conn.recv()
-        except EOFError:
-            raise RuntimeError(f"{self.process.name} exited ({self.process.exitcode}) before "
-                               f"reporting {kind!r}") from None
-        if got != kind:
-            raise RuntimeError(f"{self.process.name}: {value}")
-        return value
-
-    def stop(self) -> None:
-        """Release the child, wait for it to exit, then terminate or kill it."""
-        with contextlib.suppress(OSError, ValueError):
-            self.conn.send(("release", None))
-        self.process.join(10.0)
-        for end in (self.process.terminate, self.process.kill):
-            if not self.process.is_alive():
-                break
-            end()
-            self.process.join(5.0)
-        self.conn.close()
-
-
-def _reporting(conn: multiprocessing.connection.Connection, body: Callable[[], None]) -> None:
-    """Run a child's body; send any exception to the parent instead of dying silently."""
-    try:
-        body()
-    except BaseException as exc:
-        with contextlib.suppress(Exception):
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-        raise
-    finally:
-        conn.close()
 
 
 # -- the subscriber -------------------------------------------------------------------------------
@@ -305,7 +256,7 @@ def subscriber_main(session: str | None, endpoints: tuple[str, ...], count: int,
             sock.close()
             context.term()
 
-    _reporting(conn, body)
+    report_errors(conn, body)
 
 
 # -- the bare publisher ---------------------------------------------------------------------------
@@ -342,7 +293,7 @@ def bare_publisher_main(count: int, send_hwm: int,
             sock.close()
             context.term()
 
-    _reporting(conn, body)
+    report_errors(conn, body)
 
 
 # -- one round ------------------------------------------------------------------------------------
