@@ -13,7 +13,7 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
@@ -37,8 +37,6 @@ class SendCounts(WriterCommitMessage):
     sent: int = 0
     skipped: int = 0
     first_error: str | None = None
-    #: events sent although fewer than ``minSubscribers`` subscribed within the wait
-    unwatched: list[str] = field(default_factory=list)
 
 
 #: generic writer options that shape a publisher's socket (others apply per task)
@@ -92,7 +90,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
                     continue
                 if topic not in checked:
                     checked.add(topic)
-                    self._wait_for_subscribers(publisher, topic, encoded.names, counts)
+                    self._wait_for_subscribers(publisher, topic, encoded.names)
                 publisher.send(message)
                 counts.sent += 1
         if counts.skipped and self.options["mode"] == "PERMISSIVE":
@@ -121,7 +119,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             counts.first_error = counts.first_error or error
 
     def _wait_for_subscribers(self, publisher: SinkPublisher, topic: bytes,
-                              names: dict[bytes, str | None], counts: SendCounts) -> None:
+                              names: dict[bytes, str | None]) -> None:
         wait, wanted = self.options["waitForSubscribers"], self.options["minSubscribers"]
         if not wait:
             return
@@ -129,7 +127,6 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         while publisher.subscribers(topic) < wanted:
             if time.monotonic() >= deadline:
                 shown = names.get(topic) or topic.hex()
-                counts.unwatched.append(shown)
                 logger.warning("%s writer: %s: fewer than %d subscribers to %s after %g s; "
                                "sending anyway", self.protocol.name, publisher.name, wanted,
                                shown, wait)
