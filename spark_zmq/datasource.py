@@ -49,7 +49,7 @@ class ZmqDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         options = self.writer_options()
-        self.protocol.check_input(to_arrow_schema(schema))
+        self.protocol.check_input(to_arrow_schema(schema), options)
         return ZmqStreamWriter(self.protocol, options)
 
 

@@ -213,7 +213,10 @@ WRITER_OPTIONS: tuple[Option, ...] = (
     Option("mode", choice(*MODES), "one of " + ", ".join(MODES), "PERMISSIVE",
            "What to do with a row that cannot be sent (no event, a wrong id, a message over "
            "`maxMessageBytes`, ...): skip it with a warning naming the first such row of the "
-           "task, skip it counting only, or fail the batch naming the row."),
+           "task, skip it counting only, or fail the batch naming the row. For requests "
+           "(`ebus` with `service`): a refused request fails the batch under FAILFAST only; an "
+           "unanswered (expired) one fails it unless DROPMALFORMED, which counts it and records "
+           "it in `replyPath`."),
     Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
            "Largest message sent; a larger row is handled per `mode`."),
     Option("waitForSubscribers", non_negative_float, "a number of seconds", "0",
@@ -226,4 +229,19 @@ WRITER_OPTIONS: tuple[Option, ...] = (
            "(XPUB_NODROP: back-pressure, not loss)."),
     Option("sendTimeout", non_negative_float, "a number of seconds", "60",
            "How long a send may wait on back-pressure before the task fails."),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options of writers whose rows are requests that get answers (EBUS `service`); a format that
+# has such a writer adds these to its writer options.
+
+REQUEST_WRITER_OPTIONS: tuple[Option, ...] = (
+    Option("maxInFlight", positive_int, "a positive integer", "100",
+           "Requests a task keeps waiting for an answer at once; further rows wait for answers."),
+    Option("replyPath", text, "a folder path", None,
+           "Where the answers are written: one Parquet file per task, "
+           "`<replyPath>/batchId=<n>/part-<partition>.parquet`, with columns `requestId`, "
+           "`status` and `data` (JSON text). A retried task replaces its file. Default: not "
+           "written."),
 )

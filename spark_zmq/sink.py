@@ -6,26 +6,41 @@ from one micro-batch to the next. A task encodes its Arrow batches through the p
 applies ``mode`` to rows that cannot be sent, waits for subscribers if asked, and sends; the
 publisher blocks on back-pressure rather than dropping. Its commit message carries its counts,
 and ``commit`` on the driver logs the totals of the batch.
+
+When the protocol opens a ``Requester`` instead (EBUS ``service``), each row is a request: a task
+keeps at most ``maxInFlight`` of them waiting, applies ``mode`` to the outcomes (refused,
+unanswered) and writes them to ``replyPath``. Request ids are named after the query, batch,
+partition and row, so a retried task sends the same ids again.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import time
+import uuid
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .log import logger
 from .options import Options
-from .protocols.base import Encoded, SinkProtocol, SinkPublisher
+from .protocols.base import (ANSWERED, REFUSED, UNANSWERED, Encoded, Outcome, Requester,
+                             SinkProtocol, SinkPublisher)
 
 
 class UnsendableRowError(RuntimeError):
     """A row that cannot be sent, under ``mode=FAILFAST``."""
+
+
+class FailedRequestError(RuntimeError):
+    """A request refused (under FAILFAST) or left unanswered (unless DROPMALFORMED)."""
 
 
 @dataclass
@@ -37,15 +52,22 @@ class SendCounts(WriterCommitMessage):
     sent: int = 0
     skipped: int = 0
     first_error: str | None = None
+    #: outcomes of requests (writers whose rows are requests)
+    answered: int = 0
+    refused: int = 0
+    unanswered: int = 0
 
 
 #: generic writer options that shape a publisher's socket (others apply per task)
 SOCKET_OPTIONS = ("sendHighWaterMark", "sendTimeout")
-_publishers: dict[tuple, SinkPublisher] = {}
+_publishers: dict[tuple, SinkPublisher | Requester] = {}
 _publishers_lock = threading.Lock()
+#: answers written to replyPath
+REPLY_SCHEMA = pa.schema([pa.field("requestId", pa.string()), pa.field("status", pa.string()),
+                          pa.field("data", pa.string())])
 
 
-def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher:
+def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher | Requester:
     """This process's publisher for the format and its writer options, opened on first use."""
     shaping = sorted(option.name for option in protocol.writer_options) + list(SOCKET_OPTIONS)
     key = (protocol.name, tuple((name, str(options[name])) for name in shaping))
@@ -78,6 +100,8 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SendCounts:
         publisher = shared_publisher(self.protocol, self.options)
+        if isinstance(publisher, Requester):
+            return self._write_requests(publisher, iterator)
         counts = SendCounts(publisher.name)
         checked: set[bytes] = set()
         for batch in iterator:
@@ -93,10 +117,60 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
                     self._wait_for_subscribers(publisher, topic, encoded.names)
                 publisher.send(message)
                 counts.sent += 1
+        self._warn_skipped(counts)
+        return counts
+
+    def _write_requests(self, requester: Requester, iterator: Iterator[pa.RecordBatch]
+                        ) -> SendCounts:
+        """Send each row as a request, at most maxInFlight waiting; judge and keep outcomes."""
+        counts = SendCounts(requester.name)
+        query, batch_id, partition = _task_names()
+        waiting: deque[Future] = deque()
+        outcomes: list[Outcome] = []
+        for batch in iterator:
+            encoded = self.protocol.encode(batch, self.options)
+            self._check_rows(encoded, counts)
+            for index, message in enumerate(encoded.messages):
+                if message is None:
+                    continue
+                while len(waiting) >= self.options["maxInFlight"]:
+                    outcomes.append(waiting.popleft().result())
+                request_id = f"{query}/{batch_id}/{partition}/{counts.rows + index}"
+                waiting.append(requester.request(message, request_id))
+                counts.sent += 1
+            counts.rows += batch.num_rows
+        outcomes.extend(future.result() for future in waiting)
+        self._warn_skipped(counts)
+        self._judge(outcomes, counts)
+        if self.options["replyPath"] and outcomes:
+            write_outcomes(self.options["replyPath"], batch_id, partition, outcomes)
+        return counts
+
+    def _judge(self, outcomes: list[Outcome], counts: SendCounts) -> None:
+        """Count the outcomes; fail on the first one that ``mode`` does not let pass."""
+        mode = self.options["mode"]
+        for outcome in outcomes:
+            setattr(counts, outcome.kind, getattr(counts, outcome.kind) + 1)
+            if outcome.kind == REFUSED and mode == "FAILFAST":
+                raise FailedRequestError(
+                    f"{self.protocol.name} writer: {outcome.detail} (mode=FAILFAST; "
+                    f"PERMISSIVE or DROPMALFORMED record refused requests and go on)")
+            if outcome.kind == UNANSWERED and mode != "DROPMALFORMED":
+                raise FailedRequestError(
+                    f"{self.protocol.name} writer: {outcome.detail} (mode={mode}; "
+                    f"DROPMALFORMED counts unanswered requests, records them in replyPath and "
+                    f"goes on)")
+        if counts.unanswered:
+            first = next(o for o in outcomes if o.kind == UNANSWERED)
+            logger.warning("%s writer: %d of %d requests got no answer (mode=DROPMALFORMED); "
+                           "the first: %s", self.protocol.name, counts.unanswered, len(outcomes),
+                           first.detail)
+
+    def _warn_skipped(self, counts: SendCounts) -> None:
         if counts.skipped and self.options["mode"] == "PERMISSIVE":
             logger.warning("%s writer: %s skipped %d rows that cannot be sent; the first: %s",
-                           self.protocol.name, publisher.name, counts.skipped, counts.first_error)
-        return counts
+                           self.protocol.name, counts.publisher, counts.skipped,
+                           counts.first_error)
 
     def _check_rows(self, encoded: Encoded, counts: SendCounts) -> None:
         """Mark rows over maxMessageBytes, then apply ``mode`` to every unsendable row."""
@@ -142,6 +216,9 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         publishers = sorted({m.publisher for m in done})
         line = (f"{self.protocol.name} writer: batch {batchId}: sent {sent} messages from "
                 f"{len(done)} tasks through {', '.join(publishers) or 'no publisher'}")
+        if any(m.answered or m.refused or m.unanswered for m in done):
+            line += "; " + ", ".join(f"{sum(getattr(m, kind) for m in done)} {kind}"
+                                     for kind in (ANSWERED, REFUSED, UNANSWERED))
         if skipped:
             first = next(m.first_error for m in done if m.first_error)
             line += f"; skipped {skipped} rows that cannot be sent (first: {first})"
@@ -152,3 +229,31 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         logger.warning("%s writer: batch %d aborted after %d messages were sent (a retry "
                        "sends them again: ZeroMQ pub/sub cannot take them back)",
                        self.protocol.name, batchId, sent)
+
+
+def _task_names() -> tuple[str, str, int]:
+    """(query id, batch id, partition) of the running Spark task. Request ids and answer files
+    are named after them, so a retried task sends the same ids (a broker that answered them
+    lately answers again from its cache) and replaces its own answer file."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:                       # not in a Spark task (a direct call)
+        return uuid.uuid4().hex, "0", 0
+    return (context.getLocalProperty("sql.streaming.queryId") or uuid.uuid4().hex,
+            context.getLocalProperty("streaming.sql.batchId") or "0", context.partitionId())
+
+
+def write_outcomes(root: str, batch_id: str, partition: int, outcomes: list[Outcome]) -> str:
+    """Write one task's answers as ``<root>/batchId=<n>/part-<partition>.parquet``, atomically
+    (a hidden temporary file renamed), so readers never see half a file; returns the path."""
+    folder = os.path.join(root, f"batchId={batch_id}")
+    os.makedirs(folder, exist_ok=True)
+    name = f"part-{partition:05d}.parquet"
+    table = pa.table([pa.array([o.request_id for o in outcomes], pa.string()),
+                      pa.array([o.status for o in outcomes], pa.string()),
+                      pa.array([o.data for o in outcomes], pa.string())], schema=REPLY_SCHEMA)
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, os.path.join(folder, name))
+    return os.path.join(folder, name)

@@ -4,6 +4,7 @@ and `format("ebus")` on channel prefixes through the broker's broadcast relay.""
 from __future__ import annotations
 
 import json
+import time
 import zlib
 
 import pyarrow as pa
@@ -12,7 +13,8 @@ import zmq
 
 from conftest import wait_until
 from spark_zmq.options import READER_OPTIONS, parse_options
-from spark_zmq.protocols.ebus import BroadcastRelay, EBus, PayloadError, pack, unpack
+from spark_zmq.protocols.ebus import (BroadcastRelay, Broker, EBus, PayloadError, Worker, pack,
+                                     unpack)
 from spark_zmq.spool import Source
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
@@ -150,8 +152,6 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
 
 @pytest.mark.spark
 def test_channels_services_follow_the_services_registered_at_the_broker(spark, tmp_path):
-    from spark_zmq.protocols.ebus import Broker, Worker
-
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
     backend = f"tcp://127.0.0.1:{broker.backend_port}"
     workers = [Worker(backend, "echo", lambda data: data)]
@@ -189,3 +189,66 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
     assert channels_seen() == {"echo", "temperature"}
     assert partitions == {f"echo@127.0.0.1:{broker.sub_port}",
                           f"temperature@127.0.0.1:{broker.sub_port}"}
+
+
+def start_broker_on(ports: dict, timeout: float = 10.0):
+    """A Broker on the given ports, retrying while the previous broker's ports are released."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return Broker(**ports)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.mark.spark
+def test_broker_restart_mid_stream_loses_and_duplicates_nothing_captured(spark, tmp_path):
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    ports = dict(frontend_port=broker.frontend_port, backend_port=broker.backend_port,
+                 pub_port=broker.pub_port, sub_port=broker.sub_port)
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.connect(f"tcp://127.0.0.1:{broker.pub_port}")
+    output = tmp_path / "out"
+    stream = (spark.readStream.format("ebus").option("subPort", broker.sub_port)
+              .option("channels", "seq").option("spoolPath", str(tmp_path / "spool")).load())
+    query = (stream.writeStream.format("parquet").option("path", str(output))
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+
+    def values():
+        if not (output / "_spark_metadata").exists():
+            return [], []
+        rows = spark.read.schema(stream.schema).parquet(str(output)).collect()
+        return ([json.loads(r.data) for r in rows if r.error is None],
+                [r.error for r in rows if r.error is not None])
+
+    def reaches_the_reader(marker: str):
+        publisher.send_multipart([b"seq/probe", pack(marker)])
+        return marker in values()[0]
+
+    try:
+        wait_until(lambda: reaches_the_reader("before"), timeout=120, interval=0.5,
+                   what="the reader's subscription to reach the broker")
+        for n in range(100):
+            publisher.send_multipart([b"seq", pack(n)])
+        wait_until(lambda: set(range(100)) <= set(values()[0]), timeout=60,
+                   what="the first 100 values")
+        broker.close()                                    # the broker goes away ...
+        broker = start_broker_on(ports)                   # ... and comes back on its ports
+        wait_until(lambda: reaches_the_reader("after"), timeout=120, interval=0.5,
+                   what="the stream to resume through the new broker")
+        for n in range(100, 200):
+            publisher.send_multipart([b"seq", pack(n)])
+        wait_until(lambda: set(range(100, 200)) <= set(values()[0]), timeout=60,
+                   what="the values sent after the restart")
+        got, errors = values()
+    finally:
+        query.stop()
+        publisher.close(0)
+        broker.close()
+    numbers = [v for v in got if isinstance(v, int)]
+    assert sorted(numbers) == list(range(200)), "each value exactly once"
+    assert any("gap" in error and "dropped" in error for error in errors), errors

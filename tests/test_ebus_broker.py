@@ -4,6 +4,7 @@ WORKERS, and the `ebus/workers` announcement."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
@@ -193,6 +194,16 @@ def test_cli_runs_a_broker_and_a_worker_and_asks_for_services(tmp_path):
             return out.returncode == 0 and out.stdout.strip() == '["echo"]'
 
         wait_until(services, timeout=30, what="`ebus services` to list the worker")
+        called = subprocess.run(cli + ["call", "--service", "echo", "--data", '{"x": [1, 2]}',
+                                       "--frontend-port", ports["frontend"]],
+                                capture_output=True, text=True, timeout=30)
+        assert called.returncode == 0, called.stderr
+        answer = json.loads(called.stdout)
+        assert (answer["status"], answer["data"]) == ("REPLY", {"x": [1, 2]})
+        refused = subprocess.run(cli + ["call", "--service", "nobody", "--frontend-port",
+                                        ports["frontend"]], capture_output=True, text=True,
+                                 timeout=30)
+        assert refused.returncode == 1 and json.loads(refused.stdout)["status"] == "REJECT"
     finally:
         for process in (worker, broker):
             if process is not None:

@@ -1,8 +1,8 @@
-"""``python -m spark_zmq ebus broker|worker|services|workers``: EBUS peers from a shell.
+"""``python -m spark_zmq ebus broker|worker|services|workers|call``: EBUS peers from a shell.
 
 ``broker`` runs a broker (loopback unless ``--host`` says otherwise) and ``worker`` an echo
 service on one, both until interrupted; ``services`` and ``workers`` ask a broker and print its
-answer as JSON.
+answer as JSON; ``call`` sends one request to a service and prints what became of it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import signal
 import sys
 import threading
 
-from ..protocols.ebus import Broker, BrokerError, Worker, ask
-from ..protocols.ebus.wire import BACKEND_PORT, FRONTEND_PORT, PUB_PORT, SUB_PORT
+from ..protocols.ebus import Broker, BrokerError, Client, Worker, ask
+from ..protocols.ebus.wire import (BACKEND_PORT, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT,
+                                   SUB_PORT, answer_json, from_json, pack)
 
 
 def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
@@ -39,6 +40,14 @@ def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
                               metavar="PORT")
         question.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
         question.set_defaults(run=run_question)
+    call = actions.add_parser("call", help="send one request to a service, print the answer")
+    call.add_argument("--service", required=True)
+    call.add_argument("--data", default="null", help="the request's data, JSON text")
+    call.add_argument("--broker", default="127.0.0.1", help="the broker's host")
+    call.add_argument("--frontend-port", type=int, default=FRONTEND_PORT, metavar="PORT")
+    call.add_argument("--stales-ms", type=int, default=DEFAULT_STALES_MS, metavar="MS",
+                      help="how long the request may wait for an answer")
+    call.set_defaults(run=run_call)
 
 
 def run_ebus(args: argparse.Namespace) -> int:
@@ -84,3 +93,17 @@ def run_question(args: argparse.Namespace) -> int:
     answer = ask(f"tcp://{args.broker}:{args.frontend_port}", args.action.upper(), args.timeout)
     print(json.dumps(answer, sort_keys=True))
     return 0
+
+
+def run_call(args: argparse.Namespace) -> int:
+    """Print ``{"requestId", "status", "data"}``; exit 0 only for a REPLY."""
+    try:
+        data = pack(from_json(args.data))
+    except ValueError as exc:
+        raise BrokerError(f"--data is not JSON text: {exc}") from None
+    with Client(f"tcp://{args.broker}:{args.frontend_port}") as client:
+        answer = client.request(args.service, data, stales_ms=args.stales_ms).result()
+    reply = None if answer.data is None else answer_json(answer.data)
+    print(json.dumps({"requestId": answer.request_id, "status": answer.status,
+                      "data": None if reply is None else json.loads(reply)}, sort_keys=True))
+    return 0 if answer.status == "REPLY" else 1

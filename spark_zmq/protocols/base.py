@@ -8,6 +8,7 @@ Spark's streaming machinery. The generic reader (``spark_zmq.source``) and the d
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol as TypingProtocol, Sequence
 
@@ -156,6 +157,39 @@ class SinkPublisher(ABC):
         """Release sockets and announcements."""
 
 
+#: how the generic writer's ``mode`` treats the outcome of a request (see Outcome.kind)
+ANSWERED, REFUSED, UNANSWERED = "answered", "refused", "unanswered"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one request that a writer sent (formats whose writer makes requests)."""
+
+    request_id: str
+    #: the peer's own word for it (EBUS: REPLY, REJECT, EXPIRED)
+    status: str
+    #: ANSWERED, REFUSED (the peer said no) or UNANSWERED (no answer in time)
+    kind: str
+    #: the answer's data as JSON text, if any
+    data: str | None
+    #: one line naming the service and the request, for errors and logs
+    detail: str
+
+
+class Requester(ABC):
+    """Where a writer task's messages go when each one is a request that gets an answer; one
+    per Python worker process and option set, like a SinkPublisher."""
+
+    name: str
+
+    @abstractmethod
+    def request(self, frames: list[bytes], request_id: str) -> Future:
+        """Send one request; the future resolves to its Outcome (in time: requests expire)."""
+
+    def close(self) -> None:
+        """Release sockets and threads."""
+
+
 class SinkProtocol(ABC):
     """A wire format as seen by the generic stream writer."""
 
@@ -164,12 +198,13 @@ class SinkProtocol(ABC):
     writer_options: tuple[Option, ...] = ()
 
     @abstractmethod
-    def check_input(self, schema: pa.Schema) -> None:
+    def check_input(self, schema: pa.Schema, options: Options) -> None:
         """Raise ValueError naming the columns at fault if rows of ``schema`` cannot be sent."""
 
     @abstractmethod
-    def open_publisher(self, options: Options) -> SinkPublisher:
-        """Bind or connect, and announce; called once per Python worker and option set."""
+    def open_publisher(self, options: Options) -> SinkPublisher | Requester:
+        """Bind or connect, and announce; called once per Python worker and option set. A
+        Requester when the options make each row a request (EBUS ``service``)."""
 
     @abstractmethod
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:

@@ -1,93 +1,352 @@
-"""EBUS client and worker sides that the CLI and the demo peers use.
+"""The client side of an EBUS broker's frontend: requests to services, SERVICES and WORKERS.
 
-``ask`` sends one SERVICES or WORKERS question to a broker's frontend and returns the unpacked
-answer. ``Worker`` registers a service on a broker's backend (READY first), answers each REQ
-through a handler, and heartbeats, as the fact sheet's workers do.
+``Client`` is long-lived and keeps the spec's client rules on a thread of its own (a zmq socket
+belongs to one thread, and heartbeats must go on while callers wait for answers):
+
+- any message from the broker counts as a heartbeat; after ``heartbeat`` seconds of silence it
+  PINGs, and it answers the broker's PING with HEARTBEAT;
+- after ``liveness`` heartbeats of silence, or on the broker's DISCONNECT, it closes its socket
+  and reconnects with a new identity (``C`` + uuid), sending every unexpired request again with
+  the same request id: a broker that restarted gets it anew, one that did not answers from its
+  reply cache or routes the answer to the new identity;
+- an unanswered request is resent after ``resend_after`` seconds, at most ``resends`` times,
+  with its id, and expires after its ``stalesMs`` (the broker is told with CANCEL);
+- answers to request ids it does not know are discarded.
+
+Callers get ``concurrent.futures.Future`` objects resolved with an ``Answer``. ``ask`` is a
+one-shot SERVICES or WORKERS question, for the CLI.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import threading
+import time
 import uuid
-from typing import Any, Callable
+from concurrent.futures import Future, InvalidStateError, TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
 from ...log import logger
-from .routing import HEARTBEAT_SECONDS
-from .wire import CLIENT, WORKER, PayloadError, pack, unpack
+from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, RESEND_SECONDS,
+                   RESENDS, WORKER, PayloadError, unpack)
+
+#: what a broker can answer to a request
+ANSWER_KINDS = (b"REPLY", b"REJECT", b"EXPIRED")
 
 
 class BrokerError(RuntimeError):
     """The broker did not answer, or answered with something else."""
 
 
-def ask(address: str, kind: str, timeout: float = 3.0) -> Any:
-    """Ask the broker at ``address`` (its frontend) ``SERVICES`` or ``WORKERS``."""
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, b"C" + uuid.uuid4().hex.encode())
-    sock.setsockopt(zmq.LINGER, 0)
-    request_id = uuid.uuid4().hex.encode()
-    try:
-        sock.connect(address)
-        sock.send_multipart([b"", CLIENT, kind.encode(), request_id])
-        while sock.poll(timeout * 1000):
-            frames = sock.recv_multipart()
-            if frames[2:4] == [kind.encode(), request_id] and len(frames) > 4:
-                return unpack(frames[4])
-        raise BrokerError(f"no {kind} answer from the EBUS broker at {address} within "
-                          f"{timeout} s")
-    except PayloadError as exc:
-        raise BrokerError(f"the EBUS broker at {address} sent a malformed {kind} answer: "
-                          f"{exc}") from None
-    finally:
-        sock.close(0)
+@dataclass(frozen=True)
+class Answer:
+    """What became of one request."""
+
+    request_id: str
+    #: REPLY (a worker's result), REJECT (refused: no worker, or the worker said no) or EXPIRED
+    #: (no answer within stalesMs, whether the broker or this client noticed first)
+    status: str
+    #: the data frame as received (packed, or ``null``); None when none came
+    data: bytes | None
+    #: how many times the request was sent (resends and reconnects included)
+    sends: int
 
 
-class Worker:
-    """Serves ``service`` on the broker backend at ``address`` with ``handler(data) -> result``
-    (unpacked values) on a daemon thread; a handler that raises makes a REJECT."""
+@dataclass
+class _Request:
+    service: bytes
+    request_id: bytes
+    data: bytes
+    stales_ms: int
+    expires: float
+    #: who waits for the answer (more than one when the same id is asked again meanwhile)
+    futures: list[Future]
+    sends: int = 0
+    resends_left: int = 0
+    next_send: float = 0.0
 
-    def __init__(self, address: str, service: str, handler: Callable[[Any], Any]) -> None:
-        self.service = service
-        self.handler = handler
-        self.identity = b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode())
-        self._socket = zmq.Context.instance().socket(zmq.DEALER)
-        self._socket.setsockopt(zmq.IDENTITY, self.identity)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.connect(address)
-        self._socket.send_multipart([WORKER, b"READY", b"null", service.encode()])
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ebus worker {service}",
+
+class Client:
+    """A client of the broker frontend at ``address``; see the module docstring."""
+
+    def __init__(self, address: str, *, heartbeat: float = HEARTBEAT_SECONDS,
+                 liveness: int = LIVENESS, resend_after: float = RESEND_SECONDS,
+                 resends: int = RESENDS, context: zmq.Context | None = None) -> None:
+        self.address = address
+        self.heartbeat = heartbeat
+        self.liveness = liveness
+        self.resend_after = resend_after
+        self.resends = resends
+        #: reconnections so far (silence or DISCONNECT)
+        self.reconnects = 0
+        self.identity = b""
+        self._context = context or zmq.Context.instance()
+        self._socket: zmq.Socket | None = None
+        self._poller = zmq.Poller()
+        self._requests: dict[bytes, _Request] = {}
+        self._questions: dict[bytes, tuple[bytes, Future]] = {}
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._stopping = False
+        self._last_heard = self._next_ping = 0.0
+        self._outage = False             # a silence was logged and the broker not heard since
+        self._thread = threading.Thread(target=self._run, name=f"spark_zmq ebus client {address}",
                                         daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        try:
-            while not self._stopping.is_set():
-                if self._socket.poll(HEARTBEAT_SECONDS * 1000):
-                    self._on_message(self._socket.recv_multipart())
-                self._socket.send_multipart([WORKER, b"HEARTBEAT"])
-        finally:
-            self._socket.send_multipart([WORKER, b"DISCONNECT", self.service.encode(), b"stop"])
-            self._socket.close(0)
+    # -- any thread ----------------------------------------------------------------------------
 
-    def _on_message(self, frames: list[bytes]) -> None:
-        kind = frames[1] if len(frames) > 1 else b""
-        if kind == b"REQ" and len(frames) >= 4:
-            request_id = frames[2]
-            try:
-                answer = [b"REPLY", request_id, pack(self.handler(unpack(frames[3])))]
-            except Exception as exc:       # the client gets a REJECT, the worker goes on
-                logger.warning("ebus worker %s: request %r failed: %s", self.service,
-                               request_id, exc)
-                answer = [b"REJECT", request_id, b"null"]
-            self._socket.send_multipart([WORKER, *answer])
-        elif kind == b"DISCONNECT":
-            logger.warning("ebus worker %s: the broker disconnected it: %s", self.service,
-                           frames[2:3])
-            self._stopping.set()
+    def request(self, service: str, data: bytes, *, request_id: str | None = None,
+                stales_ms: int = DEFAULT_STALES_MS) -> Future:
+        """Send ``data`` (a packed frame) to ``service``; the future resolves to an Answer."""
+        future: Future = Future()
+        request_id_bytes = (request_id or uuid.uuid4().hex).encode("utf-8")
+        self._command("request", _Request(service.encode("utf-8"), request_id_bytes, data,
+                                          stales_ms, time.monotonic() + stales_ms / 1000,
+                                          [future]))
+        return future
+
+    def ask(self, kind: str, timeout: float = 3.0) -> Any:
+        """The broker's unpacked answer to ``SERVICES`` or ``WORKERS``."""
+        future: Future = Future()
+        request_id = uuid.uuid4().hex.encode()
+        self._command("ask", (kind.encode(), request_id, future))
+        try:
+            frame = future.result(timeout)
+        except FutureTimeout:
+            self._command("forget", request_id)
+            raise BrokerError(f"no {kind} answer from the EBUS broker at {self.address} within "
+                              f"{timeout} s") from None
+        try:
+            return unpack(frame)
+        except PayloadError as exc:
+            raise BrokerError(f"the EBUS broker at {self.address} sent a malformed {kind} "
+                              f"answer: {exc}") from None
 
     def close(self) -> None:
-        self._stopping.set()
-        self._thread.join(2)
+        """Stop; requests still waiting fail with BrokerError. Idempotent."""
+        if self._wake_w < 0:
+            return
+        self._stopping = True
+        self._wake()
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _command(self, kind: str, argument: Any) -> None:
+        if self._stopping or not self._thread.is_alive():
+            raise BrokerError(f"the EBUS client of {self.address} is closed")
+        self._commands.put((kind, argument))
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    # -- the client's thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._connect()
+        try:
+            while not self._stopping:
+                timeout = max(0.0, self._next_due() - time.monotonic())
+                for item, _ in self._poller.poll(timeout * 1000):
+                    if item is self._socket:
+                        self._receive()
+                    else:
+                        self._drain_wakeups()
+                        self._apply_commands()
+                self._keep_alive()
+                self._resend_and_expire()
+        except Exception:
+            logger.exception("ebus client of %s stopped by an error", self.address)
+        finally:
+            self._shutdown()
+
+    def _connect(self) -> None:
+        self.identity = b"C" + uuid.uuid4().hex.encode()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.IDENTITY, self.identity)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.connect(self.address)
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._last_heard = time.monotonic()
+        self._next_ping = self._last_heard + self.heartbeat
+
+    def _reconnect(self, why: str, *, warn: bool) -> None:
+        """Close the socket, connect anew with a new identity, send what is unanswered again."""
+        old = self.identity.decode()
+        self._poller.unregister(self._socket)
+        self._socket.close(0)
+        self._connect()
+        self.reconnects += 1
+        log = logger.warning if warn else logger.debug
+        log("ebus client: the broker at %s %s; reconnecting as %s (was %s), %d requests to send "
+            "again", self.address, why, self.identity.decode(), old, len(self._requests))
+        for request in self._requests.values():
+            self._send_request(request, spend=False)
+        for request_id, (question, _) in self._questions.items():
+            self._send(question, request_id)
+
+    def _next_due(self) -> float:
+        due = min(self._next_ping, self._last_heard + self.heartbeat * self.liveness)
+        for request in self._requests.values():
+            due = min(due, request.next_send, request.expires)
+        return due
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                frames = self._socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._heard()
+            self._on_message(frames)
+
+    def _heard(self) -> None:
+        self._last_heard = time.monotonic()
+        self._next_ping = self._last_heard + self.heartbeat
+        if self._outage:
+            self._outage = False
+            logger.info("ebus client: the broker at %s answers again (as %s, %d reconnects so "
+                        "far)", self.address, self.identity.decode(), self.reconnects)
+
+    def _on_message(self, frames: list[bytes]) -> None:
+        body = frames[1:] if frames[:1] == [b""] else frames
+        if len(body) < 2 or body[0] != WORKER:
+            logger.debug("ebus client: discarded a message not from the broker: %r", frames[:3])
+            return
+        kind, args = body[1], body[2:]
+        if kind == b"PING":
+            self._send(b"HEARTBEAT")
+        elif kind in ANSWER_KINDS and args:
+            self._answered(kind, args)
+        elif kind in (b"SERVICES", b"WORKERS") and len(args) >= 2:
+            question = self._questions.pop(args[0], None)
+            if question is not None:
+                _settle([question[1]], args[1])
+        elif kind == b"DISCONNECT":
+            reason = args[0].decode("utf-8", "replace") if args else "no reason given"
+            self._reconnect(f"asked it to disconnect ({reason})", warn=True)
+
+    def _answered(self, kind: bytes, args: list[bytes]) -> None:
+        request = self._requests.pop(args[0], None)
+        if request is None:
+            return                              # not ours, or answered already: discard
+        data = args[1] if len(args) > 1 else None
+        _settle(request.futures, Answer(request.request_id.decode("utf-8", "replace"),
+                                        kind.decode(), data, request.sends))
+
+    def _keep_alive(self) -> None:
+        now = time.monotonic()
+        silent = now - self._last_heard
+        if silent >= self.heartbeat * self.liveness:
+            self._reconnect(f"sent nothing for {silent:.1f} s ({self.liveness} heartbeats)",
+                            warn=not self._outage)
+            self._outage = True
+        elif now >= self._next_ping:
+            self._send(b"PING")
+            self._next_ping = now + self.heartbeat
+
+    def _resend_and_expire(self) -> None:
+        now = time.monotonic()
+        for request_id, request in list(self._requests.items()):
+            if now >= request.expires:
+                del self._requests[request_id]
+                self._send(b"CANCEL", request.service, request_id)
+                _settle(request.futures, Answer(request_id.decode("utf-8", "replace"),
+                                                "EXPIRED", None, request.sends))
+            elif now >= request.next_send:
+                self._send_request(request)
+
+    def _send_request(self, request: _Request, *, spend: bool = True) -> None:
+        """Send (or resend: ``spend`` says whether it counts against ``resends``)."""
+        if not self._send(b"REQ", request.service, request.request_id, request.data,
+                          str(request.stales_ms).encode()):
+            request.next_send = time.monotonic() + self.resend_after      # queue full: later
+            return
+        if request.sends and spend:
+            request.resends_left -= 1
+        request.sends += 1
+        more = request.resends_left > 0
+        request.next_send = time.monotonic() + self.resend_after if more else float("inf")
+
+    def _send(self, kind: bytes, *args: bytes) -> bool:
+        """Send without blocking; False when zmq's queue to the broker is full (try later)."""
+        try:
+            self._socket.send_multipart([b"", CLIENT, kind, *args], zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _apply_commands(self) -> None:
+        while True:
+            try:
+                kind, argument = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "request":
+                self._new_request(argument)
+            elif kind == "ask":
+                question, request_id, future = argument
+                self._questions[request_id] = (question, future)
+                self._send(question, request_id)
+            else:
+                self._questions.pop(argument, None)
+
+    def _new_request(self, request: _Request) -> None:
+        waiting = self._requests.get(request.request_id)
+        if waiting is not None:                 # the same id again (a retried task): one answer
+            waiting.futures.extend(request.futures)
+            return
+        request.resends_left = self.resends
+        self._requests[request.request_id] = request
+        self._send_request(request)
+
+    def _shutdown(self) -> None:
+        if self._socket is not None:
+            self._socket.close(0)
+        error = BrokerError(f"the EBUS client of {self.address} closed before an answer came")
+        for waiting in [f for r in self._requests.values() for f in r.futures] + [
+                future for _, future in self._questions.values()]:
+            if not waiting.done():
+                waiting.set_exception(error)
+        self._requests.clear()
+        self._questions.clear()
+
+
+def _settle(futures: list[Future], value: Any) -> None:
+    for future in futures:
+        try:
+            future.set_result(value)
+        except InvalidStateError:               # the caller cancelled it meanwhile
+            pass
+
+
+def ask(address: str, kind: str, timeout: float = 3.0) -> Any:
+    """Ask the broker at ``address`` (its frontend) ``SERVICES`` or ``WORKERS`` once."""
+    with Client(address) as client:
+        return client.ask(kind, timeout)

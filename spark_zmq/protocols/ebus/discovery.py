@@ -1,7 +1,7 @@
 """``channels=services``: one channel per service registered at the broker, followed live.
 
-At start and every ``REFRESH_SECONDS`` the broker is asked SERVICES on its frontend; between
-asks, the broker's ``ebus/workers`` announcements on channel ``ebus`` (read on the sub port)
+At start and every ``REFRESH_SECONDS`` the broker is asked SERVICES on its frontend, through one
+long-lived ``Client`` (heartbeats; a new identity after a silence or a DISCONNECT); between asks, the broker's ``ebus/workers`` announcements on channel ``ebus`` (read on the sub port)
 carry the new list at once. A service that appears joins as a partition reading the channel of
 its name; one that is gone leaves.
 """
@@ -15,7 +15,7 @@ import zmq
 
 from ...log import logger
 from ..base import Discovery, Endpoint, EndpointListener
-from .client import BrokerError, ask
+from .client import BrokerError, Client
 from .wire import BROKER_CHANNEL, PayloadError, unpack
 
 REFRESH_SECONDS = 10.0
@@ -45,16 +45,18 @@ class ServiceChannels(Discovery):
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, BROKER_CHANNEL.encode())
         sock.connect(self.sub)
+        client = Client(self.frontend)
         try:
             while not self._stopping.is_set():
-                self._ask()
+                self._ask(client)
                 self._follow_announcements(sock, REFRESH_SECONDS)
         finally:
+            client.close()
             sock.close(0)
 
-    def _ask(self) -> None:
+    def _ask(self, client: Client) -> None:
         try:
-            services = ask(self.frontend, "SERVICES")
+            services = client.ask("SERVICES")
         except BrokerError as exc:
             if not self._unanswered:
                 logger.warning("ebus: %s; retrying", exc)

@@ -4,21 +4,24 @@ Reading: each channel prefix of option ``channels`` is one partition with its ow
 the broker's sub port, subscribed to that prefix (zmq prefix semantics, as EBUS's). Decoding
 unpacks each payload (zlib + BSON ``{l: value}``, or the literal ``null``) into JSON text.
 Writing: rows ``channel`` + ``data`` (JSON text, packed here) or ``payload`` (packed already),
-sent through an XPUB connected to the broker's pub port.
+sent through an XPUB connected to the broker's pub port. With option ``service``, each row's
+``data`` or ``payload`` is a request to that service instead (``requests``).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ...options import Option, Options, boolean, comma_list, positive_int, text
+from ...options import (REQUEST_WRITER_OPTIONS, Option, Options, boolean, comma_list,
+                        positive_int, text)
 from ...spool import Source
-from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
-                    StateStore, StaticDiscovery, StreamProtocol, column_values)
+from ..base import (Decoded, Discovery, Encoded, Endpoint, Requester, SinkProtocol,
+                    SinkPublisher, StateStore, StaticDiscovery, StreamProtocol, column_values)
 from ..xpub import ConnectedXPub
 from .discovery import ServiceChannels
-from .wire import (BROKER_CHANNEL, FRONTEND_PORT, PUB_PORT, SUB_PORT, PayloadError, from_json,
-                   pack, to_json, unpack)
+from .requests import ServiceRequester
+from .wire import (BROKER_CHANNEL, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT, SUB_PORT,
+                   PayloadError, from_json, pack, to_json, unpack)
 
 
 def _port(value: str) -> int:
@@ -33,6 +36,17 @@ def _channels(value: str) -> tuple[str, ...]:
 
 
 BROKER = Option("broker", text, "a host name or address", "127.0.0.1", "The EBUS broker's host.")
+FRONTEND_OPTIONS = (
+    Option("frontendPort", _port, "a port number", str(FRONTEND_PORT),
+           "The broker's frontend port (clients): asked for SERVICES with `channels=services`, "
+           "sent requests with `service`."),
+    Option("frontendEndpoint", text, "a zmq endpoint such as tcp://host:5000", None,
+           "The frontend address in full; overrides `broker` and `frontendPort`."),
+)
+
+
+def frontend_address(options: Options) -> str:
+    return options["frontendEndpoint"] or f"tcp://{options['broker']}:{options['frontendPort']}"
 
 
 class EBus(StreamProtocol, SinkProtocol):
@@ -43,8 +57,7 @@ class EBus(StreamProtocol, SinkProtocol):
                "The broker's sub port (its XPUB), where broadcasts are read."),
         Option("subEndpoint", text, "a zmq endpoint such as tcp://host:5003", None,
                "The sub address in full; overrides `broker` and `subPort`."),
-        Option("frontendPort", _port, "a port number", str(FRONTEND_PORT),
-               "The broker's frontend port, asked for SERVICES with `channels=services`."),
+        *FRONTEND_OPTIONS,
         Option("channels", _channels, "comma-separated channel prefixes, or services", None,
                "Read broadcasts on channels that start with one of these; one partition per "
                "prefix (a channel under two prefixes is read by both). `services`: one channel "
@@ -60,6 +73,15 @@ class EBus(StreamProtocol, SinkProtocol):
                "The broker's pub port (its XSUB), where broadcasts are sent."),
         Option("pubEndpoint", text, "a zmq endpoint such as tcp://host:5002", None,
                "The pub address in full; overrides `broker` and `pubPort`."),
+        Option("service", text, "a service name", None,
+               "Send each row as a request to this service (through the broker's frontend) "
+               "instead of broadcasting it; rows need `data` or `payload`, not `channel`."),
+        Option("stalesMs", positive_int, "a positive integer (milliseconds)",
+               str(DEFAULT_STALES_MS),
+               "With `service`: how long a request may wait for its answer; unanswered "
+               "requests are resent every second with the same id until then."),
+        *FRONTEND_OPTIONS,
+        *REQUEST_WRITER_OPTIONS,
     )
     columns = pa.schema([
         pa.field("channel", pa.string()),
@@ -78,8 +100,7 @@ class EBus(StreamProtocol, SinkProtocol):
 
         prefixes = options["channels"] or ("",)
         if prefixes == ("services",):
-            frontend = f"tcp://{options['broker']}:{options['frontendPort']}"
-            return ServiceChannels(frontend, address, endpoint_of)
+            return ServiceChannels(frontend_address(options), address, endpoint_of)
         return StaticDiscovery([endpoint_of(prefix) for prefix in prefixes])
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
@@ -100,31 +121,42 @@ class EBus(StreamProtocol, SinkProtocol):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def check_input(self, schema: pa.Schema) -> None:
+    def check_input(self, schema: pa.Schema, options: Options) -> None:
         names = set(schema.names)
-        if "channel" not in names or not pa.types.is_string(schema.field("channel").type):
-            raise ValueError(f"ebus writer: the rows need a string column `channel`; they have "
-                             f"{', '.join(schema.names)}")
+        requests = options["service"] is not None
+        if not requests and ("channel" not in names
+                             or not pa.types.is_string(schema.field("channel").type)):
+            raise ValueError(f"ebus writer: the rows need a string column `channel` (or option "
+                             f"`service`, to send requests); they have {', '.join(schema.names)}")
         if not names & {"data", "payload"}:
-            raise ValueError("ebus writer: the rows need a column `data` (JSON text) or "
-                             "`payload` (packed bytes)")
+            what = "request" if requests else "broadcast"
+            raise ValueError(f"ebus writer: the rows need a column `data` (JSON text) or "
+                             f"`payload` (packed bytes) to {what}; they have "
+                             f"{', '.join(schema.names)}")
         for column, check in (("data", pa.types.is_string), ("payload", pa.types.is_binary)):
             if column in names and not check(schema.field(column).type):
                 raise ValueError(f"ebus writer: column `{column}` has type "
                                  f"{schema.field(column).type}")
 
-    def open_publisher(self, options: Options) -> SinkPublisher:
+    def open_publisher(self, options: Options) -> SinkPublisher | Requester:
+        if options["service"] is not None:
+            return ServiceRequester(frontend_address(options), options["service"],
+                                    options["stalesMs"])
         address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
         return ConnectedXPub(address, send_hwm=options["sendHighWaterMark"],
                              send_timeout=options["sendTimeout"] or None)
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+        requests = options["service"] is not None
         channels = column_values(batch, "channel")
         data = column_values(batch, "data")
         payloads = column_values(batch, "payload")
         messages, errors, topics = [], [], []
         for channel, text_value, payload in zip(channels, data, payloads):
-            frames, error = _broadcast(channel, text_value, payload)
+            if requests:
+                frames, error = _request(text_value, payload)
+            else:
+                frames, error = _broadcast(channel, text_value, payload)
             messages.append(frames)
             errors.append(error)
             topics.append(frames[0] if frames else None)
@@ -154,12 +186,24 @@ def _broadcast(channel: str | None, data: str | None,
     """The two frames of a row's broadcast, or why there are none."""
     if not channel:
         return None, "no channel: `channel` is null or empty"
+    packed, error = _packed(data, payload)
+    return (None, error) if error else ([channel.encode("utf-8"), packed], None)
+
+
+def _request(data: str | None, payload: bytes | None) -> tuple[list[bytes] | None, str | None]:
+    """The one frame (packed data) of a row's request, or why there is none."""
+    packed, error = _packed(data, payload)
+    return (None, error) if error else ([packed], None)
+
+
+def _packed(data: str | None, payload: bytes | None) -> tuple[bytes, str | None]:
+    """A row's packed data: ``payload`` as given, or ``data`` (JSON text) packed."""
     if payload is not None and data is not None:
-        return None, "both `data` and `payload` are set; give one"
+        return b"", "both `data` and `payload` are set; give one"
     if payload is not None:
-        return [channel.encode("utf-8"), payload], None
+        return payload, None
     try:
         value = None if data is None else from_json(data)
     except ValueError as exc:
-        return None, f"`data` is not JSON text: {exc}"
-    return [channel.encode("utf-8"), pack(value)], None
+        return b"", f"`data` is not JSON text: {exc}"
+    return pack(value), None

@@ -24,12 +24,8 @@ from typing import Callable
 import zmq
 
 from ...log import logger
-from .wire import CLIENT, WORKER, pack
-
-HEARTBEAT_SECONDS = 0.5
-LIVENESS = 5
-REPLY_CACHE_SECONDS = 5.0
-DEFAULT_STALES_MS = 3000
+from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, REPLY_CACHE_SECONDS,
+                   WORKER, pack)
 
 
 @dataclass

@@ -24,6 +24,14 @@ BACKEND_PORT = 5001
 PUB_PORT = 5002     # broker's XSUB: publishers connect a PUB here
 SUB_PORT = 5003     # broker's XPUB: subscribers connect a SUB here
 
+#: the peers' timing, as the reference implementation's
+HEARTBEAT_SECONDS = 0.5      # a peer PINGs when it heard nothing for this long
+LIVENESS = 5                 # heartbeats missed before a peer is taken for gone
+DEFAULT_STALES_MS = 3000     # a request's lifetime unless it says otherwise
+RESEND_SECONDS = 1.0         # an unanswered request is resent after this long ...
+RESENDS = 3                  # ... at most this many times, with the same request id
+REPLY_CACHE_SECONDS = 5.0    # how long a broker answers a duplicate request id from its cache
+
 
 class PayloadError(ValueError):
     """A payload that is not ``zlib(BSON({"l": value}))`` or ``null``."""
@@ -54,6 +62,21 @@ def unpack(frame: bytes) -> Any:
     if "l" not in decoded:
         raise PayloadError(f"BSON document without key 'l' (keys: {', '.join(decoded)})")
     return decoded["l"]
+
+
+def answer_json(frame: bytes) -> str | None:
+    """JSON text of the data frame of a reply: packed as the reference peers pack it, or JSON
+    text as the spec writes it; None when it is neither."""
+    try:
+        return to_json(unpack(frame))
+    except PayloadError:
+        pass
+    try:
+        text = frame.decode("utf-8")
+        from_json(text)
+        return text
+    except ValueError:
+        return None
 
 
 def to_json(value: Any) -> str:

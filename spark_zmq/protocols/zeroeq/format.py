@@ -175,7 +175,7 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def check_input(self, schema: pa.Schema) -> None:
+    def check_input(self, schema: pa.Schema, options: Options) -> None:
         names = set(schema.names)
         if not names & {"event", "event_id"}:
             raise ValueError(f"zeroeq writer: the rows need a column `event` (an event name) or "

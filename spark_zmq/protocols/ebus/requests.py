@@ -1,0 +1,60 @@
+"""The request sink: with writer option ``service``, each row is a REQ to that service.
+
+The requests go through one long-lived ``Client`` per Python worker and option set, so the
+client's heartbeats, resends with the same request id and reconnects serve every task. Each
+answer becomes an ``Outcome`` the generic writer judges under ``mode``: REPLY is answered,
+REJECT refused, EXPIRED (the broker's, or the client's own after ``stalesMs``) unanswered.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from ..base import ANSWERED, REFUSED, UNANSWERED, Outcome, Requester
+from .client import Answer, Client
+from .wire import answer_json
+
+_KINDS = {"REPLY": ANSWERED, "REJECT": REFUSED, "EXPIRED": UNANSWERED}
+
+
+class ServiceRequester(Requester):
+    """Sends packed rows to ``service`` through the broker frontend at ``frontend``."""
+
+    def __init__(self, frontend: str, service: str, stales_ms: int) -> None:
+        self.name = f"service {service!r} at {frontend}"
+        self.frontend = frontend
+        self.service = service
+        self.stales_ms = stales_ms
+        self.client = Client(frontend)
+
+    def request(self, frames: list[bytes], request_id: str) -> Future:
+        outcome: Future = Future()
+        answer = self.client.request(self.service, frames[0], request_id=request_id,
+                                     stales_ms=self.stales_ms)
+        answer.add_done_callback(lambda done: self._resolve(done, outcome))
+        return outcome
+
+    def _resolve(self, done: Future, outcome: Future) -> None:
+        error = done.exception()
+        if error is not None:
+            outcome.set_exception(error)
+        else:
+            outcome.set_result(self.outcome_of(done.result()))
+
+    def outcome_of(self, answer: Answer) -> Outcome:
+        data = None if answer.data is None else answer_json(answer.data)
+        about = f"request {answer.request_id} to service {self.service!r} at {self.frontend}"
+        if answer.status == "REJECT":
+            detail = (f"{about} was refused (REJECT: the service has no worker, or its worker "
+                      f"refused it)")
+        elif answer.status == "EXPIRED":
+            detail = (f"{about} got no answer within stalesMs={self.stales_ms} (sent "
+                      f"{answer.sends} times)")
+        else:
+            detail = f"{about} was answered"
+            if data is None and answer.data not in (None, b"null"):
+                detail += " with data that is neither packed nor JSON"
+        return Outcome(answer.request_id, answer.status, _KINDS[answer.status], data, detail)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,179 @@
+"""The EBUS client's heartbeats, reconnects and resends (no Spark), against the package's
+broker and against a fake broker written here from the fact sheet that can fall silent, send
+DISCONNECT and leave requests unanswered."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+import zmq
+
+from conftest import wait_until
+from spark_zmq.log import logger
+from spark_zmq.protocols.ebus import Broker, Client, Worker, pack, unpack
+
+CLIENT, BROKER_SIDE = b"EBC01", b"EBW01"
+
+
+class FakeBroker:
+    """A ROUTER that records every client message as (identity, kind, args) and, while
+    ``answering`` is set, answers PING with HEARTBEAT."""
+
+    def __init__(self) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.answering = threading.Event()
+        self.answering.set()
+        self.received: list[tuple[bytes, bytes, list[bytes]]] = []
+        self._outbox: list[list[bytes]] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            with self._lock:
+                outbox, self._outbox = self._outbox, []
+            for frames in outbox:
+                self.sock.send_multipart(frames)
+            if not self.sock.poll(20):
+                continue
+            identity, empty, sender, kind, *args = self.sock.recv_multipart()
+            assert empty == b"" and sender == CLIENT, "a client message as the fact sheet has it"
+            with self._lock:
+                self.received.append((identity, kind, args))
+            if kind == b"PING" and self.answering.is_set():
+                self.sock.send_multipart([identity, b"", BROKER_SIDE, b"HEARTBEAT"])
+
+    def send(self, identity: bytes, kind: bytes, *args: bytes) -> None:
+        with self._lock:
+            self._outbox.append([identity, b"", BROKER_SIDE, kind, *args])
+
+    def messages(self, kind: bytes) -> list[tuple[bytes, list[bytes]]]:
+        with self._lock:
+            return [(identity, args) for identity, k, args in self.received if k == kind]
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(2)
+        self.sock.close(0)
+
+
+@pytest.fixture
+def fake_broker():
+    broker = FakeBroker()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+def log_lines():
+    """Lines the package logs during the test."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger.addHandler(handler)
+    yield lines
+    logger.removeHandler(handler)
+
+
+def test_client_pings_a_silent_broker_and_reconnects_with_a_new_identity(fake_broker, log_lines):
+    with Client(fake_broker.address) as client:
+        wait_until(lambda: len(fake_broker.messages(b"PING")) >= 3, timeout=10,
+                   what="PINGs while nothing else comes")
+        first = client.identity
+        assert {identity for identity, _ in fake_broker.messages(b"PING")} == {first}
+        assert client.reconnects == 0, "answered PINGs keep the connection"
+
+        fake_broker.answering.clear()                 # the broker falls silent
+        silent_since = time.monotonic()
+        wait_until(lambda: any(identity != first for identity, _ in fake_broker.messages(b"PING")),
+                   timeout=10, what="a PING from a new identity")
+        took = time.monotonic() - silent_since
+        assert client.identity != first and client.identity.startswith(b"C")
+        assert 2.0 <= took <= 6.0, f"reconnected after {took:.1f} s; liveness is 5 x 500 ms"
+        assert [line for line in log_lines if "reconnecting as" in line
+                and fake_broker.address in line and first.decode() in line]
+
+        fake_broker.answering.set()                   # and answers again
+        wait_until(lambda: any("answers again" in line for line in log_lines), timeout=10,
+                   what="the client to log that the broker answers again")
+        reconnects = client.reconnects
+        time.sleep(3.0)
+        assert client.reconnects == reconnects, "no reconnect while the broker answers"
+    warnings = [line for line in log_lines if "reconnecting as" in line]
+    assert len(warnings) <= reconnects, "one warning per outage, not one per message"
+
+
+def test_disconnect_from_the_broker_makes_the_client_reconnect_at_once(fake_broker, log_lines):
+    with Client(fake_broker.address) as client:
+        wait_until(lambda: fake_broker.messages(b"PING"), timeout=10, what="a first PING")
+        first = client.identity
+        fake_broker.send(first, b"DISCONNECT", b"maintenance")
+        asked_at = time.monotonic()
+        wait_until(lambda: any(identity != first for identity, _ in fake_broker.messages(b"PING")),
+                   timeout=10, what="a message from a new identity")
+        assert time.monotonic() - asked_at < 1.5
+        assert client.reconnects == 1
+        assert any("maintenance" in line for line in log_lines)
+
+
+def test_unanswered_request_is_resent_with_its_id_also_after_a_reconnect(fake_broker):
+    with Client(fake_broker.address) as client:
+        answer = client.request("slow", pack({"x": 1}), request_id="r-1", stales_ms=20_000)
+        wait_until(lambda: len(fake_broker.messages(b"REQ")) >= 2, timeout=10,
+                   what="the request and its resend")
+        (sender, first), (_, resend) = fake_broker.messages(b"REQ")[:2]
+        assert first == resend == [b"slow", b"r-1", pack({"x": 1}), b"20000"]
+
+        fake_broker.answering.clear()                 # silent: the client reconnects ...
+        wait_until(lambda: any(identity != sender for identity, _ in fake_broker.messages(b"REQ")),
+                   timeout=15, what="the request sent again by the new identity")
+        renewed, args = next((identity, args) for identity, args in fake_broker.messages(b"REQ")
+                             if identity != sender)
+        assert args[:2] == [b"slow", b"r-1"], "the same request id after the reconnect"
+        fake_broker.answering.set()
+        fake_broker.send(renewed, b"REPLY", b"someone-else", pack("not ours"))   # discarded
+        fake_broker.send(renewed, b"REPLY", b"r-1", pack({"y": 2}))
+        result = answer.result(10)
+    assert (result.request_id, result.status, unpack(result.data)) == ("r-1", "REPLY", {"y": 2})
+    assert result.sends >= 3
+
+
+def test_request_expires_after_its_stales_time_and_is_cancelled(fake_broker):
+    with Client(fake_broker.address) as client:
+        started = time.monotonic()
+        result = client.request("silent", pack(1), request_id="r-2", stales_ms=1500).result(10)
+        took = time.monotonic() - started
+        wait_until(lambda: fake_broker.messages(b"CANCEL"), timeout=5, what="a CANCEL")
+    assert (result.status, result.data, result.sends) == ("EXPIRED", None, 2)
+    assert 1.4 <= took <= 3.0
+    assert fake_broker.messages(b"CANCEL")[0][1] == [b"silent", b"r-2"]
+    assert len(fake_broker.messages(b"REQ")) == 2, "sent, then resent once after 1 s"
+
+
+def test_client_against_the_package_broker_stays_connected_and_gets_answers():
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    worker = Worker(f"tcp://127.0.0.1:{broker.backend_port}", "double", lambda x: 2 * x)
+    try:
+        with Client(f"tcp://127.0.0.1:{broker.frontend_port}") as client:
+            wait_until(lambda: client.ask("SERVICES") == ["double"], timeout=10,
+                       what="the worker to register")
+            time.sleep(3.5)                            # longer than 5 heartbeats of silence
+            assert client.reconnects == 0, "the broker answers PINGs"
+            answers = [client.request("double", pack(n)) for n in range(20)]
+            assert [unpack(a.result(10).data) for a in answers] == [2 * n for n in range(20)]
+            refused = client.request("nobody", pack(1)).result(10)
+            assert refused.status == "REJECT"
+            # the same id again while the broker caches its reply: answered from the cache
+            again = client.request("double", pack(99), request_id=answers[0].result().request_id)
+            assert unpack(again.result(10).data) == 0
+    finally:
+        worker.close()
+        broker.close()

@@ -1,0 +1,141 @@
+"""The EBUS request sink: `writeStream.format("ebus").option("service", ...)` sends each row as
+a request through the package's broker; answers land in `replyPath`; refused and unanswered
+requests follow `mode`."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import pytest
+import zmq
+
+from spark_zmq.protocols.ebus import Broker, Worker
+
+pytestmark = pytest.mark.spark
+
+
+class SilentWorker:
+    """Registers a service and heartbeats, but never answers a request."""
+
+    def __init__(self, address: str, service: str) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode()))
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(address)
+        self.sock.send_multipart([b"EBW01", b"READY", b"null", service.encode()])
+        self.requests: list[bytes] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            if self.sock.poll(200):
+                frames = self.sock.recv_multipart()
+                if frames[1] == b"REQ":
+                    self.requests.append(frames[2])
+            self.sock.send_multipart([b"EBW01", b"HEARTBEAT"])
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(2)
+        self.sock.close(0)
+
+
+def refuse(data):
+    raise ValueError(f"will not take {data!r}")
+
+
+@pytest.fixture(scope="module")
+def broker():
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    backend = f"tcp://127.0.0.1:{broker.backend_port}"
+    peers = [Worker(backend, "echo", lambda data: {"echo": data}),
+             Worker(backend, "refuse", refuse), SilentWorker(backend, "silent")]
+    yield broker
+    for peer in peers:
+        peer.close()
+    broker.close()
+
+
+def run_requests(spark, tmp_path, broker, rows, **options):
+    """Write ``rows`` (dicts with `data`) through the request sink; (exception text, answers)."""
+    name = uuid.uuid4().hex[:8]
+    inbox = tmp_path / f"in-{name}"
+    inbox.mkdir()
+    (inbox / "rows.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    replies = tmp_path / f"replies-{name}"
+    writer = (spark.readStream.schema("data STRING").json(str(inbox)).writeStream
+              .format("ebus").option("frontendPort", broker.frontend_port)
+              .option("replyPath", str(replies))
+              .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+              .trigger(availableNow=True))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.start()
+    try:
+        query.awaitTermination(180)
+    except Exception:              # a failed query raises here; its exception() tells why
+        pass
+    finally:
+        query.stop()
+    error = query.exception()
+    answers = []
+    if replies.exists():
+        answers = sorted((r.requestId, r.status, r.data, r.batchId)
+                         for r in spark.read.parquet(str(replies)).collect())
+    return (str(error) if error else None), answers, query.id
+
+
+def test_each_row_is_a_request_whose_answer_lands_in_reply_path(spark, tmp_path, broker):
+    rows = [{"data": json.dumps({"n": n})} for n in range(6)] + [{"data": "{not json"}]
+    error, answers, query_id = run_requests(spark, tmp_path, broker, rows, service="echo")
+    assert error is None
+    assert len(answers) == 6, "the row that is not JSON is skipped (PERMISSIVE)"
+    assert {status for _, status, _, _ in answers} == {"REPLY"}
+    assert sorted(json.loads(data)["echo"]["n"] for _, _, data, _ in answers) == list(range(6))
+    ids = [request_id for request_id, _, _, _ in answers]
+    assert len(set(ids)) == 6 and all(i.startswith(f"{query_id}/0/") for i in ids)
+    assert {batch for _, _, _, batch in answers} == {0}
+
+
+def test_refused_requests_are_recorded_or_fail_the_batch_under_failfast(spark, tmp_path, broker):
+    rows = [{"data": json.dumps(n)} for n in range(3)]
+    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="refuse")
+    assert error is None
+    assert [(status, data) for _, status, data, _ in answers] == [("REJECT", "null")] * 3
+
+    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="refuse",
+                                     mode="FAILFAST")
+    assert error is not None and answers == []
+    assert "to service 'refuse'" in error and "was refused" in error and "request " in error
+
+
+def test_unanswered_requests_fail_the_batch_unless_dropmalformed(spark, tmp_path, broker):
+    rows = [{"data": json.dumps(n)} for n in range(2)]
+    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="silent",
+                                     stalesMs="1500")
+    assert error is not None and answers == []
+    assert "to service 'silent'" in error and "no answer within stalesMs=1500" in error
+
+    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="silent",
+                                     stalesMs="1500", mode="DROPMALFORMED")
+    assert error is None
+    assert [(status, data) for _, status, data, _ in answers] == [("EXPIRED", None)] * 2
+
+
+def test_request_sink_option_and_column_errors(spark, tmp_path, broker):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "rows.json").write_text('{"channel": "a"}\n')
+    frame = spark.readStream.schema("channel STRING").json(str(inbox))
+    with pytest.raises(Exception, match="need a column `data`"):
+        frame.writeStream.format("ebus").option("service", "echo").option(
+            "checkpointLocation", str(tmp_path / "c1")).start().awaitTermination(60)
+    frame = spark.readStream.schema("data STRING").json(str(inbox))
+    with pytest.raises(Exception, match="option 'stalesMs' must be a positive integer"):
+        frame.writeStream.format("ebus").option("service", "echo").option(
+            "stalesMs", "soon").option(
+            "checkpointLocation", str(tmp_path / "c2")).start().awaitTermination(60)
