@@ -17,8 +17,6 @@ messages dropped at the spool's bound are written into the partition as fault ro
 
 from __future__ import annotations
 
-import os
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .log import logger
+from .mailbox import Mailbox
 from .protocols.base import Endpoint
 from .spool import SPOOL_SCHEMA, Spool
 
@@ -87,9 +86,7 @@ class Capture:
         self.flush_interval = flush_interval
         self.name = name
         self._context = zmq.Context.instance()
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
+        self._mailbox = Mailbox()          # join/leave from discovery; wake-ups for sync/close
         self._connections: dict[str, _Connection] = {}
         self._by_socket: dict[zmq.Socket, _Connection] = {}
         self._by_monitor: dict[zmq.Socket, _Connection] = {}
@@ -124,7 +121,7 @@ class Capture:
         with self._sync_lock:
             self._sync_asked += 1
             wanted = self._sync_asked
-        self._wake()
+        self._mailbox.wake()
         with self._sync_lock:
             done = self._sync_lock.wait_for(
                 lambda: self._sync_done >= wanted or not self._thread.is_alive(), timeout)
@@ -134,26 +131,17 @@ class Capture:
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop receiving, write what was received, close sockets. Idempotent."""
-        if self._wake_w < 0:
+        if self._mailbox.closed:
             return
         self._stopping = True
-        self._wake()
+        self._mailbox.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
         if not self._thread.is_alive():
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._wake_r = self._wake_w = -1
+            self._mailbox.close()
 
     def _command(self, command: tuple) -> None:
-        self._commands.put(command)
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        self._mailbox.post(command)
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
@@ -162,7 +150,7 @@ class Capture:
     # -- the capture thread --------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._poller.register(self._mailbox, zmq.POLLIN)
         next_flush = time.monotonic() + self.flush_interval
         try:
             while not self._stopping:
@@ -174,8 +162,7 @@ class Capture:
                 for item, _ in self._poller.poll(timeout_ms):
                     if item in self._by_socket:
                         received += self._receive(self._by_socket[item])
-                    elif item == self._wake_r:
-                        self._drain_wakeups()
+                    elif item == self._mailbox.fileno():
                         self._apply_commands()
                     elif item in self._by_monitor:
                         self._on_monitor_event(self._by_monitor[item])
@@ -195,13 +182,6 @@ class Capture:
             logger.exception("%s: capture stopped by an error", self.name)
         finally:
             self._shutdown()
-
-    def _drain_wakeups(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
 
     def _receive(self, conn: _Connection) -> int:
         recv = conn.socket.recv_multipart
@@ -272,11 +252,7 @@ class Capture:
         return min(times, default=float("inf"))
 
     def _apply_commands(self) -> None:
-        while True:
-            try:
-                command, arg = self._commands.get_nowait()
-            except queue.Empty:
-                return
+        for command, arg in self._mailbox.take():
             if command == "join":
                 self._join(arg)
             else:
@@ -436,7 +412,7 @@ class Capture:
                                  conn.endpoint.key)
             self._unregister(conn)
         self._connections.clear()
-        self._poller.unregister(self._wake_r)
+        self._poller.unregister(self._mailbox)
         with self._sync_lock:
             self._sync_lock.notify_all()
 

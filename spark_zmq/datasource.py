@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 from .options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse_options
 from .protocols.base import SinkProtocol, StreamProtocol
 from .protocols.ebus import EBus
+from .protocols.goby import Goby
 from .protocols.zeroeq import ZeroEQ
 from .sink import ZmqStreamWriter
 from .source import ZmqStreamReader, output_schema
@@ -65,3 +66,9 @@ class EBusDataSource(ZmqDataSource):
     """``format("ebus")``: broadcasts on EBUS broker channels."""
 
     protocol = EBus()
+
+
+class GobyDataSource(ZmqDataSource):
+    """``format("goby")``: Goby3 messages through gobyd's Manager and Router."""
+
+    protocol = Goby()

@@ -51,6 +51,20 @@ def positive_int(value: str) -> int:
     return number
 
 
+def port(value: str) -> int:
+    number = positive_int(value)
+    if number > 65535:
+        raise ValueError("not a port")
+    return number
+
+
+def positive_float(value: str) -> float:
+    number = float(value.strip())
+    if not number > 0:
+        raise ValueError("not positive")
+    return number
+
+
 def non_negative_float(value: str) -> float:
     number = float(value.strip())
     if not number >= 0:

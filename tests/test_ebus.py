@@ -116,6 +116,50 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("mode", ["DROPMALFORMED", "FAILFAST"])
+def test_malformed_broadcasts_follow_mode(spark, tmp_path, mode):
+    relay = BroadcastRelay(pub_port=0, sub_port=0)
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.connect(f"tcp://127.0.0.1:{relay.pub_port}")
+    name = f"ebus_{mode.lower()}"
+    query = (spark.readStream.format("ebus").option("subPort", relay.sub_port)
+             .option("channels", "A").option("mode", mode)
+             .option("spoolPath", str(tmp_path / "spool")).load()
+             .writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+
+    def warm_up_seen():
+        publisher.send_multipart([b"A/warm", pack(0)])
+        return spark.sql(f"select * from {name}").count() > 0
+
+    try:
+        wait_until(warm_up_seen, timeout=90, interval=0.5, what="the subscription to settle")
+        publisher.send_multipart([b"A", pack("good")])
+        publisher.send_multipart([b"A", b"not zlib at all"])
+        publisher.send_multipart([b"A-single-frame"])
+        publisher.send_multipart([b"A", pack("also good")])
+        if mode == "FAILFAST":
+            with pytest.raises(Exception) as failure:
+                query.awaitTermination(90)
+            message = str(failure.value)
+            assert "mode=FAILFAST" in message and "not zlib-deflated" in message
+            return
+        wait_until(lambda: spark.sql(f"select * from {name} where channel = 'A'").count() == 2,
+                   timeout=60, what="the well-formed broadcasts")
+        query.processAllAvailable()
+        rows = spark.sql(f"select channel, data, error from {name} "
+                         "where channel is null or channel != 'A/warm' order by offset").collect()
+    finally:
+        query.stop()
+        publisher.close(0)
+        relay.close()
+    assert [(r.channel, r.data, r.error) for r in rows] == [
+        ("A", '"good"', None), ("A", '"also good"', None)]
+
+
+@pytest.mark.spark
 def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tmp_path):
     relay = BroadcastRelay(pub_port=0, sub_port=0)
     subscriber = zmq.Context.instance().socket(zmq.SUB)

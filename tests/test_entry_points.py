@@ -1,4 +1,4 @@
-"""The README's promises: its options table is generated, its main job runs."""
+"""The README's promises: its options table is generated, its examples and main job run."""
 
 from __future__ import annotations
 
@@ -27,6 +27,31 @@ def test_cli_prints_options():
     out = subprocess.run([sys.executable, "-m", "spark_zmq", "options", "zeroeq"],
                          capture_output=True, text=True, check=True).stdout
     assert "| `maxRecordsPerTrigger` |" in out and "| `session` |" in out
+
+
+#: an example block: the code, then what it prints
+EXAMPLE = re.compile(r"<!-- example:(\w+) -->\n```python\n(.*?)```\n.*?```\n(.*?)```\n"
+                     r"<!-- /example -->", re.S)
+
+
+def readme_examples() -> list:
+    return [pytest.param(code, printed, id=name)
+            for name, code, printed in EXAMPLE.findall((ROOT / "README.md").read_text())]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("code, printed", readme_examples())
+def test_readme_example_prints_what_the_readme_shows(code, printed, tmp_path):
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert printed in result.stdout, result.stdout
+
+
+def test_the_readme_has_examples():
+    assert [param.id for param in readme_examples()] == ["goby"]
 
 
 @pytest.mark.spark

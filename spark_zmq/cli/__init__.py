@@ -2,7 +2,8 @@
 
 ``options [FORMAT]`` prints a format's options as a Markdown table, generated from their
 definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ from a shell
-(``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``).
+(``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
+``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..datasource import EBusDataSource, ZeroEQDataSource
+from ..datasource import EBusDataSource, GobyDataSource, ZeroEQDataSource
 from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
 from ..protocols.base import SinkProtocol
 from .ebus import add_ebus_parser, run_ebus
+from .goby import add_goby_parser, run_goby
 from .zeroeq import add_zeroeq_parser, run_zeroeq
 
-FORMATS = {source.name(): source.protocol for source in (ZeroEQDataSource, EBusDataSource)}
+FORMATS = {source.name(): source.protocol
+           for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource)}
+#: how each tool subcommand runs its parsed arguments
+RUNNERS = {"zeroeq": run_zeroeq, "ebus": run_ebus, "goby": run_goby}
 
 
 def options_markdown(format_name: str, shared: bool = True) -> str:
@@ -45,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                          help="only the format's own options, not the generic ones")
     add_zeroeq_parser(commands)
     add_ebus_parser(commands)
+    add_goby_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0
-    return run_ebus(args) if args.command == "ebus" else run_zeroeq(args)
+    return RUNNERS[args.command](args)

@@ -19,8 +19,6 @@ one-shot SERVICES or WORKERS question, for the CLI.
 
 from __future__ import annotations
 
-import os
-import queue
 import threading
 import time
 import uuid
@@ -31,6 +29,7 @@ from typing import Any
 import zmq
 
 from ...log import logger
+from ...mailbox import Mailbox
 from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, RESEND_SECONDS,
                    RESENDS, WORKER, PayloadError, unpack)
 
@@ -89,9 +88,7 @@ class Client:
         self._poller = zmq.Poller()
         self._requests: dict[bytes, _Request] = {}
         self._questions: dict[bytes, tuple[bytes, Future]] = {}
-        self._commands: queue.SimpleQueue = queue.SimpleQueue()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
+        self._mailbox = Mailbox()         # requests and questions from callers' threads
         self._stopping = False
         self._last_heard = self._next_ping = 0.0
         self._outage = False             # a silence was logged and the broker not heard since
@@ -130,15 +127,13 @@ class Client:
 
     def close(self) -> None:
         """Stop; requests still waiting fail with BrokerError. Idempotent."""
-        if self._wake_w < 0:
+        if self._mailbox.closed:
             return
         self._stopping = True
-        self._wake()
+        self._mailbox.wake()
         self._thread.join(5)
         if not self._thread.is_alive():
-            os.close(self._wake_r)
-            os.close(self._wake_w)
-            self._wake_r = self._wake_w = -1
+            self._mailbox.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -149,19 +144,12 @@ class Client:
     def _command(self, kind: str, argument: Any) -> None:
         if self._stopping or not self._thread.is_alive():
             raise BrokerError(f"the EBUS client of {self.address} is closed")
-        self._commands.put((kind, argument))
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._mailbox.post((kind, argument))
 
     # -- the client's thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._poller.register(self._mailbox, zmq.POLLIN)
         self._connect()
         try:
             while not self._stopping:
@@ -170,7 +158,6 @@ class Client:
                     if item is self._socket:
                         self._receive()
                     else:
-                        self._drain_wakeups()
                         self._apply_commands()
                 self._keep_alive()
                 self._resend_and_expire()
@@ -295,19 +282,8 @@ class Client:
         except zmq.Again:
             return False
 
-    def _drain_wakeups(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def _apply_commands(self) -> None:
-        while True:
-            try:
-                kind, argument = self._commands.get_nowait()
-            except queue.Empty:
-                return
+        for kind, argument in self._mailbox.take():
             if kind == "request":
                 self._new_request(argument)
             elif kind == "ask":

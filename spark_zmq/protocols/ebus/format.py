@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ...options import (REQUEST_WRITER_OPTIONS, Option, Options, boolean, comma_list,
+from ...options import (REQUEST_WRITER_OPTIONS, Option, Options, boolean, comma_list, port,
                         positive_int, text)
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, Requester, SinkProtocol,
@@ -24,20 +24,13 @@ from .wire import (BROKER_CHANNEL, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT, S
                    PayloadError, from_json, pack, to_json, unpack)
 
 
-def _port(value: str) -> int:
-    port = positive_int(value)
-    if port > 65535:
-        raise ValueError("not a port")
-    return port
-
-
 def _channels(value: str) -> tuple[str, ...]:
     return comma_list(value) or ("",)
 
 
 BROKER = Option("broker", text, "a host name or address", "127.0.0.1", "The EBUS broker's host.")
 FRONTEND_OPTIONS = (
-    Option("frontendPort", _port, "a port number", str(FRONTEND_PORT),
+    Option("frontendPort", port, "a port number", str(FRONTEND_PORT),
            "The broker's frontend port (clients): asked for SERVICES with `channels=services`, "
            "sent requests with `service`."),
     Option("frontendEndpoint", text, "a zmq endpoint such as tcp://host:5000", None,
@@ -53,7 +46,7 @@ class EBus(StreamProtocol, SinkProtocol):
     name = "ebus"
     reader_options = (
         BROKER,
-        Option("subPort", _port, "a port number", str(SUB_PORT),
+        Option("subPort", port, "a port number", str(SUB_PORT),
                "The broker's sub port (its XPUB), where broadcasts are read."),
         Option("subEndpoint", text, "a zmq endpoint such as tcp://host:5003", None,
                "The sub address in full; overrides `broker` and `subPort`."),
@@ -69,7 +62,7 @@ class EBus(StreamProtocol, SinkProtocol):
     )
     writer_options = (
         BROKER,
-        Option("pubPort", _port, "a port number", str(PUB_PORT),
+        Option("pubPort", port, "a port number", str(PUB_PORT),
                "The broker's pub port (its XSUB), where broadcasts are sent."),
         Option("pubEndpoint", text, "a zmq endpoint such as tcp://host:5002", None,
                "The pub address in full; overrides `broker` and `pubPort`."),

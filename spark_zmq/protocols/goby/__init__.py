@@ -1,0 +1,21 @@
+"""Goby3: the ``goby`` format, through gobyd's Manager and Router.
+
+``wire``       identifiers (``/group/scheme/type/pid/thread/`` + NUL), schemes, prefixes
+``messages``   the Manager's protobuf messages, built at import (no protoc step)
+``manager``    the client of the Manager: where it is, the socket exchange, the hold handshake
+``daemon``     a stand-in gobyd: Manager, Router (XPUB/XSUB proxy), hold responder
+``discovery``  the Router found through the Manager, followed across gobyd restarts
+``payloads``   CSTR, JSON (BSON) and PROTOBUF (descriptor set) payloads as text
+``publisher``  a writer's publisher on the Router, under gobyd's hold
+``format``     what the generic stream reader and writer need (options, columns, decode, encode)
+"""
+
+from .daemon import GobyDaemon
+from .format import Goby
+from .manager import (HoldHandshake, HoldTimeout, ManagerAddress, ManagerError,
+                      ManagerUnreachable, Router, request_router)
+from .wire import SCHEMES, Identifier, IdentifierError, identifier, split_message
+
+__all__ = ["GobyDaemon", "Goby", "HoldHandshake", "HoldTimeout", "Identifier", "IdentifierError",
+           "ManagerAddress", "ManagerError", "ManagerUnreachable", "Router", "SCHEMES",
+           "identifier", "request_router", "split_message"]

@@ -1,0 +1,254 @@
+"""The ``goby`` format: Goby3 interprocess messages through gobyd's Manager and Router.
+
+Reading: discovery asks gobyd's Manager for the Router's XPUB; each identifier prefix of option
+``subscribe`` is one partition with its own SUB socket subscribed to it (keyed by prefix and
+Manager address, so a gobyd restart keeps the keys). Decoding splits each message at its first
+NUL into the five identifier parts and the payload, and shows CSTR and JSON payloads as text and
+PROTOBUF payloads of types in ``protobufDescriptorSet`` as JSON.
+Writing: rows ``group``, ``scheme``, ``type`` and ``payload`` (or ``text`` for CSTR and JSON)
+become messages of this process and thread, sent through the Router's XSUB under gobyd's hold.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from ...options import (Option, OptionError, Options, comma_list, non_negative_float, port,
+                        positive_float, text)
+from ...spool import Source
+from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
+                    StateStore, StreamProtocol, column_values)
+from .discovery import ManagerDiscovery
+from .manager import (DEFAULT_PLATFORM, DEFAULT_TCP_PORT, DEFAULT_TIMEOUT, ManagerAddress,
+                      Router)
+from .payloads import (PayloadError, bson_json, cstr_payload, cstr_text, descriptor_set,
+                       json_bson)
+from .publisher import GobyPublisher
+from .wire import (CSTR_TYPE, SCHEMES, IdentifierError, identifier, scheme_part, split_message,
+                   subscription_prefix, thread_hash)
+
+#: the client name of a reader's Manager requests (it runs outside any Spark task)
+READER_CLIENT_NAME = "spark_zmq_reader"
+#: the client name of a writer when neither clientName nor a Spark application name is known
+FALLBACK_CLIENT_NAME = "spark_zmq"
+CSTR, PROTOBUF, JSON = SCHEMES["CSTR"], SCHEMES["PROTOBUF"], SCHEMES["JSON"]
+
+
+def _seconds_or_unlimited(value: str) -> float | None:
+    return non_negative_float(value) or None
+
+
+def _prefixes(value: str) -> tuple[bytes, ...]:
+    prefixes = tuple(subscription_prefix(item) for item in comma_list(value))
+    twice = sorted({p for p in prefixes if prefixes.count(p) > 1})
+    if twice:
+        raise ValueError(f"{twice[0].decode()} given twice")
+    return prefixes
+
+
+_MANAGER_OPTIONS = (
+    Option("platform", text, "a Goby platform name", DEFAULT_PLATFORM,
+           "IPC: gobyd's Manager is at ipc:///tmp/goby_{platform}.manager."),
+    Option("socketName", text, "a path", None,
+           "IPC: gobyd's `socket_name` in full, overriding `platform`: the Manager is at "
+           "ipc://{socketName}.manager."),
+    Option("managerHost", text, "a host name or address", "127.0.0.1",
+           "TCP: the host of gobyd's Manager. Setting it or `managerPort` selects TCP (IPC "
+           "otherwise, gobyd's default)."),
+    Option("managerPort", port, "a port number", str(DEFAULT_TCP_PORT),
+           "TCP: the port of gobyd's Manager (its `tcp_port`)."),
+    Option("managerTimeout", positive_float, "a positive number of seconds",
+           f"{DEFAULT_TIMEOUT:g}",
+           "How long to wait for gobyd's Manager to answer; the query fails after that, naming "
+           "the address tried."),
+    Option("clientName", text, "a name", None,
+           "The client name given to gobyd (its `required_client` names for the hold). "
+           f"Default: the Spark application name for a writer, `{READER_CLIENT_NAME}` for a "
+           "reader."),
+)
+
+
+def manager_address(options: Options) -> ManagerAddress:
+    """Where the options say gobyd's Manager is; OptionError for IPC and TCP options mixed."""
+    tcp = [name for name in ("managerHost", "managerPort") if options.is_set(name)]
+    ipc = [name for name in ("platform", "socketName") if options.is_set(name)]
+    if tcp and ipc:
+        raise OptionError(f"goby: options {', '.join(ipc)} (IPC) and {', '.join(tcp)} (TCP) "
+                          f"select different transports; give one kind")
+    if tcp:
+        return ManagerAddress.tcp(options["managerHost"], options["managerPort"])
+    return ManagerAddress.ipc(options["platform"], options["socketName"])
+
+
+def spark_application_name() -> str:
+    """The Spark application's name, as a writer task sees it (a local property of its job)."""
+    try:
+        from pyspark import TaskContext
+        context = TaskContext.get()
+        name = context.getLocalProperty("spark.app.name") if context is not None else None
+    except Exception:              # outside Spark
+        name = None
+    return name or FALLBACK_CLIENT_NAME
+
+
+class Goby(StreamProtocol, SinkProtocol):
+    name = "goby"
+    reader_options = _MANAGER_OPTIONS + (
+        Option("subscribe", _prefixes, "comma-separated identifier prefixes", "/",
+               "Read messages whose identifier starts with one of these: `/group/`, "
+               "`/group/scheme/`, `/group/scheme/type/` and deeper; a missing leading or "
+               "trailing `/` is added, so `Foo` never matches `FooBar`; `/` reads everything. "
+               "One partition per prefix (a message under two prefixes is read by both)."),
+        Option("protobufDescriptorSet", text, "a path to a serialized FileDescriptorSet", None,
+               "Decode PROTOBUF payloads of the types it holds into the `json` column (build "
+               "it with protoc --include_imports --descriptor_set_out); executors read it too."),
+    )
+    writer_options = _MANAGER_OPTIONS + (
+        Option("holdTimeout", _seconds_or_unlimited, "a number of seconds (0: no limit)", "60",
+               "While gobyd holds publications (its required clients are not all ready), a "
+               "writer task waits with its rows; after this long the task fails."),
+    )
+    columns = pa.schema([
+        pa.field("group", pa.string()),
+        pa.field("scheme", pa.string()),
+        pa.field("scheme_id", pa.int32()),
+        pa.field("type", pa.string()),
+        pa.field("process", pa.int32()),
+        pa.field("thread", pa.string()),
+        pa.field("text", pa.string()),
+        pa.field("json", pa.string()),
+    ])
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def check_options(self, options: Options) -> None:
+        manager_address(options)
+        path = options["protobufDescriptorSet"]
+        if path is not None:
+            try:
+                descriptor_set(path)
+            except ValueError as exc:
+                raise OptionError(f"goby: option 'protobufDescriptorSet': {exc}") from None
+
+    def discovery(self, options: Options, state: StateStore) -> Discovery:
+        manager = manager_address(options)
+
+        def endpoint_of(prefix: bytes, router: Router) -> Endpoint:
+            shown = prefix.decode("utf-8")
+            return Endpoint(f"{shown}@{manager.label}", router.subscribe,
+                            {"prefix": shown, "manager": manager.endpoint}, (prefix,))
+
+        return ManagerDiscovery(manager, options["clientName"] or READER_CLIENT_NAME,
+                                options["managerTimeout"], options["subscribe"], endpoint_of)
+
+    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
+        path = options["protobufDescriptorSet"]
+        types = descriptor_set(path) if path is not None else None
+        rows = [_decode_message(message, types) for message in frames.to_pylist()]
+        names = ("payload", "error") + tuple(self.columns.names)
+        values = dict(zip(names, zip(*rows))) if rows else {name: () for name in names}
+        columns = {field.name: pa.array(values[field.name], field.type) for field in self.columns}
+        return Decoded(pa.array(values["payload"], pa.binary()),
+                       pa.array(values["error"], pa.string()), columns)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def check_input(self, schema: pa.Schema, options: Options) -> None:
+        manager_address(options)       # IPC and TCP options mixed fail here, on the driver
+        names = set(schema.names)
+        wanted = {"group": pa.types.is_string, "scheme": _string_or_integer,
+                  "type": pa.types.is_string, "payload": pa.types.is_binary,
+                  "text": pa.types.is_string}
+        missing = [name for name in ("group", "scheme") if name not in names]
+        if missing or not names & {"payload", "text"}:
+            raise ValueError(f"goby writer: the rows need columns `group`, `scheme`, `type` "
+                             f"(except for CSTR) and `payload` or `text`; they have "
+                             f"{', '.join(schema.names)}")
+        for name, check in wanted.items():
+            if name in names and not check(schema.field(name).type):
+                raise ValueError(f"goby writer: column `{name}` has type "
+                                 f"{schema.field(name).type}")
+
+    def open_publisher(self, options: Options) -> SinkPublisher:
+        return GobyPublisher(manager_address(options),
+                             options["clientName"] or spark_application_name(),
+                             manager_timeout=options["managerTimeout"],
+                             hold_timeout=options["holdTimeout"],
+                             send_hwm=options["sendHighWaterMark"],
+                             send_timeout=options["sendTimeout"] or None)
+
+    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+        process, thread = os.getpid(), thread_hash()
+        messages, errors, topics = [], [], []
+        for row in zip(*(column_values(batch, name)
+                         for name in ("group", "scheme", "type", "payload", "text"))):
+            try:
+                message = encode_message(*row, process=process, thread=thread)
+            except (IdentifierError, PayloadError, ValueError) as exc:
+                messages.append(None)
+                errors.append(str(exc))
+                topics.append(None)
+                continue
+            messages.append([message])
+            errors.append(None)
+            topics.append(message[:message.index(b"\0")])
+        return Encoded(messages, errors, topics)
+
+
+def _string_or_integer(data_type: pa.DataType) -> bool:
+    return pa.types.is_string(data_type) or pa.types.is_integer(data_type)
+
+
+def _decode_message(frames: list[bytes], types) -> tuple:
+    """(payload, error, group, scheme, scheme_id, type, process, thread, text, json) of one
+    captured message."""
+    if len(frames) != 1:
+        sizes = ", ".join(str(len(f)) for f in frames)
+        return (b"".join(frames), f"malformed Goby message: {len(frames)} frames of {sizes} "
+                f"bytes; expected one. payload holds the frames concatenated",
+                None, None, None, None, None, None, None, None)
+    try:
+        ident, payload = split_message(frames[0])
+    except IdentifierError as exc:
+        return (frames[0], f"malformed Goby identifier: {exc}. payload holds the whole message",
+                None, None, None, None, None, None, None, None)
+    text_value = json_value = error = None
+    try:
+        if ident.scheme_id == CSTR:
+            text_value = cstr_text(payload)
+        elif ident.scheme_id == JSON:
+            text_value = bson_json(payload)
+        elif ident.scheme_id == PROTOBUF and types is not None:
+            json_value = types.to_json(ident.type, payload)
+    except PayloadError as exc:
+        error = f"malformed payload of {ident.group}/{ident.type}: {exc}"
+    return (payload, error, ident.group, ident.scheme, ident.scheme_id, ident.type,
+            ident.process, ident.thread, text_value, json_value)
+
+
+def encode_message(group, scheme, type_name, payload, text_value, *, process: int,
+                thread: str) -> bytes:
+    """The one frame of a row's message; ValueError (and kin) says why there is none."""
+    if not group:
+        raise ValueError("no group: `group` is null or empty")
+    if scheme is None or scheme == "":
+        raise ValueError("no scheme: `scheme` is null or empty")
+    scheme_name = scheme_part(scheme)
+    scheme_id = SCHEMES.get(scheme_name, int(scheme_name) if scheme_name.isdecimal() else None)
+    if scheme_id == CSTR and not type_name:
+        type_name = CSTR_TYPE
+    if not type_name:
+        raise ValueError(f"no type: `type` is null or empty (scheme {scheme_name})")
+    if (payload is None) == (text_value is None):
+        raise ValueError("give exactly one of `payload` and `text`")
+    if payload is None:
+        if scheme_id == CSTR:
+            payload = cstr_payload(text_value)
+        elif scheme_id == JSON:
+            payload = json_bson(text_value)
+        else:
+            raise ValueError(f"`text` is for CSTR and JSON rows; a {scheme_name} row needs "
+                             f"`payload`")
+    return identifier(group, scheme_name, type_name, process, thread) + payload

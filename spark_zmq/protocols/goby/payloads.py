@@ -1,0 +1,128 @@
+"""Payloads of the schemes that can be shown as text: CSTR, JSON (BSON on the wire) and
+PROTOBUF (given a descriptor set of its types).
+
+Decoding a PROTOBUF payload needs its type's descriptor; users hand over a serialized
+``FileDescriptorSet`` (``protoc --include_imports --descriptor_set_out=...``). Its pool is built
+once per process and file version, since executors decode many batches with it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import bson
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+
+from ..ebus.wire import from_json, to_json
+
+
+class PayloadError(ValueError):
+    """A payload that its scheme cannot decode."""
+
+
+def cstr_text(payload: bytes) -> str:
+    """The text of a CSTR payload: the C string without its trailing NUL."""
+    body = payload[:-1] if payload.endswith(b"\0") else payload
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PayloadError(f"CSTR payload is not UTF-8: {exc}") from None
+
+
+def cstr_payload(text: str) -> bytes:
+    return text.encode("utf-8") + b"\0"
+
+
+def bson_json(payload: bytes) -> str:
+    """JSON text of a JSON-scheme payload (BSON; types without a JSON equivalent as MongoDB
+    extended JSON, as the EBUS format shows them)."""
+    try:
+        return to_json(bson.decode(payload))
+    except Exception as exc:              # bson raises InvalidBSON and friends
+        raise PayloadError(f"JSON payload is not a BSON document: {exc}") from None
+
+
+def json_bson(text: str) -> bytes:
+    """The BSON payload of JSON text, which must be an object (BSON documents are)."""
+    try:
+        value = from_json(text)
+    except ValueError as exc:
+        raise PayloadError(f"`text` of a JSON row is not JSON text: {exc}") from None
+    if not isinstance(value, dict):
+        raise PayloadError("`text` of a JSON row must be a JSON object (BSON documents are)")
+    try:
+        return bson.encode(value)
+    except Exception as exc:              # bson's InvalidDocument
+        raise PayloadError(f"`text` of a JSON row cannot be BSON: {exc}") from None
+
+
+class DescriptorSet:
+    """The message types of a serialized FileDescriptorSet, for PROTOBUF payloads to JSON."""
+
+    def __init__(self, data: bytes, name: str) -> None:
+        self.name = name
+        try:
+            files = list(descriptor_pb2.FileDescriptorSet.FromString(data).file)
+        except Exception as exc:
+            raise ValueError(f"{name} is not a serialized FileDescriptorSet: {exc}") from None
+        self.pool = descriptor_pool.DescriptorPool()
+        self._add_in_dependency_order(files)
+        self._classes: dict[str, type | None] = {}
+
+    def _add_in_dependency_order(self, files: list) -> None:
+        pending = files
+        while pending:
+            failed, last_error = [], None
+            for file in pending:
+                try:
+                    self.pool.Add(file)
+                except Exception as exc:      # a dependency not added yet, or a bad file
+                    failed.append(file)
+                    last_error = exc
+            if len(failed) == len(pending):
+                names = ", ".join(f.name for f in failed)
+                raise ValueError(f"{self.name}: cannot load {names} (a missing import? build it "
+                                 f"with protoc --include_imports): {last_error}")
+            pending = failed
+
+    def message_class(self, type_name: str):
+        """The class of a message type, None when the set does not hold it."""
+        if type_name not in self._classes:
+            try:
+                descriptor = self.pool.FindMessageTypeByName(type_name)
+            except KeyError:
+                descriptor = None
+            self._classes[type_name] = (None if descriptor is None
+                                        else message_factory.GetMessageClass(descriptor))
+        return self._classes[type_name]
+
+    def to_json(self, type_name: str, payload: bytes) -> str | None:
+        """JSON text of a payload of ``type_name``; None when the set does not hold the type."""
+        cls = self.message_class(type_name)
+        if cls is None:
+            return None
+        try:
+            message = cls.FromString(payload)
+        except Exception as exc:
+            raise PayloadError(f"PROTOBUF payload does not parse as {type_name}: {exc}") from None
+        return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=None)
+
+
+_sets: dict[tuple[str, int, int], DescriptorSet] = {}
+_sets_lock = threading.Lock()
+
+
+def descriptor_set(path: str) -> DescriptorSet:
+    """This process's DescriptorSet of the file at ``path`` (rebuilt when the file changes)."""
+    try:
+        status = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    key = (os.path.abspath(path), status.st_mtime_ns, status.st_size)
+    with _sets_lock:
+        found = _sets.get(key)
+        if found is None:
+            with open(path, "rb") as file:
+                found = _sets[key] = DescriptorSet(file.read(), path)
+        return found

@@ -1,0 +1,287 @@
+"""`format("goby")` with Spark, through the stand-in gobyd: reading subscribed prefixes with
+decoding and `mode`, writing messages a C++ Goby client parses, the hold handshake, a gobyd
+restart mid-stream, and an unreachable Manager."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+import pytest
+import zmq
+from pyspark.errors import StreamingQueryException
+
+from conftest import wait_until
+from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
+from test_goby_wire import (BSON_DEPTH_5, GOBY_IDENTIFIER, NAV_STATUS, RawClient,
+                            write_descriptor_set)
+
+pytestmark = pytest.mark.spark
+APP_NAME = "spark_zmq tests"          # conftest's session
+WARM = "beef"                         # the thread part of warm-up messages
+
+
+def message(group: str, scheme: str, type_name: str, payload: bytes) -> bytes:
+    """A message as a Goby publisher sends it (one frame), from a made-up pid and thread."""
+    return identifier(group, scheme, type_name, 4321, "9af3") + payload
+
+
+def cstr(group: str, text: str) -> bytes:
+    return message(group, "CSTR", "CSTR", text.encode() + b"\0")
+
+
+class TestPublisher:
+    """A PUB on the Router's XSUB, found through the Manager."""
+
+    __test__ = False
+
+    def __init__(self, manager: ManagerAddress) -> None:
+        router = request_router(manager, "test_publisher", os.getpid(), 10)
+        self.sock = zmq.Context.instance().socket(zmq.PUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(router.publish)
+
+    def send(self, *messages: bytes) -> None:
+        for frame in messages:
+            self.sock.send(frame)
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def start_reader(spark, tmp_path, name: str, trigger: str = "500 milliseconds", **options):
+    stream = spark.readStream.format("goby").option("spoolPath", str(tmp_path / f"spool-{name}"))
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    return (stream.load().writeStream.format("memory").queryName(name)
+            .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+            .trigger(processingTime=trigger).start())
+
+
+def rows(spark, name: str, where: str = "true") -> list:
+    return spark.sql(f"select * from {name} where {where} order by partition, offset").collect()
+
+
+def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
+    base = str(tmp_path / "g")
+    daemon = GobyDaemon(socket_name=base)
+    descriptors = write_descriptor_set(tmp_path / "nav.pb")
+    queries = {
+        "goby_some": start_reader(spark, tmp_path, "goby_some", socketName=base,
+                                  subscribe="/log/CSTR,/nav/PROTOBUF/test.NavStatus/,"
+                                            "/state/JSON/,Foo",
+                                  protobufDescriptorSet=descriptors),
+        "goby_all": start_reader(spark, tmp_path, "goby_all", socketName=base, subscribe="/",
+                                 mode="DROPMALFORMED"),
+    }
+    publisher = TestPublisher(ManagerAddress.ipc(socket_name=base))
+    # warm-ups come from thread WARM, one per partition of goby_some
+    warm_ups = [identifier(group, scheme, type_name, 4321, WARM) + payload
+                for group, scheme, type_name, payload in (
+                    ("log", "CSTR", "CSTR", b"warm\0"), ("Foo", "CSTR", "CSTR", b"warm\0"),
+                    ("nav", "PROTOBUF", "test.NavStatus", NAV_STATUS),
+                    ("state", "JSON", "nlohmann::json", BSON_DEPTH_5))]
+    not_warm = f"coalesce(thread, '') != '{WARM}'"
+    try:
+        def every_partition_warm():   # subscriptions travel SUB -> XPUB -> XSUB -> PUB
+            publisher.send(*warm_ups)
+            some = {r.partition for r in rows(spark, "goby_some", f"thread = '{WARM}'")}
+            return len(some) == 4 and rows(spark, "goby_all", f"thread = '{WARM}'")
+
+        wait_until(every_partition_warm, timeout=120, interval=0.5,
+                   what="every partition's subscription to reach the publisher")
+        publisher.send(
+            cstr("log", "hello"),
+            message("nav", "PROTOBUF", "test.NavStatus", NAV_STATUS),
+            message("state", "JSON", "nlohmann::json", BSON_DEPTH_5),
+            cstr("Foo", "foo"),
+            cstr("FooBar", "not Foo"),
+            cstr("other", "only for /"),
+            message("a\x1ab", "CSTR", "CSTR", b"newer Goby\0"),
+            b"/Foo/CSTR/CSTR/notapid/1/\0malformed",
+            cstr("log", "last"),
+        )
+        wait_until(lambda: len(rows(spark, "goby_some", not_warm)) >= 6
+                   and len(rows(spark, "goby_all", not_warm)) >= 8,
+                   timeout=90, interval=0.5, what="the messages")
+        for query in queries.values():
+            query.processAllAvailable()        # anything more would show now
+        some = rows(spark, "goby_some", not_warm)
+        every = rows(spark, "goby_all", not_warm)
+    finally:
+        for query in queries.values():
+            query.stop()
+        publisher.close()
+        daemon.close()
+    got = sorted(((r.group, r.scheme, r.scheme_id, r.type, r.text,
+                   r.json and json.loads(r.json)) for r in some if r.error is None), key=str)
+    assert got == sorted([
+        ("log", "CSTR", 0, "CSTR", "hello", None), ("log", "CSTR", 0, "CSTR", "last", None),
+        ("nav", "PROTOBUF", 1, "test.NavStatus", None, {"x": 1.5, "name": "auv"}),
+        ("state", "JSON", 7, "nlohmann::json", '{"depth": 5}', None),
+        ("Foo", "CSTR", 0, "CSTR", "foo", None)], key=str)
+    assert len(some) == 6
+    assert {(r.process, r.thread) for r in some if r.error is None} == {(4321, "9af3")}
+    malformed = [r for r in some if r.error is not None]
+    assert len(malformed) == 1 and "process id 'notapid'" in malformed[0].error
+    assert malformed[0].partition == f"/Foo/@{base}.manager"
+    assert bytes(malformed[0].payload) == b"/Foo/CSTR/CSTR/notapid/1/\0malformed"
+    assert {r.partition for r in some} == {f"{prefix}@{base}.manager" for prefix in (
+        "/log/CSTR/", "/nav/PROTOBUF/test.NavStatus/", "/state/JSON/", "/Foo/")}
+    # "/": everything, the malformed message dropped (DROPMALFORMED)
+    assert sorted((r.group, r.scheme, r.text) for r in every) == [
+        ("Foo", "CSTR", "foo"), ("FooBar", "CSTR", "not Foo"), ("a/b", "CSTR", "newer Goby"),
+        ("log", "CSTR", "hello"), ("log", "CSTR", "last"), ("nav", "PROTOBUF", None),
+        ("other", "CSTR", "only for /"), ("state", "JSON", '{"depth": 5}')]
+    assert all(r.error is None for r in every)
+
+
+def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
+    base = str(tmp_path / "g")
+    daemon = GobyDaemon(socket_name=base)
+    subscriber = zmq.Context.instance().socket(zmq.SUB)
+    subscriber.setsockopt(zmq.LINGER, 0)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"/out/")
+    subscriber.connect(f"ipc://{base}.xpub")
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "1.json").write_text("\n".join(json.dumps(row) for row in [
+        {"group": "out", "scheme": "CSTR", "text": "hello"},
+        {"group": "out", "scheme": "JSON", "type": "nlohmann::json", "text": '{"depth": 5}'},
+        {"group": "out", "scheme": "1", "type": "test.NavStatus",
+         "payload": NAV_STATUS.hex()},
+        {"group": None, "scheme": "CSTR", "text": "no group: skipped"},
+        {"group": "out", "scheme": "CSTR", "text": "bye"},
+    ]) + "\n")
+    writer = (spark.readStream.schema("group STRING, scheme STRING, type STRING, text STRING, "
+                                      "payload STRING").json(str(inbox))
+              .selectExpr("group", "scheme", "type", "text", "unhex(payload) AS payload")
+              .writeStream.format("goby").option("socketName", base)
+              .option("waitForSubscribers", "60")
+              .option("checkpointLocation", str(tmp_path / "cp-writer"))
+              .trigger(availableNow=True).start())
+    received = []
+    try:
+        while len(received) < 4 and subscriber.poll(90_000):
+            received.append(subscriber.recv())
+        writer.awaitTermination(60)
+        assert writer.exception() is None
+    finally:
+        writer.stop()
+        subscriber.close(0)
+        daemon.close()
+    heads = [GOBY_IDENTIFIER.match(frame) for frame in received]
+    assert all(heads), received
+    assert [h.group(1, 2, 3) for h in heads] == [
+        (b"out", b"CSTR", b"CSTR"), (b"out", b"JSON", b"nlohmann::json"),
+        (b"out", b"PROTOBUF", b"test.NavStatus"), (b"out", b"CSTR", b"CSTR")]
+    assert [frame[h.end():] for frame, h in zip(received, heads)] == [
+        b"hello\0", BSON_DEPTH_5, NAV_STATUS, b"bye\0"]
+    pids = {int(h.group(4)) for h in heads}
+    assert len(pids) == 1 and pids != {os.getpid()}        # a Python worker's pid
+    assert (APP_NAME, pids.pop()) in daemon.clients         # clientName: the application's
+
+
+def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, tmp_path):
+    base = str(tmp_path / "g")
+    daemon = GobyDaemon(socket_name=base, required_clients=["navigator"])
+    subscriber = zmq.Context.instance().socket(zmq.SUB)
+    subscriber.setsockopt(zmq.LINGER, 0)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"/held/")
+    subscriber.connect(f"ipc://{base}.xpub")
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    (inbox / "1.json").write_text("".join(json.dumps({"n": n}) + "\n" for n in range(30)))
+    navigator = RawClient(f"ipc://{base}.manager", "navigator", 777)
+    writer = (spark.readStream.schema("n INT").json(str(inbox)).coalesce(1)
+              .selectExpr("'held' AS group", "'CSTR' AS scheme", "cast(n AS STRING) AS text")
+              .writeStream.format("goby").option("socketName", base)
+              .option("waitForSubscribers", "60").option("holdTimeout", "120")
+              .option("checkpointLocation", str(tmp_path / "cp-writer"))
+              .trigger(availableNow=True).start())
+    received = []
+    try:
+        wait_until(lambda: any(name == APP_NAME for name, _ in set(daemon.hold_askers)),
+                   timeout=90, what="the writer to ask gobyd for the hold state")
+        assert not subscriber.poll(2000), "a message got through while gobyd holds"
+        assert writer.isActive and daemon.hold
+        assert navigator.hold_state(ready=True, until=False)[1] is False
+        while len(received) < 30 and subscriber.poll(60_000):
+            received.append(subscriber.recv())
+        writer.awaitTermination(60)
+        assert writer.exception() is None
+    finally:
+        writer.stop()
+        navigator.close()
+        subscriber.close(0)
+        daemon.close()
+    texts = [frame.split(b"\0")[1].decode() for frame in received]
+    assert texts == [str(n) for n in range(30)]
+
+
+def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, tmp_path):
+    daemon = GobyDaemon(tcp_port=0)
+    manager = ManagerAddress.tcp("127.0.0.1", daemon.tcp_port)
+    query = start_reader(spark, tmp_path, "goby_restart", managerPort=str(daemon.tcp_port),
+                         subscribe="/r/")
+    publisher = TestPublisher(manager)
+
+    def data_rows():
+        return [r.text for r in rows(spark, "goby_restart", "error is null and text != 'warm'")]
+
+    def warm(publisher):
+        before = len(rows(spark, "goby_restart", "text = 'warm'"))
+
+        def seen():
+            publisher.send(cstr("r", "warm"))
+            return len(rows(spark, "goby_restart", "text = 'warm'")) > before
+
+        wait_until(seen, timeout=120, interval=0.5, what="the reader to receive from gobyd")
+
+    try:
+        warm(publisher)
+        publisher.send(*(cstr("r", str(n)) for n in range(5)))
+        wait_until(lambda: len(data_rows()) == 5, timeout=60, what="rows before the restart")
+        old_xpub = daemon.xpub_port
+        publisher.close()
+        daemon.close()
+        daemon = GobyDaemon(tcp_port=manager_port(manager))
+        assert daemon.xpub_port != old_xpub
+        publisher = TestPublisher(manager)
+        warm(publisher)                   # the reader asked the Manager again and reconnected
+        publisher.send(*(cstr("r", str(n)) for n in range(5, 10)))
+        wait_until(lambda: len(data_rows()) >= 10, timeout=60, what="rows after the restart")
+        query.processAllAvailable()       # a duplicate would show now
+        result = rows(spark, "goby_restart", "error is null and text != 'warm'")
+    finally:
+        query.stop()
+        publisher.close()
+        daemon.close()
+    assert [r.text for r in result] == [str(n) for n in range(10)]
+    assert {r.partition for r in result} == {f"/r/@127.0.0.1:{manager_port(manager)}"}
+    assert [r.offset for r in result] == sorted({r.offset for r in result})
+    assert {r.endpoint for r in result} == {f"tcp://127.0.0.1:{old_xpub}",
+                                            f"tcp://127.0.0.1:{daemon.xpub_port}"}
+
+
+def manager_port(manager: ManagerAddress) -> int:
+    return int(manager.endpoint.rsplit(":", 1)[1])
+
+
+def test_unreachable_manager_fails_the_query_naming_the_address(spark, tmp_path):
+    nobody = str(tmp_path / "nobody")
+    query = start_reader(spark, tmp_path, "goby_nobody", socketName=nobody,
+                         managerTimeout="2")
+    started = time.monotonic()
+    try:
+        with pytest.raises(StreamingQueryException) as caught:
+            query.awaitTermination(120)
+        elapsed = time.monotonic() - started
+    finally:
+        query.stop()
+    assert elapsed < 120
+    error = caught.value
+    assert re.search(rf"gobyd's Manager at ipc://{re.escape(nobody)}\.manager did not answer "
+                     rf"within 2 s \(managerTimeout\)", str(error))
