@@ -15,6 +15,7 @@ from .options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse
 from .protocols.base import SinkProtocol, StreamProtocol
 from .protocols.ebus import EBus
 from .protocols.goby import Goby
+from .protocols.yamz import Yamz
 from .protocols.zeroeq import ZeroEQ
 from .sink import ZmqStreamWriter
 from .source import ZmqStreamReader, output_schema
@@ -72,3 +73,9 @@ class GobyDataSource(ZmqDataSource):
     """``format("goby")``: Goby3 messages through gobyd's Manager and Router."""
 
     protocol = Goby()
+
+
+class YamzDataSource(ZmqDataSource):
+    """``format("yamz")``: sockets named by yamz addresses, found through Zyre."""
+
+    protocol = Yamz()

@@ -161,9 +161,11 @@ def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, s
         try:
             values[spec.name] = spec.parse(str(value))
         except (ValueError, KeyError, TypeError) as exc:
-            raise OptionError(
-                f"{format_name}: option '{spec.name}' must be {spec.accepts}; got {value!r}"
-            ) from exc
+            # a protocol's own error class (AddressError, ...) says what is wrong; a bare
+            # ValueError from int() or float() would only repeat the value
+            detail = "" if type(exc) in (ValueError, KeyError, TypeError) else f" ({exc})"
+            raise OptionError(f"{format_name}: option '{spec.name}' must be {spec.accepts}; "
+                              f"got {value!r}{detail}") from exc
         given.add(spec.name)
     return Options(format_name, values, frozenset(given))
 

@@ -115,6 +115,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _available(self) -> tuple[PartitionOffsets, PartitionOffsets, set[str]]:
         """(end, first available, retired) of every partition, after flushing capture."""
         self._started().sync()
+        self._discovery.check()
         state = self._spool.snapshot()
         return ({k: s.end for k, s in state.items()}, {k: s.start for k, s in state.items()},
                 {k for k, s in state.items() if s.retired})
@@ -131,8 +132,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = admit(start, end, first, max_rows)
-        # A retired partition that has been read to its end leaves the offsets.
-        return {k: v for k, v in end.items() if not (k in retired and start.get(k) == v)}
+        # A retired partition that has been read to its end leaves the offsets, and stays out:
+        # once left, its range would start at its first retained offset, which is its end.
+        return {k: v for k, v in end.items()
+                if not (k in retired and start.get(k, first.get(k)) == v)}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         max_rows = self.options["maxRecordsPerTrigger"]

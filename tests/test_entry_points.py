@@ -51,7 +51,7 @@ def test_readme_example_prints_what_the_readme_shows(code, printed, tmp_path):
 
 
 def test_the_readme_has_examples():
-    assert [param.id for param in readme_examples()] == ["goby"]
+    assert [param.id for param in readme_examples()] == ["goby", "yamz"]
 
 
 @pytest.mark.spark

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..datasource import EBusDataSource, GobyDataSource, ZeroEQDataSource
+from ..datasource import EBusDataSource, GobyDataSource, YamzDataSource, ZeroEQDataSource
 from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
 from ..protocols.base import SinkProtocol
 from .ebus import add_ebus_parser, run_ebus
@@ -19,7 +19,7 @@ from .goby import add_goby_parser, run_goby
 from .zeroeq import add_zeroeq_parser, run_zeroeq
 
 FORMATS = {source.name(): source.protocol
-           for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource)}
+           for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)}
 #: how each tool subcommand runs its parsed arguments
 RUNNERS = {"zeroeq": run_zeroeq, "ebus": run_ebus, "goby": run_goby}
 

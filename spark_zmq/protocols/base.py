@@ -66,6 +66,11 @@ class Discovery(ABC):
     def close(self) -> None:
         """Stop discovering; release sockets and threads."""
 
+    def check(self) -> None:
+        """Raise the error that has stopped discovery, if any. The reader calls this at every
+        offset request, so a query whose discovery died fails with the cause instead of
+        going on without ever seeing a new endpoint. Default: nothing can stop it."""
+
 
 class StaticDiscovery(Discovery):
     """A fixed list of endpoints given by the user; needs no network discovery."""

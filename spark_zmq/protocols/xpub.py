@@ -1,8 +1,10 @@
-"""A writer's XPUB socket that connects to a broker (EBUS's pub port, and later others).
+"""A writer's XPUB socket: connected to a broker (EBUS's pub port, gobyd's Router), or bound
+for subscribers to connect to (yamz).
 
 XPUB rather than PUB, for two things a PUB cannot do: ``XPUB_NODROP`` turns a full send queue
-into back-pressure (a PUB drops silently), and the subscriptions that the broker relays upstream
-arrive here, so a writer can wait for subscribers. On the wire it is a PUB to the broker's XSUB.
+into back-pressure (a PUB drops silently), and the subscriptions (the subscribers' own, or those
+a broker relays upstream) arrive here, so a writer can wait for subscribers. On the wire it is a
+PUB.
 """
 
 from __future__ import annotations
@@ -43,13 +45,12 @@ class SendTimeout(TimeoutError):
     """A send stayed blocked by back-pressure for longer than the send timeout."""
 
 
-class ConnectedXPub(SinkPublisher):
-    """An XPUB connected to ``address``: sends with back-pressure, counts subscriptions."""
+class XPubSender(SinkPublisher):
+    """An XPUB connected to ``address`` (or bound there, with ``bind``): sends with
+    back-pressure, counts subscriptions."""
 
     def __init__(self, address: str, *, send_hwm: int, send_timeout: float | None,
-                 context: zmq.Context | None = None) -> None:
-        self.name = address
-        self.address = address
+                 bind: bool = False, context: zmq.Context | None = None) -> None:
         self.send_timeout = send_timeout
         self._subscriptions = Subscriptions()
         self.socket = (context or zmq.Context.instance()).socket(zmq.XPUB)
@@ -59,7 +60,17 @@ class ConnectedXPub(SinkPublisher):
         self.socket.setsockopt(zmq.LINGER, 1000)
         if send_timeout:
             self.socket.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
-        self.socket.connect(address)
+        try:
+            if bind:
+                self.socket.bind(address)      # an ephemeral address becomes the concrete one
+                address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+            else:
+                self.socket.connect(address)
+        except zmq.ZMQError as exc:
+            self.socket.close(0)
+            raise OSError(f"cannot {'bind' if bind else 'connect'} an XPUB at {address}: "
+                          f"{exc}") from None
+        self.name = self.address = address
 
     def send(self, frames: list[bytes]) -> None:
         try:

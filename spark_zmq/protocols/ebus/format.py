@@ -17,7 +17,7 @@ from ...options import (REQUEST_WRITER_OPTIONS, Option, Options, boolean, comma_
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, Requester, SinkProtocol,
                     SinkPublisher, StateStore, StaticDiscovery, StreamProtocol, column_values)
-from ..xpub import ConnectedXPub
+from ..xpub import XPubSender
 from .discovery import ServiceChannels
 from .requests import ServiceRequester
 from .wire import (BROKER_CHANNEL, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT, SUB_PORT,
@@ -136,8 +136,8 @@ class EBus(StreamProtocol, SinkProtocol):
             return ServiceRequester(frontend_address(options), options["service"],
                                     options["stalesMs"])
         address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
-        return ConnectedXPub(address, send_hwm=options["sendHighWaterMark"],
-                             send_timeout=options["sendTimeout"] or None)
+        return XPubSender(address, send_hwm=options["sendHighWaterMark"],
+                          send_timeout=options["sendTimeout"] or None)
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         requests = options["service"] is not None

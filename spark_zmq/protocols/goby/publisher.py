@@ -1,6 +1,6 @@
 """A writer's publisher on gobyd's Router, after the Manager exchange and under its hold.
 
-The Manager hands out the Router's XSUB; messages go there through ``xpub.ConnectedXPub``
+The Manager hands out the Router's XSUB; messages go there through ``xpub.XPubSender``
 (back-pressure rather than drops, subscriptions seen for ``waitForSubscribers``). Like a C++
 Goby client, nothing is published while gobyd holds: the first send of a held publisher waits,
 asking for the hold state every 100 ms, so a task's rows stay buffered in the task, in order,
@@ -21,7 +21,7 @@ import zmq
 
 from ...log import logger
 from ..base import SinkPublisher
-from ..xpub import ConnectedXPub
+from ..xpub import XPubSender
 from .manager import HoldHandshake, ManagerAddress, Router, request_router
 
 
@@ -41,7 +41,7 @@ class GobyPublisher(SinkPublisher):
     def _connect(self, router: Router) -> None:
         self.router = router
         self.name = f"{self.client_name}@{router.publish}"
-        self._xpub = ConnectedXPub(router.publish, **self._socket_options)
+        self._xpub = XPubSender(router.publish, **self._socket_options)
         self._monitor = self._xpub.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._hold = HoldHandshake(router, self.client_name, os.getpid(), self._send_frame)
 

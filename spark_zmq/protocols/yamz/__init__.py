@@ -1,0 +1,20 @@
+"""yamz: sockets named by URIs and found through Zyre discovery (``shared/seeds/yamz-design.org``).
+
+``uri``        the seed's address categories (concrete, ephemeral, abstract ``yamz://``) and queries
+``tree``       the ports a node announces in its ``YAMZ`` header (the seed's tree, or the flat
+               layout of the public yamz code) and the matching of abstract addresses against them
+``zyre``       a Zyre node through pyre, with pyre's quirks handled in one place
+``discovery``  abstract addresses resolved to the concrete addresses of matching ports
+``publisher``  a writer's port: an XPUB bound and announced in its node's tree
+``format``     what the generic stream reader and writer need (options, columns, decode, encode)
+"""
+
+from .format import Yamz
+from .publisher import YamzPublisher
+from .tree import HeaderError, Port, matches, ports_of
+from .uri import Address, AddressError, Category, for_bind, for_connect, parse
+from .zyre import Peer, ZyreError, ZyreNode
+
+__all__ = ["Address", "AddressError", "Category", "HeaderError", "Peer", "Port", "Yamz",
+           "YamzPublisher", "ZyreError", "ZyreNode", "for_bind", "for_connect", "matches",
+           "parse", "ports_of"]

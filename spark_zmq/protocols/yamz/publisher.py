@@ -1,0 +1,72 @@
+"""A writer's port: an XPUB bound at a yamz bind address and announced through Zyre.
+
+The socket is bound first, since the announcement holds the concrete address that binding an
+ephemeral one yields (``tcp://*:*`` gives ``tcp://0.0.0.0:port``, which readers reach at the
+host of this node's Zyre address). Then a Zyre node starts with a ``YAMZ`` header: the seed's
+tree with the port at ``path`` and the bind address's query as the port's parameters. Zyre
+headers are fixed once a node starts, so each publisher runs a node of its own.
+"""
+
+from __future__ import annotations
+
+from ...log import logger
+from ..base import SinkPublisher
+from ..xpub import XPubSender
+from .discovery import HEADER, own_header
+from .uri import Address
+from .zyre import Peer, ZyreError, ZyreNode
+
+
+def port_tree(path: tuple[str, ...], address: str, params: dict[str, str]) -> list[dict]:
+    """The root's children that hold one PUB port at ``path``."""
+    vertex: dict = {"name": path[-1], "port": {"address": address, "type": "PUB"}}
+    if params:
+        vertex["params"] = params
+    for name in reversed(path[:-1]):
+        vertex = {"name": name, "children": [vertex]}
+    return [vertex]
+
+
+class YamzPublisher(SinkPublisher):
+    """Binds ``address``, announces the port as node ``node`` at ``path``, sends with
+    back-pressure and counts subscriptions (for ``waitForSubscribers``)."""
+
+    def __init__(self, node: str, address: Address, path: tuple[str, ...], beacon_port: int,
+                 *, send_hwm: int, send_timeout: float | None) -> None:
+        self._xpub = XPubSender(address.location, send_hwm=send_hwm, send_timeout=send_timeout,
+                                bind=True)
+        self.address = self._xpub.address
+        self.name = f"yamz://{node}/{'/'.join(path)} ({self.address})"
+        self._failure: ZyreError | None = None
+        header = own_header(node, port_tree(path, self.address, address.attributes))
+        try:
+            self._node = ZyreNode(node, {HEADER: header}, beacon_port, _ignore_peer,
+                                  _ignore_exit, self._failed).start()
+        except Exception:
+            self._xpub.close()
+            raise
+        logger.info("yamz writer: %s announced (Zyre beacon port %d)", self.name, beacon_port)
+
+    def _failed(self, error: ZyreError) -> None:
+        logger.error("yamz writer: %s", error)
+        self._failure = error
+
+    def send(self, frames: list[bytes]) -> None:
+        if self._failure is not None:       # readers can no longer find this port
+            raise self._failure
+        self._xpub.send(frames)
+
+    def subscribers(self, topic: bytes) -> int:
+        return self._xpub.subscribers(topic)
+
+    def close(self) -> None:
+        self._node.close()
+        self._xpub.close()
+
+
+def _ignore_peer(peer: Peer) -> None:
+    """A writer only announces; who else is there does not matter to it."""
+
+
+def _ignore_exit(uuid: str, name: str) -> None:
+    pass

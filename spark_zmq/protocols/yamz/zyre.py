@@ -1,0 +1,135 @@
+"""A Zyre node through pyre, with pyre's quirks handled in this one place.
+
+pyre (``zeromq-pyre`` 0.3.4) is used from one thread only, the node's own, since its sockets
+belong to that thread. What this module adds around it (``shared/protocols/yamz.md``):
+
+- **A dead beacon is an error, not silence.** pyre's beacon thread logs a network error and
+  ends, after which the node neither announces itself nor hears anyone. A beacon that found no
+  usable interface hands pyre the host name ``None``. Both are reported to ``on_failure``
+  (and the first one raised by ``start``) naming the beacon port.
+- ``set_port`` wants bytes; header values must be ASCII text.
+- pyre picks the interface itself (the first IPv4 one that is neither loopback nor link-local,
+  else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``.
+- Peers go evasive after 10 s of silence and are expired (an EXIT) after 30 s; a node that stops
+  politely sends a last beacon with port 0, on which its peers report EXIT at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import zmq
+from pyre import Pyre, PyreEvent
+
+from ...log import logger
+
+DEFAULT_BEACON_PORT = 5670
+#: how often the node's thread checks that pyre's beacon thread is alive
+BEACON_CHECK_SECONDS = 0.5
+START_TIMEOUT = 10.0
+
+
+class ZyreError(RuntimeError):
+    """The Zyre node could not start, or its beacon died."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer as its ENTER event describes it."""
+
+    uuid: str
+    name: str
+    address: str
+    headers: Mapping[str, str]
+
+
+class ZyreNode:
+    """A started Zyre node named ``name`` with ``headers``; reports peers that enter and exit.
+
+    ``on_enter(peer)`` and ``on_exit(uuid, name)`` run on the node's thread; ``on_failure``
+    gets a ZyreError when the beacon dies after the start.
+    """
+
+    def __init__(self, name: str, headers: Mapping[str, str], beacon_port: int,
+                 on_enter: Callable[[Peer], None], on_exit: Callable[[str, str], None],
+                 on_failure: Callable[[ZyreError], None]) -> None:
+        for key, value in headers.items():
+            if not (key.isascii() and value.isascii()):
+                raise ValueError(f"Zyre header {key!r} must be ASCII text")
+        self.name = name
+        self.headers = dict(headers)
+        self.beacon_port = beacon_port
+        self._on_enter, self._on_exit, self._on_failure = on_enter, on_exit, on_failure
+        self._started: Future = Future()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"spark_zmq zyre {name}",
+                                        daemon=True)
+
+    def start(self) -> "ZyreNode":
+        """Start and return once the node beacons; ZyreError if it cannot."""
+        self._thread.start()
+        try:
+            self.endpoint = self._started.result(START_TIMEOUT)
+        except TimeoutError:
+            raise ZyreError(f"Zyre node {self.name!r} did not start within "
+                            f"{START_TIMEOUT:g} s") from None
+        return self
+
+    def _run(self) -> None:
+        try:
+            node, beacon_threads = self._start_pyre()
+        except Exception as exc:                # reported to start()
+            self._started.set_exception(exc)
+            return
+        try:
+            self._started.set_result(node.endpoint())
+            self._loop(node, beacon_threads)
+        except Exception as exc:
+            logger.exception("yamz: Zyre node %s stopped by an error", self.name)
+            self._on_failure(ZyreError(f"Zyre node {self.name!r} stopped: {exc}"))
+        finally:
+            node.stop()
+
+    def _start_pyre(self):
+        node = Pyre(self.name, ctx=zmq.Context.instance())
+        for key, value in self.headers.items():
+            node.set_header(key, value)
+        node.set_port(str(self.beacon_port).encode())
+        before = set(threading.enumerate())
+        node.start()
+        beacon_threads = [t for t in threading.enumerate() if t not in before]
+        endpoint = node.endpoint()
+        if "None" in endpoint or not any(t.is_alive() for t in beacon_threads):
+            node.stop()
+            raise ZyreError(f"Zyre node {self.name!r}: no beacon on UDP port "
+                            f"{self.beacon_port} (no usable network interface, or the port "
+                            f"cannot be bound); peers cannot be discovered")
+        return node, beacon_threads
+
+    def _loop(self, node, beacon_threads: list[threading.Thread]) -> None:
+        inbox = node.socket()
+        while not self._stopping.is_set():
+            if inbox.poll(BEACON_CHECK_SECONDS * 1000):
+                self._dispatch(PyreEvent(node))
+            if not all(t.is_alive() for t in beacon_threads):
+                self._on_failure(ZyreError(
+                    f"Zyre node {self.name!r}: its beacon on UDP port {self.beacon_port} "
+                    f"stopped after a network error; peers are no longer discovered"))
+                return
+
+    def _dispatch(self, event) -> None:
+        if event.type == "ENTER":
+            headers = {str(k): str(v) for k, v in (event.headers or {}).items()}
+            self._on_enter(Peer(str(event.peer_uuid), event.peer_name, event.peer_addr or "",
+                                headers))
+        elif event.type == "EXIT":
+            self._on_exit(str(event.peer_uuid), event.peer_name)
+
+    def close(self) -> None:
+        """Leave politely (peers see the EXIT at once) and stop the thread."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(START_TIMEOUT)
