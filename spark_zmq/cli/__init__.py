@@ -3,7 +3,8 @@
 ``options [FORMAT]`` prints a format's options as a Markdown table, generated from their
 definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ from a shell
 (``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
-``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``).
+``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
+the endpoints a stream of any format would read (``spark_zmq.cli.discover``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from ..datasource import EBusDataSource, GobyDataSource, YamzDataSource, ZeroEQDataSource
 from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
 from ..protocols.base import SinkProtocol
+from .discover import add_discover_parser, run_discover
 from .ebus import add_ebus_parser, run_ebus
 from .goby import add_goby_parser, run_goby
 from .zeroeq import add_zeroeq_parser, run_zeroeq
@@ -21,7 +23,8 @@ from .zeroeq import add_zeroeq_parser, run_zeroeq
 FORMATS = {source.name(): source.protocol
            for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)}
 #: how each tool subcommand runs its parsed arguments
-RUNNERS = {"zeroeq": run_zeroeq, "ebus": run_ebus, "goby": run_goby}
+RUNNERS = {"zeroeq": run_zeroeq, "ebus": run_ebus, "goby": run_goby,
+           "discover": lambda args: run_discover(args, FORMATS)}
 
 
 def options_markdown(format_name: str, shared: bool = True) -> str:
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     add_zeroeq_parser(commands)
     add_ebus_parser(commands)
     add_goby_parser(commands)
+    add_discover_parser(commands, sorted(FORMATS))
     args = parser.parse_args(argv)
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
