@@ -1,0 +1,75 @@
+"""Capture a stream of any spark_zmq format into a Parquet table, partitioned by date and endpoint.
+
+Every row the format reads lands in the table under ``date=YYYY-MM-DD/endpoint=...``, with one
+progress line per micro-batch on stdout. It runs until ``--seconds`` have passed (0: until it is
+stopped) and then writes what it has captured before ending::
+
+    spark-submit jobs/capture_to_parquet.py --format goby --option platform=auv \\
+        --option subscribe=/nav/ --output /data/goby --seconds 0
+    spark-submit jobs/capture_to_parquet.py --format yamz \\
+        --option "address=yamz://*/tps?det=tpc" --output /data/tps
+
+Options are the format's reader options (README, "Options"); give ``spoolPath`` on storage that
+survives with the checkpoint (``--output`` + ``_checkpoint`` unless ``--checkpoint``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from pyspark.sql import functions as F
+
+from spark_zmq.cli import FORMATS
+from spark_zmq.cli.discover import option_arg
+from spark_zmq.local import job_session
+from spark_zmq.progress import ProgressPrinter, with_gap_count
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Example: --format zeroeq --option session=alice "
+                                            "--output out/alice --seconds 600")
+    parser.add_argument("--format", required=True, choices=sorted(FORMATS))
+    parser.add_argument("--option", action="append", type=option_arg, default=[],
+                        metavar="KEY=VALUE", help="a reader option of the format (repeatable)")
+    parser.add_argument("--output", required=True, help="the Parquet table's folder")
+    parser.add_argument("--checkpoint", help="checkpoint folder (default: OUTPUT_checkpoint)")
+    parser.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS",
+                        help="micro-batch interval (default 5)")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="stop after this long (default 0: run until stopped)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spark = job_session(f"capture {args.format} to parquet")
+    output = os.path.abspath(args.output)
+    checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
+    reader = spark.readStream.format(args.format)
+    for key, value in args.option:
+        reader = reader.option(key, value)
+    rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))
+    spark.streams.addListener(ProgressPrinter())
+    query = (rows.writeStream.format("parquet").option("path", output)
+             .option("checkpointLocation", checkpoint).partitionBy("date", "endpoint")
+             .queryName(f"capture_{args.format}")
+             .trigger(processingTime=f"{args.trigger:g} seconds").start())
+    print(f"capturing {args.format} into {output}", flush=True)
+    try:
+        query.awaitTermination(args.seconds or None)
+        if query.isActive:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        print(f"capture failed: {query.exception()}", file=sys.stderr)
+        return 1
+    print(f"stopped; the table is {output}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Watch a stream of any spark_zmq format: one progress line per micro-batch, nothing stored.
+
+Each line gives the batch's rows and rows/s, the spool backlog (rows captured but not yet in a
+batch), the endpoints the source offers and the gaps capture reported::
+
+    batch 12: 5000 rows, 4980 rows/s, backlog 0 rows, 3 endpoints, 0 gaps
+
+    spark-submit jobs/monitor.py --format ebus --option broker=10.0.0.5 --seconds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from spark_zmq.cli import FORMATS
+from spark_zmq.cli.discover import option_arg
+from spark_zmq.local import job_session
+from spark_zmq.progress import ProgressPrinter, with_gap_count
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--format", required=True, choices=sorted(FORMATS))
+    parser.add_argument("--option", action="append", type=option_arg, default=[],
+                        metavar="KEY=VALUE", help="a reader option of the format (repeatable)")
+    parser.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS",
+                        help="micro-batch interval (default 1)")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="stop after this long (default 0: run until stopped)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spark = job_session(f"monitor {args.format}")
+    reader = spark.readStream.format(args.format)
+    for key, value in args.option:
+        reader = reader.option(key, value)
+    spark.streams.addListener(ProgressPrinter())
+    query = (with_gap_count(reader.load()).writeStream.format("noop")
+             .queryName(f"monitor_{args.format}")
+             .trigger(processingTime=f"{args.trigger:g} seconds").start())
+    try:
+        query.awaitTermination(args.seconds or None)
+    finally:
+        query.stop()
+    return 0 if query.exception() is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

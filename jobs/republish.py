@@ -1,0 +1,74 @@
+"""Republish a stream from one spark_zmq format into another, mapping columns with SQL.
+
+Reads with ``--from`` and its reader options, turns each row into the columns the ``--to``
+writer wants with ``--select`` expressions, and writes, one micro-batch at a time::
+
+    # Goby navigation messages (JSON scheme) as ZeroEQ events named after their type
+    spark-submit jobs/republish.py --from goby --from-option subscribe=/nav/JSON/ \\
+        --to zeroeq --to-option session=alice \\
+        --select "concat('goby::', type) AS event" --select "text AS payload" \\
+        --checkpoint /data/nav_republish
+    # EBUS broadcasts into Goby's JSON scheme
+    spark-submit jobs/republish.py --from ebus --from-option channels=sensors/ \\
+        --to goby --select "'sensors' AS group" --select "'JSON' AS scheme" \\
+        --select "'nlohmann::json' AS type" --select "data AS text" --checkpoint /data/cp
+
+Rows the writer cannot send follow its ``mode`` option (``--to-option mode=...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from spark_zmq.cli import FORMATS
+from spark_zmq.cli.discover import option_arg
+from spark_zmq.local import job_session
+from spark_zmq.progress import ProgressPrinter, with_gap_count
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from", dest="source", required=True, choices=sorted(FORMATS))
+    parser.add_argument("--from-option", action="append", type=option_arg, default=[],
+                        metavar="KEY=VALUE", help="a reader option (repeatable)")
+    parser.add_argument("--to", dest="target", required=True, choices=sorted(FORMATS))
+    parser.add_argument("--to-option", action="append", type=option_arg, default=[],
+                        metavar="KEY=VALUE", help="a writer option (repeatable)")
+    parser.add_argument("--select", action="append", required=True, metavar="SQL",
+                        help="a SQL expression over the reader's columns giving one of the "
+                             "writer's (repeatable), e.g. \"data AS text\"")
+    parser.add_argument("--checkpoint", required=True, help="the query's checkpoint folder")
+    parser.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS",
+                        help="micro-batch interval (default 1)")
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="stop after this long (default 0: run until stopped)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spark = job_session(f"republish {args.source} to {args.target}")
+    reader = spark.readStream.format(args.source)
+    for key, value in args.from_option:
+        reader = reader.option(key, value)
+    rows = with_gap_count(reader.load()).where("error IS NULL").selectExpr(*args.select)
+    writer = rows.writeStream.format(args.target).option("checkpointLocation", args.checkpoint)
+    for key, value in args.to_option:
+        writer = writer.option(key, value)
+    spark.streams.addListener(ProgressPrinter())
+    query = (writer.queryName(f"republish_{args.source}_to_{args.target}")
+             .trigger(processingTime=f"{args.trigger:g} seconds").start())
+    print(f"republishing {args.source} as {args.target}", flush=True)
+    try:
+        query.awaitTermination(args.seconds or None)
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        print(f"republish failed: {query.exception()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
