@@ -51,7 +51,7 @@ def test_readme_example_prints_what_the_readme_shows(code, printed, tmp_path):
 
 
 def test_the_readme_has_examples():
-    assert [param.id for param in readme_examples()] == ["goby", "yamz"]
+    assert [param.id for param in readme_examples()] == ["ebus", "goby", "yamz"]
 
 
 @pytest.mark.spark
