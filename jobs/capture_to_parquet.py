@@ -2,7 +2,8 @@
 
 Every row the format reads lands in the table under ``date=YYYY-MM-DD/endpoint=...``, with one
 progress line per micro-batch on stdout. It runs until ``--seconds`` have passed (0: until it is
-stopped) and then writes what it has captured before ending::
+stopped); rows captured but not yet written then stay in the spool, and the next run with the
+same checkpoint and spool writes them::
 
     spark-submit jobs/capture_to_parquet.py --format goby --option platform=auv \\
         --option subscribe=/nav/ --output /data/goby --seconds 0
@@ -60,8 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"capturing {args.format} into {output}", flush=True)
     try:
         query.awaitTermination(args.seconds or None)
-        if query.isActive:
-            query.processAllAvailable()
     finally:
         query.stop()
     if query.exception() is not None:

@@ -66,22 +66,6 @@ def test_main_job_streams_demo_publishers_into_parquet(tmp_path):
     assert "demo::Temperature" in result.stdout and "demo::Heartbeat" in result.stdout
 
 
-@pytest.mark.spark
-def test_quickstart_notebook_runs(tmp_path):
-    import json
-
-    notebook = json.loads((ROOT / "notebooks" / "zeroeq_quickstart.ipynb").read_text())
-    code = "\n\n".join("".join(cell["source"]) for cell in notebook["cells"]
-                       if cell["cell_type"] == "code")
-    script = tmp_path / "notebook.py"
-    script.write_text(code)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    counts = re.findall(r"\|\s*127\.0\.0\.1:\d+\s*\|\s*[0-9a-f]{32}\s*\|\s*(\d+)\s*\|", result.stdout)
-    assert counts == ["100", "100"], result.stdout
-
-
 def test_every_auto_registered_module_imports():
     """Spark's lookup imports every pyspark_* module in one process: one that fails to import
     hides every format, not just its own."""

@@ -128,3 +128,22 @@ def request_raw(port, payload):
     if reply_type == ERROR:
         raise ManagementError(json.loads(reply)["error"])
     return reply
+
+
+def test_a_publisher_announces_from_a_thread_that_runs_an_event_loop():
+    """Jupyter's kernel runs an asyncio loop in the thread of the notebook's code: ZeroConf
+    made there must not attach to that loop and then block it when registering."""
+    import asyncio
+
+    from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
+
+    async def in_a_running_loop() -> str:
+        zeroconf = make_zeroconf(("127.0.0.1",))
+        publisher = Publisher("in-loop", zeroconf=zeroconf)
+        try:
+            return publisher.instance_name
+        finally:
+            publisher.close()
+            zeroconf.close()
+
+    assert asyncio.run(asyncio.wait_for(in_a_running_loop(), 60)).startswith("127.0.0.1:")

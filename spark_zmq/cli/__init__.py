@@ -4,7 +4,8 @@
 definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ from a shell
 (``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
 ``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
-the endpoints a stream of any format would read (``spark_zmq.cli.discover``).
+the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``demo`` runs
+demo peers of a format (``spark_zmq.cli.demo``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from ..datasource import EBusDataSource, GobyDataSource, YamzDataSource, ZeroEQDataSource
 from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
 from ..protocols.base import SinkProtocol
+from .demo import add_demo_parser, run_demo
 from .discover import add_discover_parser, run_discover
 from .ebus import add_ebus_parser, run_ebus
 from .goby import add_goby_parser, run_goby
@@ -24,7 +26,7 @@ FORMATS = {source.name(): source.protocol
            for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)}
 #: how each tool subcommand runs its parsed arguments
 RUNNERS = {"zeroeq": run_zeroeq, "ebus": run_ebus, "goby": run_goby,
-           "discover": lambda args: run_discover(args, FORMATS)}
+           "discover": lambda args: run_discover(args, FORMATS), "demo": run_demo}
 
 
 def options_markdown(format_name: str, shared: bool = True) -> str:
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     add_ebus_parser(commands)
     add_goby_parser(commands)
     add_discover_parser(commands, sorted(FORMATS))
+    add_demo_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))

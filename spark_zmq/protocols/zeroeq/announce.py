@@ -12,6 +12,7 @@ import asyncio
 import ipaddress
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -92,11 +93,24 @@ def resolve_interfaces(names: tuple[str, ...]) -> list[str]:
 
 
 def make_zeroconf(interfaces: tuple[str, ...] | None):
-    """A Zeroconf instance on ``interfaces`` (None = all), IPv4 only."""
+    """A Zeroconf instance on ``interfaces`` (None = all), IPv4 only.
+
+    Made on a thread of its own when this thread runs an asyncio loop (Jupyter's kernel does):
+    Zeroconf would attach to that loop, and its blocking calls (registering a service) would
+    then wait on the very loop they block. Elsewhere it starts its own loop thread."""
     from zeroconf import InterfaceChoice, IPVersion, Zeroconf
 
     chosen = InterfaceChoice.All if not interfaces else resolve_interfaces(interfaces)
-    return Zeroconf(interfaces=chosen, ip_version=IPVersion.V4Only)
+
+    def make():
+        return Zeroconf(interfaces=chosen, ip_version=IPVersion.V4Only)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return make()
+    with ThreadPoolExecutor(1, thread_name_prefix="spark_zmq zeroconf") as helper:
+        return helper.submit(make).result()
 
 
 class Announcement:
