@@ -199,4 +199,7 @@ def _packed(data: str | None, payload: bytes | None) -> tuple[bytes, str | None]
         value = None if data is None else from_json(data)
     except ValueError as exc:
         return b"", f"`data` is not JSON text: {exc}"
-    return pack(value), None
+    try:
+        return pack(value), None
+    except Exception as exc:              # bson's InvalidDocument, OverflowError, ...
+        return b"", f"`data` cannot be packed as BSON: {exc}"

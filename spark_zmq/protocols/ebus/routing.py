@@ -95,7 +95,8 @@ class RequestRouter:
         if request_id in self.pending:      # a resend of a request still being worked on
             self.pending[request_id].client = client
             return
-        candidates = [w for w in self.workers.values() if w.service == service.decode()]
+        candidates = [w for w in self.workers.values()
+                      if w.service == service.decode("utf-8", "replace")]
         if not candidates:
             self._to_client(client, b"REJECT", request_id)
             return
@@ -200,8 +201,12 @@ class RequestRouter:
         return self._next_heartbeat
 
 
+#: the longest request lifetime a broker keeps (JavaScript's longest timer, ~24.8 days)
+MAX_STALES_MS = 2**31 - 1
+
+
 def _stales_ms(frame: bytes) -> int:
     try:
-        return max(1, int(frame.decode() or DEFAULT_STALES_MS))
+        return min(max(1, int(frame.decode() or DEFAULT_STALES_MS)), MAX_STALES_MS)
     except ValueError:
         return DEFAULT_STALES_MS

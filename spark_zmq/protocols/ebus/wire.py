@@ -80,9 +80,19 @@ def answer_json(frame: bytes) -> str | None:
 
 
 def to_json(value: Any) -> str:
-    """JSON text of an unpacked value (BSON types such as binary or dates as extended JSON)."""
-    return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
+    """JSON text of an unpacked value (BSON types such as binary or dates as extended JSON);
+    PayloadError for a value nested too deeply to be shown."""
+    try:
+        return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
+    except RecursionError:
+        raise PayloadError("the value is nested too deeply to be shown as JSON") from None
 
 
 def from_json(text: str) -> Any:
-    return json_util.loads(text)
+    """The value of JSON text (extended JSON included); ValueError when there is none."""
+    try:
+        return json_util.loads(text)
+    except ValueError:
+        raise
+    except Exception as exc:     # json_util's TypeError, KeyError, InvalidId; RecursionError
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None

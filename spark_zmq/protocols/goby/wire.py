@@ -23,6 +23,8 @@ ESCAPED_SLASH = "\x1a"
 CSTR_TYPE = "CSTR"
 #: a pid is an int32 in the Manager's messages
 MAX_PID = 2**31 - 1
+#: a scheme is a C++ int (and an int32 column)
+MAX_SCHEME = 2**31 - 1
 
 
 class IdentifierError(ValueError):
@@ -44,7 +46,7 @@ class Identifier:
 def scheme_of(text: str) -> tuple[str, int | None]:
     """(name, number) of a scheme written as a name or a decimal number; a name Goby does not
     define has no number."""
-    if text.isdecimal():
+    if text.isdecimal() and len(text) <= 10 and int(text) <= MAX_SCHEME:
         number = int(text)
         return SCHEME_NAMES.get(number, text), number
     return text, SCHEMES.get(text)
@@ -53,8 +55,8 @@ def scheme_of(text: str) -> tuple[str, int | None]:
 def scheme_part(scheme: str | int) -> str:
     """The scheme as Goby writes it: its name if it has one, else its decimal number."""
     if isinstance(scheme, int):
-        if scheme < 0:
-            raise IdentifierError(f"scheme {scheme} is negative")
+        if not 0 <= scheme <= MAX_SCHEME:
+            raise IdentifierError(f"scheme {scheme} is negative or over {MAX_SCHEME}")
         return SCHEME_NAMES.get(scheme, str(scheme))
     name, number = scheme_of(scheme.strip())
     if number is None:
@@ -75,6 +77,9 @@ def identifier(group: str, scheme: str | int, type_name: str, process: int,
                thread: str) -> bytes:
     """The identifier a C++ Goby client parses: five parts, a trailing ``/``, then the NUL."""
     parts = (_escape(group), scheme_part(scheme), _escape(type_name), str(process), thread)
+    if any("\0" in part for part in parts):
+        raise IdentifierError("a NUL byte in the group, type or thread: the identifier would "
+                              "end there")
     return ("/" + "/".join(parts) + "/\0").encode("utf-8")
 
 
@@ -111,7 +116,7 @@ def parse_identifier(head: bytes) -> Identifier:
                               f"(/group/scheme/type/pid/thread/)")
     # Older Goby wrote a "/" in a type name as is: the type takes the surplus parts.
     group, scheme_text, *type_parts, pid, thread = parts
-    if not pid.isdecimal() or not pid.isascii() or int(pid) > MAX_PID:
+    if not pid.isdecimal() or not pid.isascii() or len(pid) > 10 or int(pid) > MAX_PID:
         raise IdentifierError(f"identifier {text!r}: process id {pid!r} is not a decimal "
                               f"number (of at most 32 bits)")
     scheme, scheme_id = scheme_of(scheme_text)

@@ -54,7 +54,7 @@ def ports_of(node: str, header: str) -> list[Port]:
     """The ports in node ``node``'s ``YAMZ`` header; HeaderError names the node and the fault."""
     try:
         data = json.loads(header)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise HeaderError(f"yamz node {node!r}: its YAMZ header is not JSON: {exc}") from None
     try:
         if isinstance(data, dict) and "clients" in data:
@@ -93,6 +93,8 @@ def _flat_ports(node: str, data: dict) -> Iterator[Port]:
         for port in client.get("ports") or []:
             params = {**client_params, **_idparms(port.get("idparms"))}
             addresses = tuple(_text(a, "port address") for a in port["addresses"])
+            if not addresses:
+                raise TypeError(f"port {port.get('portid')!r} has no addresses")
             yield Port(node, (str(client["clientid"]), str(port["portid"])), addresses,
                        _text(port["ztype"], "ztype").upper(), params)
 

@@ -117,7 +117,8 @@ def _check_tcp(text: str, location: str) -> None:
     host, colon, port = location.rpartition(":")
     if not colon or not host:
         raise AddressError(f"yamz address {text!r}: a tcp address needs host:port")
-    if port != WILDCARD and not (port.isdigit() and 0 < int(port) < 65536):
+    if port != WILDCARD and not (port.isascii() and port.isdigit() and len(port) <= 5
+                                 and 0 < int(port) < 65536):
         raise AddressError(f"yamz address {text!r}: port {port!r} is not a port number or '*'")
 
 
@@ -134,7 +135,7 @@ def _abstract(text: str, location: str, query: tuple[tuple[str, str], ...]) -> A
     for key, value in query:
         try:
             patterns.append((key, re.compile(value)))
-        except re.error as exc:
+        except (re.error, OverflowError, RecursionError) as exc:
             raise AddressError(f"yamz address {text!r}: the pattern of {key!r}, {value!r}, is "
                                f"not a valid regular expression: {exc}") from None
     return Address(text, Category.ABSTRACT, f"{ABSTRACT_SCHEME}://{location}", query, node,

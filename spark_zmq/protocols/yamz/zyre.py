@@ -16,7 +16,9 @@ belong to that thread. What this module adds around it (``shared/protocols/yamz.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -30,10 +32,29 @@ DEFAULT_BEACON_PORT = 5670
 #: how often the node's thread checks that pyre's beacon thread is alive
 BEACON_CHECK_SECONDS = 0.5
 START_TIMEOUT = 10.0
+#: how long a new beacon must live to count as started: a beacon whose multicast join failed
+#: dies at its first send, just after pyre's start returns
+BEACON_SETTLE_SECONDS = 1.0
 
 
 class ZyreError(RuntimeError):
     """The Zyre node could not start, or its beacon died."""
+
+
+class _BeaconErrors(logging.Handler):
+    """The errors pyre's beacon logs (and otherwise survives, deaf or mute): a failed multicast
+    join or bind is only a log record there."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def messages(self) -> list[str]:
+        return [r.getMessage() + (f": {r.exc_info[1]}" if r.exc_info else "")
+                for r in self.records]
 
 
 @dataclass(frozen=True)
@@ -99,10 +120,26 @@ class ZyreNode:
             node.set_header(key, value)
         node.set_port(str(self.beacon_port).encode())
         before = set(threading.enumerate())
-        node.start()
+        errors = _BeaconErrors()
+        pyre_beacon_log = logging.getLogger("pyre.zbeacon")
+        pyre_beacon_log.addHandler(errors)
+        try:
+            node.start()
+        finally:
+            pyre_beacon_log.removeHandler(errors)
         beacon_threads = [t for t in threading.enumerate() if t not in before]
+        logged = errors.messages()        # (while this node started: its own beacon's)
+        if logged:
+            node.stop()
+            raise ZyreError(f"Zyre node {self.name!r}: its beacon on UDP port "
+                            f"{self.beacon_port} failed to start ({'; '.join(logged)}); "
+                            f"peers cannot be discovered")
         endpoint = node.endpoint()
-        if "None" in endpoint or not any(t.is_alive() for t in beacon_threads):
+        settled = time.monotonic() + BEACON_SETTLE_SECONDS
+        while "None" not in endpoint and all(t.is_alive() for t in beacon_threads) \
+                and time.monotonic() < settled:
+            time.sleep(0.05)
+        if "None" in endpoint or not all(t.is_alive() for t in beacon_threads):
             node.stop()
             raise ZyreError(f"Zyre node {self.name!r}: no beacon on UDP port "
                             f"{self.beacon_port} (no usable network interface, or the port "

@@ -19,8 +19,8 @@ from ..base import (Decoded, Discovery, Encoded, SinkProtocol, SinkPublisher, St
                     StreamProtocol, column_values)
 from .discovery import ZeroEQDiscovery
 from .publisher import Publisher
-from .wire import (EVENT_ID_BYTES, default_session, event_id, events_option, parse_event,
-                   publisher_addresses)
+from .wire import (_WIRE_HEX, EVENT_ID_BYTES, default_session, event_id, events_option,
+                   parse_event, publisher_addresses)
 
 
 def _interfaces_option(value: str) -> tuple[str, ...] | None:
@@ -266,12 +266,9 @@ def _wire_id(event: str | None, hex_id: str | None,
         return wire, None
     if hex_id is None:
         return None, "no event: both `event` and `event_id` are null"
-    if len(hex_id) != 2 * EVENT_ID_BYTES:
+    if not _WIRE_HEX.fullmatch(hex_id):       # (bytes.fromhex would skip blanks)
         return None, f"event_id {hex_id!r} is not 32 hex digits"
-    try:
-        return bytes.fromhex(hex_id), None
-    except ValueError:
-        return None, f"event_id {hex_id!r} is not 32 hex digits"
+    return bytes.fromhex(hex_id), None
 
 
 def _wanted(event_ids: pa.Array, metadata) -> pa.Array | None:

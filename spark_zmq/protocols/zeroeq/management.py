@@ -132,7 +132,7 @@ def parse_request(payload: bytes) -> tuple[str, str, str | None]:
     """(publisher ``host:port``, hex event id or ALL, event name) of a (un)subscribe request."""
     try:
         body = json.loads(payload or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):
         raise ValueError("the payload is not JSON; expected "
                          '{"publisher": "host:port", "event": "name or id"}') from None
     if not isinstance(body, dict) or not isinstance(body.get("publisher"), str):

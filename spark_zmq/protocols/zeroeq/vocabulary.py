@@ -18,7 +18,7 @@ import threading
 from typing import Callable
 
 from .reqrep import ReplyServer, request
-from .wire import event_id, event_id_text, parse_event
+from .wire import _WIRE_HEX, event_id, event_id_text, parse_event
 
 VOCABULARY_REQUEST = event_id("zeroeq::vocabulary::Request")
 VOCABULARY_REPLY = event_id("zeroeq::vocabulary::Reply")
@@ -99,9 +99,19 @@ def request_vocabulary(address: str, timeout: float = 2.0) -> dict[bytes, str | 
         raise ValueError(f"{address}: not a vocabulary reply")
     try:
         events = json.loads(payload)["events"]
-        return {bytes.fromhex(e["id"]): e.get("name") for e in events}
-    except (ValueError, KeyError, TypeError) as exc:
+        vocabulary = {_wire_of(e["id"]): e.get("name") for e in events}
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise ValueError(f"{address}: malformed vocabulary reply: {exc}") from None
+    if not all(name is None or isinstance(name, str) for name in vocabulary.values()):
+        raise ValueError(f"{address}: malformed vocabulary reply: a name that is not a string")
+    return vocabulary
+
+
+def _wire_of(hex_id: str) -> bytes:
+    """The 16 wire bytes of an id in a reply; ValueError unless it is 32 hex digits."""
+    if not (isinstance(hex_id, str) and _WIRE_HEX.fullmatch(hex_id)):
+        raise ValueError(f"event id {hex_id!r} is not 32 hex digits")
+    return bytes.fromhex(hex_id)
 
 
 def parse_vocabulary_txt(value: str | None) -> set[bytes]:
