@@ -3,10 +3,12 @@
 pyre (``zeromq-pyre`` 0.3.4) is used from one thread only, the node's own, since its sockets
 belong to that thread. What this module adds around it (``shared/protocols/yamz.md``):
 
-- **A dead beacon is an error, not silence.** pyre's beacon thread logs a network error and
-  ends, after which the node neither announces itself nor hears anyone. A beacon that found no
-  usable interface hands pyre the host name ``None``. Both are reported to ``on_failure``
-  (and the first one raised by ``start``) naming the beacon port.
+- **A dead beacon is an error, not silence.** A beacon that cannot join its multicast group
+  only logs the error and runs on, deaf and mute; one that found no usable interface hands pyre
+  the host name ``None``; one that hits a network error later logs it and ends. ``start``
+  raises a ZyreError naming the beacon port for the first two (it reads pyre's error records
+  while the node starts, and gives the beacon 1 s to settle); the last is reported to
+  ``on_failure``.
 - ``set_port`` wants bytes; header values must be ASCII text.
 - pyre picks the interface itself (the first IPv4 one that is neither loopback nor link-local,
   else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``.
