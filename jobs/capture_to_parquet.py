@@ -49,9 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = job_session(f"capture {args.format} to parquet")
     output = os.path.abspath(args.output)
     checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
-    reader = spark.readStream.format(args.format)
-    for key, value in args.option:
-        reader = reader.option(key, value)
+    reader = spark.readStream.format(args.format).options(**dict(args.option))
     rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))
     spark.streams.addListener(ProgressPrinter())
     query = (rows.writeStream.format("parquet").option("path", output)

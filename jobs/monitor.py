@@ -34,9 +34,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = job_session(f"monitor {args.format}")
-    reader = spark.readStream.format(args.format)
-    for key, value in args.option:
-        reader = reader.option(key, value)
+    reader = spark.readStream.format(args.format).options(**dict(args.option))
     spark.streams.addListener(ProgressPrinter())
     query = (with_gap_count(reader.load()).writeStream.format("noop")
              .queryName(f"monitor_{args.format}")

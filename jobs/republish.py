@@ -49,13 +49,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = job_session(f"republish {args.source} to {args.target}")
-    reader = spark.readStream.format(args.source)
-    for key, value in args.from_option:
-        reader = reader.option(key, value)
+    reader = spark.readStream.format(args.source).options(**dict(args.from_option))
     rows = with_gap_count(reader.load()).where("error IS NULL").selectExpr(*args.select)
-    writer = rows.writeStream.format(args.target).option("checkpointLocation", args.checkpoint)
-    for key, value in args.to_option:
-        writer = writer.option(key, value)
+    writer = (rows.writeStream.format(args.target).option("checkpointLocation", args.checkpoint)
+              .options(**dict(args.to_option)))
     spark.streams.addListener(ProgressPrinter())
     query = (writer.queryName(f"republish_{args.source}_to_{args.target}")
              .trigger(processingTime=f"{args.trigger:g} seconds").start())
