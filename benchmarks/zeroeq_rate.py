@@ -82,6 +82,7 @@ class PublishPlan:
     rate: float
     payload_bytes: int = PAYLOAD_BYTES
     send_hwm: int = SEND_HWM
+    first: int = 0          # sequence number of the first message (several publishers, one count)
 
 
 @dataclass(frozen=True)
@@ -220,14 +221,14 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
     wire_id = event_id(TICK_EVENT)
     padding = bytes(plan.payload_bytes - HEAD.size)
     pack, send, wall_ns, clock = HEAD.pack, sock.send_multipart, time.time_ns, time.perf_counter
-    count, rate, again = plan.count, plan.rate, zmq.Again
+    count, rate, again, first = plan.count, plan.rate, zmq.Again, plan.first
     sent = dropped = 0
     start = tick = clock()
     while sent < count:
         due = count if rate <= 0 else min(count, int((clock() - start) * rate) + 1)
         while sent < due:
             try:
-                send([wire_id, pack(sent, wall_ns()) + padding], zmq.NOBLOCK)
+                send([wire_id, pack(first + sent, wall_ns()) + padding], zmq.NOBLOCK)
             except again:
                 dropped += 1
             sent += 1
@@ -519,11 +520,16 @@ def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
         if publisher is not None:
             publisher.finish()
         shutil.rmtree(folder, ignore_errors=True)
+    record_delivery(trial, collector)
+    return trial
+
+
+def record_delivery(trial: Trial, collector: BatchCollector) -> None:
+    """What the sink saw, into the trial's row."""
     trial.received, trial.duplicates = collector.unique, collector.duplicates
     trial.invalid = collector.invalid + collector.out_of_range
     trial.latency_ms = collector.latency_ms()
     trial.missing = describe_missing(collector.seen > 0)
-    return trial
 
 
 def stop_query(query: Any) -> None:
@@ -672,14 +678,14 @@ def run_memory_trial(context: Any, workdir: Path, gib: float, rate: float
 
 # -- report ---------------------------------------------------------------------------------------
 
-def print_header(args: argparse.Namespace) -> None:
+def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark") -> None:
     import pyarrow
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
     java_line = (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) \
         else "unknown"
-    print("zeroeq_rate benchmark")
+    print(title)
     print(f"  command   : {shlex.join([sys.executable, *sys.argv])}")
     print(f"  machine   : nproc={len(os.sched_getaffinity(0))} ({platform.machine()}, "
           f"{platform.platform()})")

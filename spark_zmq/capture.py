@@ -29,7 +29,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .log import logger
 from .mailbox import Mailbox
 from .protocols.base import Endpoint
-from .spool import SPOOL_SCHEMA, Spool
+from .spool import SPOOL_SCHEMA, LeaseLost, Spool
 
 #: a partition's buffer is written to the spool when it holds this many messages
 MAX_SEGMENT_ROWS = 65536
@@ -48,8 +48,10 @@ LEAVE_GRACE = 2.0
 LEAVE_SETTLE = 0.05
 
 
-def _now_text(ns: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9)) + f".{ns // 1_000_000 % 1000:03d}Z"
+def utc_text(ns: int) -> str:
+    """A time in ns since the epoch as ISO 8601 UTC with milliseconds, as gap rows show it."""
+    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9))
+            + f".{ns // 1_000_000 % 1000:03d}Z")
 
 
 @dataclass
@@ -99,7 +101,7 @@ class Capture:
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
-        _to_table([[b""]], [0], {})
+        spool_table([[b""]], [0], {})
 
     # -- called from other threads -------------------------------------------------------------
 
@@ -143,6 +145,10 @@ class Capture:
     def _command(self, command: tuple) -> None:
         self._mailbox.post(command)
 
+    def check(self) -> None:
+        """Raise the error that stopped capture, if any."""
+        self._raise_if_failed()
+
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise RuntimeError(f"{self.name}: capture failed: {self._failure}") from self._failure
@@ -177,6 +183,9 @@ class Capture:
                     # A thin round: let a batch build up in zmq's queue rather than pay a
                     # poll round per message (10+ us of CPU each at moderate rates).
                     time.sleep(COALESCE_SECONDS)
+        except LeaseLost as exc:   # a newer holder took the partition over: stop writing
+            self._failure = exc
+            logger.warning("%s: capture stopped: %s", self.name, exc)
         except BaseException as exc:  # surfaced to the reader through sync()
             self._failure = exc
             logger.exception("%s: capture stopped by an error", self.name)
@@ -219,7 +228,7 @@ class Capture:
             cause = conn.drop_cause or ("the connection was lost (a publisher restart or a "
                                         "network fault)")
             conn.drop_cause = None
-            conn.add_fault(f"gap: the connection to {address} was dropped at {_now_text(since)} "
+            conn.add_fault(f"gap: the connection to {address} was dropped at {utc_text(since)} "
                            f"and re-established; what was published meanwhile is lost. Cause: "
                            f"{cause}")
             logger.warning("%s: reconnected to %s (partition %s) after a drop; gap recorded",
@@ -374,7 +383,7 @@ class Capture:
             return
         if conn.dropped:
             self._end_drop_episode(conn, times[0])
-        self.spool.append(key, conn.endpoint.source, _to_table(frames, times, faults))
+        self.spool.append(key, conn.endpoint.source, spool_table(frames, times, faults))
 
     def _drop(self, conn: _Connection, frames: list, times: list, faults: dict) -> None:
         """Spool full: drop new messages, but count them and keep capture's own fault rows."""
@@ -386,38 +395,48 @@ class Capture:
         conn.dropped += len(frames) - len(faults)
         if faults:
             kept = sorted(faults)
-            self.spool.append(conn.endpoint.key, conn.endpoint.source, _to_table(
+            self.spool.append(conn.endpoint.key, conn.endpoint.source, spool_table(
                 [[] for _ in kept], [times[i] for i in kept],
                 {n: faults[i] for n, i in enumerate(kept)}))
 
     def _end_drop_episode(self, conn: _Connection, until: int) -> None:
-        text = (f"gap: {conn.dropped} messages dropped between {_now_text(conn.dropped_since)} "
-                f"and {_now_text(until)} because the spool {self.spool.root} reached "
+        text = (f"gap: {conn.dropped} messages dropped between {utc_text(conn.dropped_since)} "
+                f"and {utc_text(until)} because the spool {self.spool.root} reached "
                 f"maxSpoolBytes ({self.spool.max_bytes} bytes)")
         logger.warning("%s: partition %s: %s", self.name, conn.endpoint.key, text)
         self.spool.count_dropped(conn.endpoint.key, conn.dropped)
         self.spool.append(conn.endpoint.key, conn.endpoint.source,
-                          _to_table([[]], [until], {0: text}))
+                          spool_table([[]], [until], {0: text}))
         conn.dropped, conn.dropped_since = 0, None
 
     def _shutdown(self) -> None:
+        fenced = isinstance(self._failure, LeaseLost)   # nothing more may be written
         for conn in list(self._connections.values()):
-            try:
-                self._receive(conn)
-                self._flush(conn)
-                if conn.dropped:
-                    self._end_drop_episode(conn, time.time_ns())
-            except Exception:  # keep closing the others
-                logger.exception("%s: could not write the last messages of %s", self.name,
-                                 conn.endpoint.key)
+            if not fenced:
+                self._write_last(conn)
             self._unregister(conn)
         self._connections.clear()
         self._poller.unregister(self._mailbox)
         with self._sync_lock:
             self._sync_lock.notify_all()
 
+    def _write_last(self, conn: _Connection) -> None:
+        try:
+            self._receive(conn)
+            self._flush(conn)
+            if conn.dropped:
+                self._end_drop_episode(conn, time.time_ns())
+        except LeaseLost as exc:
+            logger.warning("%s: last messages of %s not written: %s", self.name,
+                           conn.endpoint.key, exc)
+        except Exception:  # keep closing the others
+            logger.exception("%s: could not write the last messages of %s", self.name,
+                             conn.endpoint.key)
 
-def _to_table(frames: list, times: list, faults: dict) -> pa.Table:
+
+def spool_table(frames: list, times: list, faults: dict) -> pa.Table:
+    """Rows in SPOOL_SCHEMA: each message's frames and receive time (ns), and fault texts by
+    row index (a fault row has no frames)."""
     received = pa.array(np.asarray(times, dtype=np.int64) // 1000, type=pa.int64())
     if faults:
         fault_texts = [None] * len(frames)

@@ -219,6 +219,18 @@ READER_OPTIONS: tuple[Option, ...] = (
     Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", "100",
            "How often capture writes what it received to the spool (it also writes at every "
            "micro-batch and every 65536 messages)."),
+    Option("capture", choice("driver", "executors"), "driver or executors", "driver",
+           "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
+           "one capture process per partition on the executors, started by tasks and handed "
+           "over when an executor is lost. With `executors`, `spoolPath` must name storage "
+           "that every node reaches."),
+    Option("leaseTimeout", positive_float, "a positive number of seconds", "10",
+           "`capture=executors`: a partition whose capture process has not renewed its lease "
+           "for this long is taken over by a new one (an executor lost)."),
+    Option("captureIdleTimeout", positive_float, "a positive number of seconds", "60",
+           "`capture=executors`: a capture process ends when the query has not renewed its "
+           "assignment for this long (the query stopped); a restart within that time goes on "
+           "without a gap."),
 )
 
 

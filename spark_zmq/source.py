@@ -1,9 +1,11 @@
 """The one generic stream reader: Spark's calls on one side, a protocol object on the other.
 
 Driver side (one long-lived process per query run): on the first offset call the reader starts
-discovery and capture for the protocol, then plans offsets from what capture has written to the
-spool. Executor side: ``read`` gets an ``SpoolRange`` and the options, reads that range from the
-spool, lets the protocol decode it and yields Arrow record batches in the exact Spark schema.
+discovery and capture for the protocol where the option ``capture`` places them
+(``spark_zmq.placement``), then plans offsets from what capture has written to the spool.
+Executor side: ``read`` gets a ``SpoolRange`` and the options, reads that range from the spool,
+lets the protocol decode it and yields Arrow record batches in the exact Spark schema; or it
+gets a ``Claim`` and makes sure a capture process holds that partition (``spark_zmq.holder``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
-from .capture import Capture
+from .holder import executor_id, register_executor, take_partition
 from .log import logger
 from .offsets import PartitionOffsets, admit, ranges
 from .options import Options
+from .placement import Claim, Placement, make_placement
 from .protocols.base import StreamProtocol
-from .spool import Spool, read_range
+from .spool import read_range
 
 #: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
 BATCH_ROWS = 65536
@@ -72,6 +75,11 @@ class SpoolRange(InputPartition):
     end: int
 
 
+#: an entry of the offsets of queries with ``capture=executors``: a new value forces a
+#: micro-batch whose tasks include claims (partitions that need a capture process)
+CLAIMS_KEY = "spark_zmq.claims"
+
+
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Generic micro-batch reader over capture + spool, for any ``StreamProtocol``."""
 
@@ -80,43 +88,28 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.spool_path = options["spoolPath"] or default_spool_path(protocol, options)
         # driver side only, created lazily (this object is also pickled to executors)
-        self._capture: Capture | None = None
-        self._spool: Spool | None = None
-        self._discovery = None
+        self._placement: Placement | None = None
         self._available_now: PartitionOffsets | None = None
-        self._spool_ends_at_start: PartitionOffsets = {}
+        self._claims: tuple[int, list[Claim]] = (0, [])
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_capture=None, _spool=None, _discovery=None)
+        state.update(_placement=None, _claims=(0, []))
         return state
 
     # -- driver side ---------------------------------------------------------------------------
 
-    def _started(self) -> Capture:
-        if self._capture is None:
-            self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
-            # "latest" means after what the spool held before this run's capture started:
-            # everything this run receives is delivered (taken later, it would skip messages
-            # received between the first connection and the first offset call).
-            self._spool_ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
-            self._capture = Capture(
-                self._spool, max_message_bytes=self.options["maxMessageBytes"],
-                flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name)
-            self._capture.start()
+    def _started(self) -> Placement:
+        if self._placement is None:
+            self._placement = make_placement(self.protocol, self.options, self.spool_path)
             _stop_on_sigterm()
             atexit.register(self.stop)
-            logger.info("%s: spooling to %s", self.protocol.name, self.spool_path)
-            state = self._spool.state("discovery")
-            self._discovery = self.protocol.discovery(self.options, state)
-            self._discovery.start(self._capture)
-        return self._capture
+            self._placement.start()
+        return self._placement
 
     def _available(self) -> tuple[PartitionOffsets, PartitionOffsets, set[str]]:
-        """(end, first available, retired) of every partition, after flushing capture."""
-        self._started().sync()
-        self._discovery.check()
-        state = self._spool.snapshot()
+        """(end, first available, retired) of every partition, with all captured so far."""
+        state = self._started().snapshot()
         return ({k: s.end for k, s in state.items()}, {k: s.start for k, s in state.items()},
                 {k for k, s in state.items() if s.retired})
 
@@ -124,9 +117,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = self._available()[1]
         if self.options["startingOffsets"] == "earliest":
             return first
-        return {k: self._spool_ends_at_start.get(k, v) for k, v in first.items()}
+        return {k: self._placement.ends_at_start.get(k, v) for k, v in first.items()}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        start = dict(start)
+        claims_round = start.pop(CLAIMS_KEY, None)
         end, first, retired = self._available()
         if self._available_now is not None:
             end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
@@ -134,8 +129,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = admit(start, end, first, max_rows)
         # A retired partition that has been read to its end leaves the offsets, and stays out:
         # once left, its range would start at its first retained offset, which is its end.
-        return {k: v for k, v in end.items()
-                if not (k in retired and start.get(k, first.get(k)) == v)}
+        end = {k: v for k, v in end.items()
+               if not (k in retired and start.get(k, first.get(k)) == v)}
+        claims = [] if self._available_now is not None else self._placement.claims()
+        if claims:
+            claims_round = (claims_round or 0) + 1
+            self._claims = (claims_round, claims)
+            self._placement.requested(claims)
+        if claims_round is not None:
+            end[CLAIMS_KEY] = claims_round
+        return end
 
     def getDefaultReadLimit(self) -> ReadLimit:
         max_rows = self.options["maxRecordsPerTrigger"]
@@ -147,34 +150,44 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._available()[0]
 
-    def partitions(self, start: dict, end: dict) -> list[SpoolRange]:
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        start, end = dict(start), dict(end)
+        claims_round = end.pop(CLAIMS_KEY, None)
         first = {}
         if any(k not in start for k in end):   # where partitions new since ``start`` begin
-            self._started()
-            first = {k: s.start for k, s in self._spool.snapshot().items()}
-        return [SpoolRange(self.spool_path, r.key, r.start, r.end)
-                for r in ranges(start, end, first)]
+            first = {k: s.start for k, s in self._started().snapshot().items()}
+        planned: list[InputPartition] = [SpoolRange(self.spool_path, r.key, r.start, r.end)
+                                         for r in ranges(start, end, first)]
+        if claims_round is not None and claims_round != start.get(CLAIMS_KEY):
+            planned += self._claims_of_round(claims_round)
+        return planned
+
+    def _claims_of_round(self, claims_round: int) -> list[Claim]:
+        """The claims that ``latestOffset`` planned for this round; claims worked out anew when
+        the batch was planned by an earlier run (a restart replays its last batch)."""
+        planned_round, claims = self._claims
+        if planned_round == claims_round:
+            return claims
+        return self._started().claims(retry_now=True)
 
     def commit(self, end: dict) -> None:
-        if self._spool is not None:
-            for key, offset in end.items():
-                self._spool.truncate(key, offset)
+        if self._placement is not None:
+            self._placement.commit({k: v for k, v in end.items() if k != CLAIMS_KEY})
 
     def stop(self) -> None:
         """Close sockets and write what was received; Spark may or may not call this."""
-        if self._discovery is not None:
-            self._discovery.close()
-            self._discovery = None
-        if self._capture is not None:
-            self._capture.close()
-            self._capture = None
-        if self._spool is not None:
-            self._spool.close()
-            self._spool = None
+        if self._placement is not None:
+            self._placement.close()
+            self._placement = None
 
     # -- executor side -------------------------------------------------------------------------
 
-    def read(self, partition: SpoolRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: SpoolRange | Claim) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, Claim):
+            take_partition(partition)
+            return
+        if self.options["capture"] == "executors":
+            register_executor(partition.spool_path, executor_id())
         schema = output_schema(self.protocol)
         pending: list[pa.RecordBatch] = []
         pending_rows = 0

@@ -2,19 +2,31 @@
 
 Layout of a spool folder::
 
-    LOCK                         held (flock) by the capture that writes this spool
+    LOCK                         held (flock) by a capture on the driver (capture=driver)
+    discovery.json ...           small JSON documents of the driver (see ``state``)
     <quoted partition key>/
-        index.json               replaced atomically after every change
-        00000000000000000000.arrow   one Arrow IPC file per flush, named by its first offset
-        ...
+        e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
+        e00000004/               the current holder's folder
+            index.json           replaced atomically after every change
+            lease.json           the holder and its heartbeat
+            00000000000000000000.arrow   one Arrow IPC file per flush, named by its first offset
 
 Offsets are per-partition sequence numbers: a message's offset never changes, so a micro-batch
 replayed after a failure reads the same rows. A segment records the endpoint it came from and that
 endpoint's metadata (schema metadata), so rows decode the same way whenever they are read.
 ``truncate(end)`` deletes whole segments below ``end`` once Spark has committed them.
 
-One writer per spool (the capture), any number of readers (``read_range`` on executors): readers
-only open the index and immutable segment files, so they need no lock.
+**One writer per partition, fenced by epochs.** A writer (a capture on the driver, or a holder
+process on an executor) owns a partition by *claiming* the next epoch: ``mkdir e<n+1>``, which
+exactly one claimant wins, also on a shared filesystem. It then *seals* the folders of earlier
+epochs by renaming them to ``e<n>.sealed``, reads the sealed index (final from then on) and goes
+on from its end. Every write of a holder goes through a path inside its own epoch folder, so once
+that folder is sealed the writes fail (``LeaseLost``): a holder that was paused and resumed after
+a takeover cannot append, even if it never noticed it lost the lease. A holder that stops cleanly
+seals its own folder, which marks the partition free.
+
+Readers (offset planning, ``read_range`` on executors) take the index of the highest epoch that
+has one and look a segment up in its epoch's folder, sealed or not; they need no lock.
 """
 
 from __future__ import annotations
@@ -24,6 +36,9 @@ import fcntl
 import functools
 import json
 import os
+import re
+import shutil
+import socket
 import threading
 import time
 import urllib.parse
@@ -41,11 +56,18 @@ SPOOL_SCHEMA = pa.schema([
 ])
 
 INDEX_NAME = "index.json"
+LEASE_NAME = "lease.json"
 LOCK_NAME = "LOCK"
+SEALED = ".sealed"
+_EPOCH_DIR = re.compile(r"e(\d{8,})(\.sealed)?")
 
 
 class SpoolError(RuntimeError):
     """The spool folder is unusable (locked by another query, missing a range, corrupt)."""
+
+
+class LeaseLost(SpoolError):
+    """Another writer claimed the partition: this one may not write to it any more."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +97,7 @@ class Segment:
     first: int
     count: int
     nbytes: int
+    epoch: int = 0   # the epoch whose folder holds the file
 
     @property
     def end(self) -> int:
@@ -100,7 +123,7 @@ class PartitionIndex:
         return json.dumps({
             "key": self.key, "start": self.start, "end": self.end, "dropped": self.dropped,
             "retired": self.retired,
-            "segments": [[s.first, s.count, s.nbytes] for s in self.segments],
+            "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in self.segments],
         })
 
     @classmethod
@@ -114,16 +137,119 @@ class PartitionIndex:
         return sum(s.nbytes for s in self.segments)
 
 
+@dataclass(frozen=True)
+class Lease:
+    """Who holds a partition: what its holder writes into ``lease.json`` at every heartbeat."""
+
+    epoch: int
+    holder: str            # host/pid of the writing process
+    executor: str          # host/pid of the JVM the holder serves (driver or executor)
+    beat: int              # heartbeat counter
+    at: float              # wall-clock time of the last heartbeat
+    sealed: bool = False   # the holder let go (or was taken over): the partition is free
+
+    def to_json(self) -> str:
+        return json.dumps({"holder": self.holder, "executor": self.executor, "beat": self.beat,
+                           "at": self.at})
+
+
 def partition_dir(root: str, key: str) -> str:
     return os.path.join(root, urllib.parse.quote(key, safe=""))
 
 
-def load_index(root: str, key: str) -> PartitionIndex | None:
+def partition_keys(root: str) -> list[str]:
+    """Keys of every partition the spool folder holds."""
     try:
-        with open(os.path.join(partition_dir(root, key), INDEX_NAME), encoding="utf-8") as f:
-            return PartitionIndex.from_json(f.read())
+        names = sorted(os.listdir(root))
     except FileNotFoundError:
+        return []
+    return [urllib.parse.unquote(n) for n in names
+            if os.path.isdir(os.path.join(root, n)) and epochs(os.path.join(root, n))]
+
+
+def epochs(folder: str) -> list[tuple[int, bool]]:
+    """(epoch, sealed) of every epoch folder of a partition folder, oldest first."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        match = _EPOCH_DIR.fullmatch(name)
+        if match:
+            found.append((int(match.group(1)), bool(match.group(2))))
+    return sorted(found)
+
+
+def _epoch_name(epoch: int) -> str:
+    return f"e{epoch:08d}"
+
+
+def _read_in_epoch(folder: str, epoch: int, name: str) -> tuple[str, bool] | None:
+    """(text, sealed) of a file of an epoch folder, found whether or not it has been sealed
+    meanwhile (a holder seals by renaming its folder); None if it has no such file."""
+    base = os.path.join(folder, _epoch_name(epoch))
+    for path, sealed in ((os.path.join(base, name), False),
+                         (os.path.join(base + SEALED, name), True)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), sealed
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def load_index(root: str, key: str) -> PartitionIndex | None:
+    """The partition's index: the one of the highest epoch that has written one."""
+    folder = partition_dir(root, key)
+    for epoch, _ in reversed(epochs(folder)):
+        found = _read_in_epoch(folder, epoch, INDEX_NAME)
+        if found is not None:
+            return PartitionIndex.from_json(found[0])
+    return None
+
+
+def load_lease(root: str, key: str) -> Lease | None:
+    """The lease of the partition's highest epoch; None if nobody ever claimed it."""
+    folder = partition_dir(root, key)
+    claimed = epochs(folder)
+    if not claimed:
         return None
+    return _lease_of(folder, *claimed[-1])
+
+
+def _lease_of(folder: str, epoch: int, sealed: bool) -> Lease:
+    found = _read_in_epoch(folder, epoch, LEASE_NAME)
+    if found is None:   # claimed a moment ago; its lease is being written
+        return Lease(epoch, "", "", 0, 0.0, sealed)
+    obj = json.loads(found[0])
+    return Lease(epoch, obj["holder"], obj["executor"], obj["beat"], obj["at"],
+                 sealed or found[1])
+
+
+def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
+    """Where a segment's file is: in its epoch folder, or in that folder once sealed."""
+    base = os.path.join(partition_dir(root, key), _epoch_name(segment.epoch))
+    return os.path.join(base, segment.file_name), os.path.join(base + SEALED, segment.file_name)
+
+
+def _read_segment(root: str, key: str, segment: Segment) -> tuple[Source, pa.Table]:
+    paths = segment_paths(root, key, segment)
+    for path in paths:
+        try:
+            source_file = pa.OSFile(path, "rb")
+        except FileNotFoundError:
+            continue
+        with source_file:
+            reader = pa.ipc.open_file(source_file)
+            return Source.from_json(reader.schema.metadata[b"source"]), reader.read_all()
+    raise SpoolError(f"spool segment {paths[0]} of partition {key!r} is missing, sealed or not; "
+                     f"the spool was changed by something other than spark_zmq")
+
+
+def process_id() -> str:
+    """host/pid of this process: how holders name themselves in leases."""
+    return f"{socket.gethostname()}/{os.getpid()}"
 
 
 def _locked(method):
@@ -143,25 +269,36 @@ def _write_atomically(path: str, data: bytes) -> None:
 
 
 class Spool:
-    """The writer side of a spool folder; used by exactly one capture at a time."""
+    """The writer side of a spool folder.
 
-    def __init__(self, root: str, max_bytes: int, lock_wait: float = 15.0) -> None:
+    ``exclusive`` (capture on the driver): one process writes every partition of the folder; a
+    LOCK file keeps a second query off it, and a partition is claimed from whoever had it
+    before. Not exclusive (a holder on an executor): the process writes only the partitions it
+    claims with ``open_partition(key, expect_epoch=...)``.
+    """
+
+    def __init__(self, root: str, max_bytes: int, lock_wait: float = 15.0,
+                 exclusive: bool = True, executor: str = "") -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.exclusive = exclusive
+        self.executor = executor or process_id()
         try:
             os.makedirs(root, exist_ok=True)
         except OSError as exc:
             raise SpoolError(f"cannot use {root!r} as a spool folder (option spoolPath): "
                              f"{exc.strerror or exc}") from None
-        self._lock_file = self._take_lock(lock_wait)
+        self._lock_file = self._take_lock(lock_wait) if exclusive else None
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
-        for name in sorted(os.listdir(root)):
-            path = os.path.join(root, name, INDEX_NAME)
-            if os.path.isfile(path):
-                with open(path, encoding="utf-8") as f:
-                    index = PartitionIndex.from_json(f.read())
-                self.partitions[index.key] = index
+        self.epochs: dict[str, int] = {}    # partitions this process holds -> its epoch
+        self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
+        self._beats: dict[str, int] = {}
+        if exclusive:
+            for key in partition_keys(root):
+                index = load_index(root, key)
+                if index is not None:
+                    self.partitions[key] = index
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
 
     def _take_lock(self, wait: float):
@@ -190,6 +327,10 @@ class Spool:
         return lock
 
     def close(self) -> None:
+        """Let go of every partition held (seal) and of the folder."""
+        with self._mutex:
+            for key in list(self.epochs):
+                self.release(key)
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -200,21 +341,81 @@ class Spool:
         return {key: PartitionState(index.start, index.end, index.retired)
                 for key, index in self.partitions.items()}
 
-    # -- writing -------------------------------------------------------------------------------
+    # -- ownership -----------------------------------------------------------------------------
 
     @_locked
-    def open_partition(self, key: str) -> PartitionIndex:
-        """The partition's index, created if new; a retired partition that comes back reopens."""
-        index = self.partitions.get(key)
-        if index is None:
-            index = PartitionIndex(key)
-            os.makedirs(partition_dir(self.root, key), exist_ok=True)
-            self.partitions[key] = index
-            self._save(index)
-        elif index.retired:
+    def open_partition(self, key: str, expect_epoch: int | None = None) -> PartitionIndex:
+        """The partition's index, claimed for this process if it does not hold it yet.
+
+        ``expect_epoch``: claim only if the partition's highest epoch is still that one (0: never
+        claimed); otherwise LeaseLost. An exclusive spool claims whatever the epoch.
+        A retired partition that comes back reopens.
+        """
+        if key not in self.epochs:
+            if not self.exclusive and expect_epoch is None:
+                raise LeaseLost(f"partition {key!r} is not held by this process")
+            self._claim(key, expect_epoch)
+        index = self.partitions[key]
+        if index.retired:
             index.retired = False
             self._save(index)
         return index
+
+    def _claim(self, key: str, expect_epoch: int | None) -> None:
+        folder = partition_dir(self.root, key)
+        os.makedirs(folder, exist_ok=True)
+        claimed = epochs(folder)
+        current = claimed[-1][0] if claimed else 0
+        if expect_epoch is not None and current != expect_epoch:
+            raise LeaseLost(f"partition {key!r} is held by epoch {current}, not {expect_epoch}")
+        mine = current + 1
+        try:
+            os.mkdir(os.path.join(folder, _epoch_name(mine)))
+        except FileExistsError:
+            raise LeaseLost(f"partition {key!r}: epoch {mine} was claimed by another holder "
+                            f"first") from None
+        for epoch, sealed in claimed:
+            if not sealed:
+                self._seal(folder, epoch)
+        previous = _lease_of(folder, current, True) if claimed else None
+        index = load_index(self.root, key) or PartitionIndex(key)
+        old = self.partitions.get(key)
+        self.nbytes += index.nbytes - (old.nbytes if old else 0)
+        self.partitions[key] = index
+        self.epochs[key] = mine
+        self.inherited[key] = previous if previous and previous.holder else None
+        self._beats[key] = 0
+        self._save(index)
+        self.heartbeat(key)
+
+    @staticmethod
+    def _seal(folder: str, epoch: int) -> None:
+        base = os.path.join(folder, _epoch_name(epoch))
+        try:
+            os.rename(base, base + SEALED)
+        except FileNotFoundError:   # sealed by its holder meanwhile
+            pass
+
+    @_locked
+    def heartbeat(self, key: str) -> None:
+        """Renew the lease of a held partition; LeaseLost if it was taken over."""
+        if key not in self.epochs:
+            raise LeaseLost(f"partition {key!r} is not held by this process")
+        self._beats[key] += 1
+        lease = Lease(self.epochs[key], process_id(), self.executor, self._beats[key],
+                      time.time())
+        self._write(key, LEASE_NAME, lease.to_json().encode())
+
+    @_locked
+    def release(self, key: str) -> None:
+        """Stop holding a partition: seal its folder so that the next claimant needs no wait."""
+        epoch = self.epochs.pop(key, None)
+        if epoch is not None:
+            self._seal(partition_dir(self.root, key), epoch)
+            if not self.exclusive:
+                self.partitions.pop(key, None)
+
+    # -- writing -------------------------------------------------------------------------------
 
     def has_room(self) -> bool:
         return self.nbytes < self.max_bytes
@@ -225,13 +426,16 @@ class Spool:
         index = self.open_partition(key)
         if table.num_rows == 0:
             return
-        segment = Segment(index.end, table.num_rows, 0)
-        path = os.path.join(partition_dir(self.root, key), segment.file_name)
+        segment = Segment(index.end, table.num_rows, 0, self.epochs[key])
+        path = self._path(key, segment.file_name)
         schema = SPOOL_SCHEMA.with_metadata({"source": source.to_json()})
         tmp = path + ".tmp"
-        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            writer.write_table(table.replace_schema_metadata(schema.metadata))
-        os.replace(tmp, path)
+        try:
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                writer.write_table(table.replace_schema_metadata(schema.metadata))
+            os.replace(tmp, path)
+        except FileNotFoundError:
+            raise self._lost(key) from None
         segment.nbytes = os.path.getsize(path)
         index.segments.append(segment)
         index.end = segment.end
@@ -247,7 +451,7 @@ class Spool:
     @_locked
     def retire(self, key: str) -> None:
         index = self.partitions.get(key)
-        if index is not None and not index.retired:
+        if index is not None and not index.retired and key in self.epochs:
             index.retired = True
             self._save(index)
 
@@ -261,23 +465,54 @@ class Spool:
         gone = index.segments[:len(index.segments) - len(keep)]
         if not gone:
             return
+        if key not in self.epochs:
+            if not self.exclusive:
+                return
+            index = self.open_partition(key)
         index.segments = keep
         index.start = keep[0].first if keep else index.end
         self._save(index)  # publish first, then delete: a reader never sees a missing file listed
         for segment in gone:
             self.nbytes -= segment.nbytes
-            try:
-                os.remove(os.path.join(partition_dir(self.root, key), segment.file_name))
-            except FileNotFoundError:
-                pass
+            for path in segment_paths(self.root, key, segment):
+                try:
+                    os.remove(path)
+                    break
+                except FileNotFoundError:
+                    continue
+        self._remove_unused_epochs(key, index)
+
+    def _remove_unused_epochs(self, key: str, index: PartitionIndex) -> None:
+        """Sealed folders of earlier epochs whose segments are all committed."""
+        folder = partition_dir(self.root, key)
+        used = {s.epoch for s in index.segments} | {self.epochs[key]}
+        for epoch, sealed in epochs(folder):
+            if sealed and epoch not in used and epoch < self.epochs[key]:
+                shutil.rmtree(os.path.join(folder, _epoch_name(epoch) + SEALED),
+                              ignore_errors=True)
 
     def state(self, name: str) -> "JsonState":
         """A small JSON document kept beside the partitions (discovery's durable state)."""
         return JsonState(os.path.join(self.root, f"{name}.json"))
 
+    def _path(self, key: str, name: str) -> str:
+        return os.path.join(partition_dir(self.root, key), _epoch_name(self.epochs[key]), name)
+
     def _save(self, index: PartitionIndex) -> None:
-        path = os.path.join(partition_dir(self.root, index.key), INDEX_NAME)
-        _write_atomically(path, index.to_json().encode("utf-8"))
+        self._write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
+
+    def _write(self, key: str, name: str, data: bytes) -> None:
+        try:
+            _write_atomically(self._path(key, name), data)
+        except FileNotFoundError:   # the epoch folder was sealed: someone claimed the partition
+            raise self._lost(key) from None
+
+    def _lost(self, key: str) -> LeaseLost:
+        epoch = self.epochs.pop(key, None)
+        if not self.exclusive:
+            self.partitions.pop(key, None)
+        return LeaseLost(f"partition {key!r}: epoch {epoch} was taken over by a newer holder; "
+                         f"this process may no longer write to it")
 
 
 class JsonState:
@@ -301,6 +536,16 @@ class JsonState:
 
 # -- reading (any process) ---------------------------------------------------------------------
 
+def read_snapshot(root: str) -> dict[str, PartitionState]:
+    """Every partition's retained range, read from the folder (a process that writes none)."""
+    found = {}
+    for key in partition_keys(root):
+        index = load_index(root, key)
+        if index is not None:
+            found[key] = PartitionState(index.start, index.end, index.retired)
+    return found
+
+
 def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int, Source, pa.Table]]:
     """Yield (first offset, source, rows) for offsets [start, end) of one partition, in order."""
     index = load_index(root, key)
@@ -310,14 +555,10 @@ def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int,
             f"spool {root} cannot serve offsets [{start}, {end}) of partition {key!r}: it holds "
             f"{held}. The spool was deleted or belongs to another query; restore it or start "
             f"the query with a new checkpoint")
-    folder = partition_dir(root, key)
     for segment in index.segments:
         if segment.end <= start or segment.first >= end:
             continue
-        with pa.OSFile(os.path.join(folder, segment.file_name), "rb") as source_file:
-            reader = pa.ipc.open_file(source_file)
-            source = Source.from_json(reader.schema.metadata[b"source"])
-            table = reader.read_all()
+        source, table = _read_segment(root, key, segment)
         lo = max(start, segment.first) - segment.first
         hi = min(end, segment.end) - segment.first
         yield segment.first + lo, source, table.slice(lo, hi - lo)

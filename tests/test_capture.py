@@ -184,7 +184,7 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
     try:
         for run, count in ((1, 5), (2, 3)):
             reader = ZmqStreamReader(protocol, options)
-            capture = reader._started()          # capture connects before the first offset call
+            capture = reader._started()._capture  # connects before the first offset call
             publisher.wait_for_subscribers()
             for i in range(count):
                 publisher.publish(ECHO, b"run %d/%d" % (run, i))

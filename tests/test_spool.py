@@ -5,15 +5,16 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_zmq.capture import _to_table
-from spark_zmq.spool import Source, Spool, SpoolError, load_index, read_range
+from spark_zmq.capture import spool_table
+from spark_zmq.spool import (LeaseLost, Source, Spool, SpoolError, epochs, load_index, load_lease,
+                             partition_dir, read_range)
 
 SOURCE = Source("tcp://127.0.0.1:1", {"publisher": "p"})
 
 
 def messages(first, count):
     frames = [[f"m{i}".encode()] for i in range(first, first + count)]
-    return _to_table(frames, [i * 1000 for i in range(count)], {})
+    return spool_table(frames, [i * 1000 for i in range(count)], {})
 
 
 def read_all(root, key, start, end):
@@ -56,7 +57,7 @@ def test_offsets_continue_after_restart_and_the_folder_has_one_writer(tmp_path):
 def test_fault_rows_and_size_accounting(tmp_path):
     spool = Spool(str(tmp_path), 1)
     assert spool.has_room()
-    spool.append("k", SOURCE, _to_table([[b"x"], []], [1, 2], {1: "gap: test"}))
+    spool.append("k", SOURCE, spool_table([[b"x"], []], [1, 2], {1: "gap: test"}))
     assert not spool.has_room()
     table = next(read_range(str(tmp_path), "k", 0, 2))[2]
     assert table.column("fault").to_pylist() == [None, "gap: test"]
@@ -64,3 +65,51 @@ def test_fault_rows_and_size_accounting(tmp_path):
     spool.truncate("k", 2)
     assert spool.nbytes == 0 and spool.has_room()
     spool.close()
+
+
+def test_a_claim_fences_the_previous_holder(tmp_path):
+    """Two holders of one partition (capture=executors): the second claims the next epoch, and
+    from then on every write of the first fails; nothing it writes late reaches a reader."""
+    root = str(tmp_path)
+    first = Spool(root, 1 << 30, exclusive=False)
+    with pytest.raises(LeaseLost, match="not held"):
+        first.append("k", SOURCE, messages(0, 1))     # a holder never claims implicitly
+    first.open_partition("k", expect_epoch=0)
+    first.append("k", SOURCE, messages(0, 3))
+    assert load_lease(root, "k").epoch == 1
+
+    second = Spool(root, 1 << 30, exclusive=False)
+    with pytest.raises(LeaseLost, match="held by epoch 1, not 0"):
+        second.open_partition("k", expect_epoch=0)
+    second.open_partition("k", expect_epoch=1)
+    assert second.inherited["k"].holder and second.inherited["k"].epoch == 1
+    with pytest.raises(LeaseLost, match="taken over"):
+        first.append("k", SOURCE, messages(3, 2))       # the stale holder is fenced
+    with pytest.raises(LeaseLost):
+        first.heartbeat("k")
+    second.append("k", SOURCE, messages(3, 2))
+    assert read_all(root, "k", 0, 5) == ["m0", "m1", "m2", "m3", "m4"]
+    # a third claimant that planned on epoch 1 loses to the second's claim
+    with pytest.raises(LeaseLost):
+        Spool(root, 1 << 30, exclusive=False).open_partition("k", expect_epoch=1)
+
+    second.truncate("k", 3)            # the first epoch's segment goes, and its folder with it
+    assert [e for e, _ in epochs(partition_dir(root, "k"))] == [2]
+    second.close()                     # lets go: the partition is free
+    assert load_lease(root, "k").sealed
+    assert read_all(root, "k", 3, 5) == ["m3", "m4"]
+
+
+def test_an_exclusive_spool_takes_every_partition_over(tmp_path):
+    root = str(tmp_path)
+    holder = Spool(root, 1 << 30, exclusive=False)
+    holder.open_partition("k", expect_epoch=0)
+    holder.append("k", SOURCE, messages(0, 2))
+    driver = Spool(root, 1 << 30)
+    assert driver.snapshot() == {"k": (0, 2, False)}
+    driver.append("k", SOURCE, messages(2, 1))
+    assert load_lease(root, "k").epoch == 2
+    with pytest.raises(LeaseLost):
+        holder.append("k", SOURCE, messages(2, 1))
+    assert read_all(root, "k", 0, 3) == ["m0", "m1", "m2"]
+    driver.close()

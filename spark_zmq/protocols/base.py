@@ -38,6 +38,17 @@ class Endpoint:
     def source(self) -> Source:
         return Source(self.address, self.metadata)
 
+    def to_json(self) -> dict:
+        """A JSON-able form, for handing the endpoint to a capture process elsewhere."""
+        return {"key": self.key, "address": self.address, "metadata": dict(self.metadata),
+                "subscriptions": [s.hex() for s in self.subscriptions],
+                "socket_type": self.socket_type}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Endpoint":
+        return cls(obj["key"], obj["address"], obj["metadata"],
+                   tuple(bytes.fromhex(s) for s in obj["subscriptions"]), obj["socket_type"])
+
 
 class EndpointListener(TypingProtocol):
     """Receives discovery's view of the world; called from discovery's own threads."""

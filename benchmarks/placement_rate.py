@@ -1,0 +1,169 @@
+"""Aggregate no-gap rate of capture=driver vs capture=executors, on a 2-worker standalone cluster.
+
+Side by side in one run, on one Spark application of a local standalone cluster (master + 2
+workers of one core each, ``spark_zmq.standalone``), on loopback only:
+
+- ``driver``: the zmq sockets of every publisher in the driver-side reader process;
+- ``executors``: one capture process per publisher on the executors (leases in the spool).
+
+Each trial runs 4 publisher processes (the same pacing publisher as ``zeroeq_rate.py``, each
+with its own range of sequence numbers) at a quarter of the aggregate rate each, into
+``format("zeroeq")`` with a ``foreachBatch`` sink that counts every sequence number. A rate
+counts as reached when every message arrived exactly once and the publishers kept up. The
+search steps the aggregate rate up while trials succeed and down while they fail, as
+``zeroeq_rate.py`` does, and the report ends with the best rates and their ratio.
+
+Run it as ``python benchmarks/placement_rate.py [--quick]``: it re-executes itself through
+``scripts/netns.sh`` (a private network namespace holding only ``lo``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hermetic import ensure_private_network
+from zeroeq_rate import (SUBSCRIBE_TIMEOUT, TABLE_HEADER, BatchCollector, PublishPlan,
+                         PublisherProcess, PublishResult, Trial, drain_query, planned_count,
+                         print_header, print_progress, record_delivery, search, stop_query,
+                         trial_row)
+from spark_zmq.local import LOOPBACK
+
+PUBLISHERS = 4
+PLACEMENTS = ("driver", "executors")
+#: capture processes of a finished trial end this soon, so they do not take the next one's CPU
+IDLE_TIMEOUT = "3"
+
+
+def cluster_session(cluster):
+    os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("placement_rate benchmark")
+    for key, value in cluster.settings().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_trial(spark, workdir: Path, placement: str, rate: float, duration: float,
+              trigger_ms: int, label: str | None = None) -> Trial:
+    """PUBLISHERS publisher processes -> format("zeroeq") with ``capture=placement``."""
+    context = multiprocessing.get_context("spawn")
+    per = planned_count(rate / PUBLISHERS, duration)
+    trial = Trial(label or placement, rate, per * PUBLISHERS)
+    collector = BatchCollector(trial.planned)
+    folder = Path(tempfile.mkdtemp(prefix=f"{placement}-", dir=workdir))
+    publishers, query = [], None
+    try:
+        for n in range(PUBLISHERS):
+            publishers.append(PublisherProcess(context, PublishPlan(per, rate / PUBLISHERS,
+                                                                    first=n * per)))
+        addresses = ",".join(f"{LOOPBACK}:{p.port}" for p in publishers)
+        query = (spark.readStream.format("zeroeq")
+                 .options(publishers=addresses, capture=placement,
+                          spoolPath=str(folder / "spool"), captureIdleTimeout=IDLE_TIMEOUT)
+                 .load().writeStream.foreachBatch(collector)
+                 .option("checkpointLocation", str(folder / "checkpoint"))
+                 .trigger(processingTime=f"{trigger_ms} milliseconds").start())
+        results = [p.result(SUBSCRIBE_TIMEOUT + 10 * duration + 60) for p in publishers]
+        trial.record_publisher(PublishResult(
+            sum(r.sent for r in results), max(r.seconds for r in results),
+            sum(r.dropped for r in results)))
+        time.sleep(0.5)
+        drain_query(query, collector, 60.0 + 5 * duration)
+    except Exception as exc:  # a failed query or child is a trial result, not a crash
+        trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        if query is not None:
+            stop_query(query)
+        for publisher in publishers:
+            publisher.finish()
+        wait_for_holders_to_end(float(IDLE_TIMEOUT) + 10)
+        shutil.rmtree(folder, ignore_errors=True)
+    record_delivery(trial, collector)
+    return trial
+
+
+def wait_for_holders_to_end(timeout: float) -> None:
+    from spark_zmq.holder import running_holders
+
+    deadline = time.monotonic() + timeout
+    while running_holders() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short trials, coarse steps")
+    parser.add_argument("--duration", type=float, help="seconds per trial (default 4; quick 2)")
+    parser.add_argument("--start-rate", type=float, default=16_000.0,
+                        help="first aggregate rate tried, msg/s (default 16000)")
+    parser.add_argument("--factor", type=float, help="rate step (default 1.5; quick 2)")
+    parser.add_argument("--max-steps", type=int, help="trials per search (default 6; quick 3)")
+    parser.add_argument("--trigger-ms", type=int, default=500, help="trigger (default 500)")
+    args = parser.parse_args(argv)
+    args.duration = args.duration or (2.0 if args.quick else 4.0)
+    args.factor = args.factor or (2.0 if args.quick else 1.5)
+    args.max_steps = args.max_steps or (3 if args.quick else 6)
+    return args
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    ensure_private_network(__file__)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    from spark_zmq.standalone import StandaloneCluster
+
+    print_header(args, f"placement_rate benchmark: {PUBLISHERS} publishers, a standalone "
+                       f"cluster of 2 workers x 1 core, both placements in one application")
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="placement_rate-"))
+    cluster = StandaloneCluster(workdir / "cluster", workers=2)
+    spark = None
+    outcomes = []
+    try:
+        spark = cluster_session(cluster)
+        for placement in PLACEMENTS:
+            print(f"capture={placement}:", flush=True)
+            warm = run_trial(spark, workdir, placement, 2_000, 1.0, args.trigger_ms, "warm-up")
+            print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
+            outcomes.append(search(
+                placement, lambda rate, p=placement: run_trial(
+                    spark, workdir, p, rate, args.duration, args.trigger_ms),
+                args.start_rate, args.factor, args.max_steps, print_progress))
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("\n== all trials ==")
+    print(TABLE_HEADER)
+    for outcome in outcomes:
+        for trial in outcome.trials:
+            print(trial_row(trial))
+    print("\n== best aggregate rate with no gap ==")
+    best = {o.receiver: (o.best.rate if o.best else 0.0) for o in outcomes}
+    for outcome in outcomes:
+        bound = outcome.bound
+        limit = (f"; {bound.rate:,.0f} msg/s failed ({bound.verdict})" if bound else
+                 "; no failing rate found (raise --start-rate or --max-steps)")
+        print(f"  capture={outcome.receiver:<9} {best[outcome.receiver]:>9,.0f} msg/s{limit}")
+    if best.get("driver"):
+        print(f"  ratio executors/driver: {best['executors'] / best['driver']:.2f}")
+    print(f"\ntotal time {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Where capture runs, behind one interface the stream reader plans offsets with.
+
+``DriverCapture`` (option ``capture=driver``, the embedded default): discovery and every zmq
+socket live in the driver-side reader process, which writes the spool itself.
+
+``ExecutorCapture`` (``capture=executors``), after Flink's split enumerator: the driver only
+discovers, assigns and plans. It publishes the live endpoints in ``assignment.json`` in the spool
+and renews that document every second. Each partition is captured by one holder process on an
+executor (``spark_zmq.holder``), started by a *claim* task of that partition and fenced by the
+spool's epochs. The driver watches every holder's heartbeat; a partition whose holder is gone,
+or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the next micro-batch
+(the reader forces one). Commits go to ``commits.json``; each holder truncates its partition.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from .capture import Capture
+from .log import logger
+from .options import Options
+from .protocols.base import Endpoint, StreamProtocol
+from .spool import (JsonState, Lease, PartitionState, Spool, load_lease, partition_keys,
+                    read_snapshot)
+
+ASSIGNMENT = "assignment"
+COMMITS = "commits"
+DISCOVERY = "discovery"
+#: seconds between renewals of the assignment (the query's heartbeat to its holders)
+RENEW_SECONDS = 1.0
+#: seconds before a partition whose claim did not lead to a holder is claimed again
+CLAIM_RETRY = 3.0
+#: claims a task may decline to spread partitions before it must take the partition anyway
+MAX_DECLINES = 2
+
+
+class Placement(ABC):
+    """Runs discovery and capture for a query somewhere; tells the reader what is spooled."""
+
+    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
+        self.protocol = protocol
+        self.options = options
+        self.spool_path = spool_path
+        #: each partition's end when this run started (for startingOffsets=latest)
+        self.ends_at_start: dict[str, int] = {}
+
+    @abstractmethod
+    def start(self) -> None:
+        """Begin discovering and capturing."""
+
+    @abstractmethod
+    def snapshot(self) -> dict[str, PartitionState]:
+        """Every partition's retained range, including everything captured before this call."""
+
+    def claims(self, retry_now: bool = False) -> list["Claim"]:
+        """Partitions that need a holder now, as claim tasks; none when capture is local."""
+        return []
+
+    def requested(self, claims: list["Claim"]) -> None:
+        """The claims went out in a micro-batch."""
+
+    @abstractmethod
+    def commit(self, end: dict[str, int]) -> None:
+        """Spark committed everything below ``end``: the spool may let it go."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop discovering and, where this process captures, capturing."""
+
+
+def make_placement(protocol: StreamProtocol, options: Options, spool_path: str) -> Placement:
+    kind = ExecutorCapture if options["capture"] == "executors" else DriverCapture
+    return kind(protocol, options, spool_path)
+
+
+class DriverCapture(Placement):
+    """Discovery, capture and the spool's writer all in this (driver-side) process."""
+
+    _spool: Spool | None = None
+    _capture: Capture | None = None
+    _discovery = None
+
+    def start(self) -> None:
+        self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
+        # "latest" means after what the spool held before this run's capture started:
+        # everything this run receives is delivered (taken later, it would skip messages
+        # received between the first connection and the first offset call).
+        self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
+        self._capture = Capture(
+            self._spool, max_message_bytes=self.options["maxMessageBytes"],
+            flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name)
+        self._capture.start()
+        logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
+                    self.spool_path)
+        self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
+        self._discovery.start(self._capture)
+
+    def snapshot(self) -> dict[str, PartitionState]:
+        self._capture.sync()
+        self._discovery.check()
+        return self._spool.snapshot()
+
+    def commit(self, end: dict[str, int]) -> None:
+        for key, offset in end.items():
+            self._spool.truncate(key, offset)
+
+    def close(self) -> None:
+        if self._discovery is not None:
+            self._discovery.close()
+            self._discovery = None
+        if self._capture is not None:
+            self._capture.close()
+            self._capture = None
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+
+
+@dataclass(frozen=True)
+class HolderSettings:
+    """What a holder process needs besides its partition: from the query's options."""
+
+    format_name: str
+    max_spool_bytes: int
+    max_message_bytes: int
+    flush_interval: float
+    lease_timeout: float
+    idle_timeout: float
+
+    @classmethod
+    def of(cls, options: Options) -> "HolderSettings":
+        return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
+                   options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
+                   options["captureIdleTimeout"])
+
+
+@dataclass(frozen=True)
+class Claim(InputPartition):
+    """A task's instruction: make sure ``key`` has a live holder, starting one here if its
+    highest epoch is still ``expect_epoch`` (0: never claimed)."""
+
+    spool_path: str
+    spool_id: str          # the driver's assignment names it: proves the executor sees the spool
+    key: str
+    expect_epoch: int
+    declines_left: int     # how many times the task may leave it to a less loaded executor
+    settings: HolderSettings
+
+
+@dataclass
+class _Watched:
+    """The driver's view of one partition's lease, timed by the driver's own clock (no clock
+    of another host is trusted)."""
+
+    lease: Lease | None
+    changed_at: float
+    requested_at: float = float("-inf")
+    requests: int = 0                       # claims sent since its epoch last changed
+    last_holder: Lease | None = None        # the last lease seen with a holder in it
+
+
+class ExecutorCapture(Placement):
+    """Discovery on the driver; capture in holder processes on executors (see module doc)."""
+
+    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
+        super().__init__(protocol, options, spool_path)
+        self.settings = HolderSettings.of(options)
+        self._assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
+        self._commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
+        self._endpoints: dict[str, Endpoint] = {}
+        self._lock = threading.Lock()
+        self._spool_id = ""
+        self._beat = 0
+        self._watched: dict[str, _Watched] = {}
+        self._stopping = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._discovery = None
+
+    def start(self) -> None:
+        try:
+            os.makedirs(self.spool_path, exist_ok=True)
+        except OSError as exc:
+            raise OSError(f"cannot use {self.spool_path!r} as a spool folder (option "
+                          f"spoolPath): {exc.strerror or exc}") from None
+        self.ends_at_start = {k: s.end for k, s in read_snapshot(self.spool_path).items()}
+        previous = self._assignment.load() or {}
+        self._spool_id = previous.get("spool_id") or uuid.uuid4().hex
+        self._renew()
+        self._renewer = threading.Thread(target=self._renew_forever, daemon=True,
+                                         name=f"spark_zmq {self.protocol.name} assignment")
+        self._renewer.start()
+        logger.info("%s: capturing on executors, spooling to %s (must be shared by every node)",
+                    self.protocol.name, self.spool_path)
+        self._discovery = self.protocol.discovery(
+            self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json")))
+        self._discovery.start(self)
+
+    # -- discovery's listener ------------------------------------------------------------------
+
+    def endpoint_joined(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            self._endpoints[endpoint.key] = endpoint
+        self._renew()
+
+    def endpoint_left(self, key: str) -> None:
+        with self._lock:
+            self._endpoints.pop(key, None)
+        self._renew()
+
+    # -- the query's heartbeat -----------------------------------------------------------------
+
+    def _renew(self) -> None:
+        """Write the assignment with a new beat: holders that see it move know the query lives."""
+        with self._lock:
+            self._beat += 1
+            self._assignment.save({
+                "spool_id": self._spool_id, "beat": self._beat, "format": self.protocol.name,
+                "endpoints": {k: e.to_json() for k, e in sorted(self._endpoints.items())}})
+
+    def _renew_forever(self) -> None:
+        while not self._stopping.wait(RENEW_SECONDS):
+            try:
+                self._renew()
+            except OSError as exc:
+                logger.warning("%s: cannot renew %s: %s", self.protocol.name,
+                               self._assignment.path, exc)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, PartitionState]:
+        self._discovery.check()
+        live = self._live_holders()
+        with self._lock:
+            assigned = set(self._endpoints)
+        state = read_snapshot(self.spool_path)
+        # a partition whose endpoint left while nobody held it will not be retired by a holder
+        return {k: s._replace(retired=True) if not s.retired and k not in assigned
+                and k not in live else s for k, s in state.items()}
+
+    def _live_holders(self) -> set[str]:
+        """Keys whose holder's heartbeat moved within leaseTimeout, by this process's clock."""
+        now = time.monotonic()
+        live = set()
+        for key in partition_keys(self.spool_path):
+            lease = load_lease(self.spool_path, key)
+            watched = self._watched.get(key)
+            if watched is None:
+                watched = self._watched[key] = _Watched(lease, now)
+            elif _beat_of(lease) != _beat_of(watched.lease):
+                if lease is not None and lease.epoch != _beat_of(watched.lease)[0]:
+                    watched.requests = 0     # a claim went through
+                watched.lease, watched.changed_at = lease, now
+            if lease is not None and lease.holder:
+                self._log_holder_change(key, watched, lease)
+            if (lease is not None and not lease.sealed
+                    and now - watched.changed_at < self.settings.lease_timeout):
+                live.add(key)
+        return live
+
+    def _log_holder_change(self, key: str, watched: _Watched, lease: Lease) -> None:
+        """One line per new holder, and one when a holder lets go."""
+        last = watched.last_holder
+        watched.last_holder = lease
+        name = self.protocol.name
+        if last is None or lease.epoch > last.epoch:
+            if last is None:
+                logger.info("%s: partition %s held by executor %s (epoch %d)", name, key,
+                            lease.executor, lease.epoch)
+            else:
+                logger.warning("%s: partition %s moved from executor %s to executor %s (epoch "
+                               "%d); nothing was captured between %s and %s", name, key,
+                               last.executor, lease.executor, lease.epoch, _wall(last.at),
+                               _wall(lease.at))
+        elif lease.sealed and not last.sealed:
+            logger.info("%s: partition %s released by its holder %s", name, key, lease.holder)
+
+    def claims(self, retry_now: bool = False) -> list[Claim]:
+        live = self._live_holders()
+        now = time.monotonic()
+        with self._lock:
+            assigned = sorted(self._endpoints)
+        wanted = []
+        for key in assigned:
+            if key in live:
+                continue
+            watched = self._watched.get(key) or _Watched(None, now)
+            if not retry_now and now - watched.requested_at < CLAIM_RETRY:
+                continue
+            epoch = watched.lease.epoch if watched.lease else 0
+            declines = max(0, MAX_DECLINES - watched.requests)
+            wanted.append(Claim(self.spool_path, self._spool_id, key, epoch, declines,
+                                self.settings))
+        return wanted
+
+    def requested(self, claims: list[Claim]) -> None:
+        now = time.monotonic()
+        for claim in claims:
+            watched = self._watched.setdefault(claim.key, _Watched(None, now))
+            watched.requested_at = now
+            watched.requests += 1
+
+    def commit(self, end: dict[str, int]) -> None:
+        committed = self._commits.load() or {}
+        committed.update(end)
+        self._commits.save(committed)
+
+    def close(self) -> None:
+        self._stopping.set()
+        if self._discovery is not None:
+            self._discovery.close()
+            self._discovery = None
+
+
+def _beat_of(lease: Lease | None) -> tuple:
+    return (None,) if lease is None else (lease.epoch, lease.beat, lease.sealed)
+
+
+def _wall(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at else "(never)"
