@@ -29,7 +29,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .log import logger
 from .mailbox import Mailbox
 from .protocols.base import Endpoint
-from .spool import SPOOL_SCHEMA, LeaseLost, Spool
+from .spool import SPOOL_SCHEMA, LeaseLost, Spool, SpoolWriteError
 
 #: a partition's buffer is written to the spool when it holds this many messages
 MAX_SEGMENT_ROWS = 65536
@@ -67,7 +67,8 @@ class _Connection:
     disconnected_at: int | None = None
     drop_cause: str | None = None
     recheck_at: float | None = None                # see Capture._reopen_abandoned
-    dropped_since: int | None = None               # first time of the current spool-full episode
+    dropped_since: int | None = None               # first time of the current drop episode
+    dropping_because: str | None = None            # why: the spool's bound, or a write error
     dropped: int = 0
     received: int = 0                              # messages received since capture started
     leave_by: float | None = None                  # set when discovery reported it gone
@@ -82,9 +83,11 @@ class Capture:
     """Receives from every endpoint discovery reports and appends to ``spool``."""
 
     def __init__(self, spool: Spool, *, max_message_bytes: int, flush_interval: float,
-                 name: str = "capture") -> None:
+                 name: str = "capture", drop_on_write_error: bool = False) -> None:
         self.spool = spool
         self.max_message_bytes = max_message_bytes
+        #: a spool that cannot be written: drop and count (True) or stop capture (False)
+        self.drop_on_write_error = drop_on_write_error
         self.flush_interval = flush_interval
         self.name = name
         self._context = zmq.Context.instance()
@@ -377,37 +380,49 @@ class Capture:
             return
         frames, times, faults = conn.frames, conn.times, conn.faults
         conn.frames, conn.times, conn.faults = [], [], {}
-        key = conn.endpoint.key
         if not self.spool.has_room():
-            self._drop(conn, frames, times, faults)
+            self._drop(conn, frames, times, faults, f"the spool {self.spool.root} reached "
+                       f"maxSpoolBytes ({self.spool.max_bytes} bytes)")
             return
-        if conn.dropped:
-            self._end_drop_episode(conn, times[0])
-        self.spool.append(key, conn.endpoint.source, spool_table(frames, times, faults))
+        try:
+            if conn.dropped:
+                self._end_drop_episode(conn, times[0])
+            self.spool.append(conn.endpoint.key, conn.endpoint.source,
+                              spool_table(frames, times, faults))
+        except SpoolWriteError as exc:
+            if not self.drop_on_write_error:
+                raise SpoolWriteError(
+                    f"{exc}. The spool holds everything written before; the {len(frames)} "
+                    f"messages of this flush are lost. Free the storage, or set "
+                    f"onSpoolWriteError=drop to drop and count messages while the spool cannot "
+                    f"be written") from None
+            self._drop(conn, frames, times, faults, f"the spool could not be written ({exc})")
 
-    def _drop(self, conn: _Connection, frames: list, times: list, faults: dict) -> None:
-        """Spool full: drop new messages, but count them and keep capture's own fault rows."""
+    def _drop(self, conn: _Connection, frames: list, times: list, faults: dict,
+              cause: str) -> None:
+        """Drop new messages, count them, and keep capture's own fault rows if it can."""
         if conn.dropped_since is None:
-            conn.dropped_since = times[0]
-            logger.warning("%s: spool %s reached maxSpoolBytes (%d bytes); dropping new messages "
-                           "of partition %s until Spark commits", self.name, self.spool.root,
-                           self.spool.max_bytes, conn.endpoint.key)
+            conn.dropped_since, conn.dropping_because = times[0], cause
+            logger.warning("%s: dropping new messages of partition %s until they can be "
+                           "written: %s", self.name, conn.endpoint.key, cause)
         conn.dropped += len(frames) - len(faults)
         if faults:
             kept = sorted(faults)
-            self.spool.append(conn.endpoint.key, conn.endpoint.source, spool_table(
-                [[] for _ in kept], [times[i] for i in kept],
-                {n: faults[i] for n, i in enumerate(kept)}))
+            try:
+                self.spool.append(conn.endpoint.key, conn.endpoint.source, spool_table(
+                    [[] for _ in kept], [times[i] for i in kept],
+                    {n: faults[i] for n, i in enumerate(kept)}))
+            except SpoolWriteError:
+                pass    # lost within the episode that the gap row reports
 
     def _end_drop_episode(self, conn: _Connection, until: int) -> None:
+        """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot)."""
         text = (f"gap: {conn.dropped} messages dropped between {utc_text(conn.dropped_since)} "
-                f"and {utc_text(until)} because the spool {self.spool.root} reached "
-                f"maxSpoolBytes ({self.spool.max_bytes} bytes)")
-        logger.warning("%s: partition %s: %s", self.name, conn.endpoint.key, text)
-        self.spool.count_dropped(conn.endpoint.key, conn.dropped)
+                f"and {utc_text(until)} because {conn.dropping_because}")
         self.spool.append(conn.endpoint.key, conn.endpoint.source,
-                          spool_table([[]], [until], {0: text}))
-        conn.dropped, conn.dropped_since = 0, None
+                          spool_table([[]], [until], {0: text}), dropped=conn.dropped)
+        logger.warning("%s: partition %s: %s", self.name, conn.endpoint.key, text)
+        conn.dropped, conn.dropped_since, conn.dropping_because = 0, None, None
 
     def _shutdown(self) -> None:
         fenced = isinstance(self._failure, LeaseLost)   # nothing more may be written

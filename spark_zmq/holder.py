@@ -39,6 +39,8 @@ from .spool import JsonState, LeaseLost, Spool, SpoolError, load_lease, partitio
 TICK = 0.5
 #: folder of the spool where tasks note which executors are alive
 EXECUTORS = "@executors"   # "@" is quoted in partition folder names: no clash
+#: folder of the spool where holders log
+HOLDER_LOGS = "@holders"
 #: seconds a claim task waits for the holder it started to claim the partition
 START_TIMEOUT = 60.0
 
@@ -119,9 +121,11 @@ def _more_loaded(root: str, executor: str, lease_timeout: float) -> bool:
 def _start_holder(claim: Claim) -> None:
     args = json.dumps({"spool_path": claim.spool_path, "key": claim.key,
                        "expect_epoch": claim.expect_epoch, "settings": asdict(claim.settings)})
-    process = subprocess.Popen([sys.executable, "-m", "spark_zmq.holder", args],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               start_new_session=True)
+    log_path = holder_log(claim.spool_path, claim.key)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "spark_zmq.holder", args],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                   start_new_session=True)
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
     line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
     process.stdout.close()
@@ -129,9 +133,35 @@ def _start_holder(claim: Claim) -> None:
         return
     if not ready:
         process.kill()
+    try:
+        code = process.wait(5)
+    except subprocess.TimeoutExpired:
+        code = None
+    if ready and code is not None and code < 0:
+        # killed while starting (OOM killer, an operator): not a fault of the query; the
+        # partition is claimed again in a later micro-batch
+        logger.warning("%s: the capture process for partition %s was killed by signal %d "
+                       "while starting; it will be started again", claim.settings.format_name,
+                       claim.key, -code)
+        return
+    status = "still running" if code is None else f"exit status {code}"
     raise RuntimeError(f"{claim.settings.format_name}: the capture process for partition "
-                       f"{claim.key!r} did not start: {line or 'no answer'} (its log is in "
-                       f"this executor's stderr)")
+                       f"{claim.key!r} did not start: {line or 'no answer'} ({status}); the end "
+                       f"of its log {log_path}:\n{_tail(log_path)}")
+
+
+def holder_log(spool_path: str, key: str) -> str:
+    """Where a partition's holders write their log (stderr): ``@holders/<partition>.log`` in
+    the spool. An executor's own log goes away with the executor; the spool stays."""
+    folder = os.path.join(spool_path, HOLDER_LOGS)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, urllib.parse.quote(key, safe="") + ".log")
+
+
+def _tail(path: str, size: int = 3000) -> str:
+    with open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - size))
+        return f.read().decode(errors="replace")
 
 
 @functools.lru_cache(maxsize=1)
@@ -228,7 +258,8 @@ class Holder:
             return "its endpoint is no longer assigned"
         settings = self.settings
         self.capture = Capture(self.spool, max_message_bytes=settings.max_message_bytes,
-                               flush_interval=settings.flush_interval, name=self.name)
+                               flush_interval=settings.flush_interval, name=self.name,
+                               drop_on_write_error=settings.drop_on_write_error)
         self.capture.start()
         self.capture.endpoint_joined(endpoint)
         renewed_at, beat, leaving = time.monotonic(), None, False
@@ -261,9 +292,12 @@ class Holder:
                 self.spool.truncate(self.key, committed)
             self.capture.check()
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, failure: str = "") -> None:
+        """Write what was received, then let the partition go; a ``failure`` stays in the
+        lease, where the driver finds it and fails the query with it."""
         if self.capture is not None:
             self.capture.close()
+        self.spool.release(self.key, failure)
         self.spool.close()
         logger.info("%s: holder of partition %s stopped: %s", self.name, self.key, reason)
 
@@ -285,15 +319,16 @@ def main(argv: list[str]) -> int:
     logger.info("%s: holding partition %s (epoch %d) for executor %s", holder.name, holder.key,
                 epoch, holder.spool.executor)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    reason = "an error"
+    reason, failure = "an error", ""
     try:
         reason = holder.run()
     except SystemExit:
         reason = "terminated (SIGTERM)"
-    except Exception:
+    except Exception as exc:
         logger.exception("%s: holder of partition %s failed", holder.name, holder.key)
+        failure = str(exc)
     finally:
-        holder.close(reason)
+        holder.close(reason, failure)
     return 0
 
 

@@ -219,6 +219,11 @@ READER_OPTIONS: tuple[Option, ...] = (
     Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", "100",
            "How often capture writes what it received to the spool (it also writes at every "
            "micro-batch and every 65536 messages)."),
+    Option("onSpoolWriteError", choice("fail", "drop"), "fail or drop", "fail",
+           "When the spool's storage refuses a write (full disk, read-only, I/O error): fail "
+           "the query naming the spool and the cause, or drop new messages while it lasts, "
+           "counted, logged and reported as a row with `error` set (a gap). Either way the "
+           "spool keeps everything written before."),
     Option("capture", choice("driver", "executors"), "driver or executors", "driver",
            "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
            "one capture process per partition on the executors, started by tasks and handed "
@@ -229,8 +234,8 @@ READER_OPTIONS: tuple[Option, ...] = (
            "for this long is taken over by a new one (an executor lost)."),
     Option("captureIdleTimeout", positive_float, "a positive number of seconds", "60",
            "`capture=executors`: a capture process ends when the query has not renewed its "
-           "assignment for this long (the query stopped); a restart within that time goes on "
-           "without a gap."),
+           "assignment for this long (the query stopped); the query started again within "
+           "that time in the same Spark application goes on without a gap."),
 )
 
 

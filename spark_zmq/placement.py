@@ -95,7 +95,8 @@ class DriverCapture(Placement):
         self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
         self._capture = Capture(
             self._spool, max_message_bytes=self.options["maxMessageBytes"],
-            flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name)
+            flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name,
+            drop_on_write_error=self.options["onSpoolWriteError"] == "drop")
         self._capture.start()
         logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
                     self.spool_path)
@@ -133,12 +134,13 @@ class HolderSettings:
     flush_interval: float
     lease_timeout: float
     idle_timeout: float
+    drop_on_write_error: bool
 
     @classmethod
     def of(cls, options: Options) -> "HolderSettings":
         return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
                    options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
-                   options["captureIdleTimeout"])
+                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop")
 
 
 @dataclass(frozen=True)
@@ -251,14 +253,20 @@ class ExecutorCapture(Placement):
         for key in partition_keys(self.spool_path):
             lease = load_lease(self.spool_path, key)
             watched = self._watched.get(key)
+            changed = False
             if watched is None:
                 watched = self._watched[key] = _Watched(lease, now)
             elif _beat_of(lease) != _beat_of(watched.lease):
+                changed = True
                 if lease is not None and lease.epoch != _beat_of(watched.lease)[0]:
                     watched.requests = 0     # a claim went through
                 watched.lease, watched.changed_at = lease, now
             if lease is not None and lease.holder:
                 self._log_holder_change(key, watched, lease)
+            if changed and lease is not None and lease.failure:
+                # failed during this run (a failure left by an earlier run is not raised again)
+                raise RuntimeError(f"{self.protocol.name}: the capture of partition {key} on "
+                                   f"executor {lease.executor} failed: {lease.failure}")
             if (lease is not None and not lease.sealed
                     and now - watched.changed_at < self.settings.lease_timeout):
                 live.add(key)

@@ -31,6 +31,7 @@ has one and look a segment up in its epoch's folder, sealed or not; they need no
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -47,6 +48,7 @@ from typing import Iterator, Mapping, NamedTuple
 
 import pyarrow as pa
 
+from .log import logger
 
 SPOOL_SCHEMA = pa.schema([
     pa.field("received_at", pa.timestamp("us", tz="UTC")),
@@ -55,6 +57,10 @@ SPOOL_SCHEMA = pa.schema([
     pa.field("fault", pa.string()),
 ])
 
+#: rows per record batch in a segment file
+BATCH_ROWS = 4096
+#: what an Arrow IPC file starts with, before the IPC stream it holds
+IPC_FILE_MAGIC = b"ARROW1\0\0"
 INDEX_NAME = "index.json"
 LEASE_NAME = "lease.json"
 LOCK_NAME = "LOCK"
@@ -68,6 +74,11 @@ class SpoolError(RuntimeError):
 
 class LeaseLost(SpoolError):
     """Another writer claimed the partition: this one may not write to it any more."""
+
+
+class SpoolWriteError(SpoolError):
+    """The spool's storage refused a write (full, read-only, I/O error). Nothing already in the
+    spool is changed by the failed write: segments and indexes are replaced atomically."""
 
 
 @dataclass(frozen=True)
@@ -147,10 +158,11 @@ class Lease:
     beat: int              # heartbeat counter
     at: float              # wall-clock time of the last heartbeat
     sealed: bool = False   # the holder let go (or was taken over): the partition is free
+    failure: str = ""      # why the holder stopped, if capture failed
 
     def to_json(self) -> str:
         return json.dumps({"holder": self.holder, "executor": self.executor, "beat": self.beat,
-                           "at": self.at})
+                           "at": self.at, "failure": self.failure})
 
 
 def partition_dir(root: str, key: str) -> str:
@@ -224,7 +236,7 @@ def _lease_of(folder: str, epoch: int, sealed: bool) -> Lease:
         return Lease(epoch, "", "", 0, 0.0, sealed)
     obj = json.loads(found[0])
     return Lease(epoch, obj["holder"], obj["executor"], obj["beat"], obj["at"],
-                 sealed or found[1])
+                 sealed or found[1], obj.get("failure", ""))
 
 
 def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
@@ -241,10 +253,43 @@ def _read_segment(root: str, key: str, segment: Segment) -> tuple[Source, pa.Tab
         except FileNotFoundError:
             continue
         with source_file:
-            reader = pa.ipc.open_file(source_file)
-            return Source.from_json(reader.schema.metadata[b"source"]), reader.read_all()
+            try:
+                reader = pa.ipc.open_file(source_file)
+                table = reader.read_all()
+                if table.num_rows == segment.count:
+                    return Source.from_json(reader.schema.metadata[b"source"]), table
+            except (pa.ArrowInvalid, OSError, KeyError, ValueError):
+                pass
+        return _recover_segment(path, segment)
     raise SpoolError(f"spool segment {paths[0]} of partition {key!r} is missing, sealed or not; "
                      f"the spool was changed by something other than spark_zmq")
+
+
+def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
+    """A damaged segment file (cut short by a crash of its host, or by a full disk): its rows
+    up to the damage, then one fault row per message lost, so that every offset still names one
+    row and a replayed micro-batch reads the same rows."""
+    with open(path, "rb") as f:
+        data = f.read()
+    source, batches = Source("(unknown: damaged spool segment)", {}), []
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(data[len(IPC_FILE_MAGIC):]))
+        source = Source.from_json(reader.schema.metadata[b"source"])
+        while True:
+            batches.append(reader.read_next_batch())
+    except (StopIteration, pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError):
+        pass
+    rows = pa.Table.from_batches(batches, SPOOL_SCHEMA).slice(0, segment.count)
+    lost = segment.count - rows.num_rows
+    text = (f"gap: {lost} messages at offsets [{segment.first + rows.num_rows}, {segment.end}) "
+            f"are lost: spool segment {path} is damaged (cut short by a crash or a full disk)")
+    logger.warning("spool: %s; %d rows of it recovered", text, rows.num_rows)
+    when = int(os.path.getmtime(path) * 1e6)
+    faults = pa.table({"received_at": pa.array([when] * lost, pa.int64()).cast(
+                           SPOOL_SCHEMA.field("received_at").type),
+                       "frames": pa.array([[]] * lost, SPOOL_SCHEMA.field("frames").type),
+                       "fault": pa.array([text] * lost, pa.string())}, schema=SPOOL_SCHEMA)
+    return source, pa.concat_tables([rows, faults])
 
 
 def process_id() -> str:
@@ -263,9 +308,30 @@ def _locked(method):
 
 def _write_atomically(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        _remove_quietly(tmp)
+        raise
+
+
+def _os_cause(exc: OSError) -> str:
+    """``No space left on device`` rather than pyarrow's ``Error writing bytes to file. Detail:
+    [errno 28] No space left on device``."""
+    number = exc.errno
+    if number is None:
+        match = re.search(r"\[errno (\d+)\]", str(exc))
+        number = int(match.group(1)) if match else None
+    return os.strerror(number) if number else str(exc)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 class Spool:
@@ -397,18 +463,24 @@ class Spool:
             pass
 
     @_locked
-    def heartbeat(self, key: str) -> None:
+    def heartbeat(self, key: str, failure: str = "") -> None:
         """Renew the lease of a held partition; LeaseLost if it was taken over."""
         if key not in self.epochs:
             raise LeaseLost(f"partition {key!r} is not held by this process")
         self._beats[key] += 1
         lease = Lease(self.epochs[key], process_id(), self.executor, self._beats[key],
-                      time.time())
+                      time.time(), failure=failure)
         self._write(key, LEASE_NAME, lease.to_json().encode())
 
     @_locked
-    def release(self, key: str) -> None:
-        """Stop holding a partition: seal its folder so that the next claimant needs no wait."""
+    def release(self, key: str, failure: str = "") -> None:
+        """Stop holding a partition: seal its folder so that the next claimant needs no wait.
+        ``failure`` (capture failed) is left in the lease for the driver to raise."""
+        if failure and key in self.epochs:
+            try:
+                self.heartbeat(key, failure)
+            except SpoolError:
+                pass
         epoch = self.epochs.pop(key, None)
         if epoch is not None:
             self._seal(partition_dir(self.root, key), epoch)
@@ -421,8 +493,12 @@ class Spool:
         return self.nbytes < self.max_bytes
 
     @_locked
-    def append(self, key: str, source: Source, table: pa.Table) -> None:
-        """Write one segment of rows (SPOOL_SCHEMA) and publish it in the index."""
+    def append(self, key: str, source: Source, table: pa.Table, dropped: int = 0) -> None:
+        """Write one segment of rows (SPOOL_SCHEMA) and publish it in the index; ``dropped``
+        adds to the partition's count of dropped messages in the same index update.
+
+        SpoolWriteError if the storage refuses; the spool is then as it was before the call.
+        """
         index = self.open_partition(key)
         if table.num_rows == 0:
             return
@@ -432,21 +508,18 @@ class Spool:
         tmp = path + ".tmp"
         try:
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-                writer.write_table(table.replace_schema_metadata(schema.metadata))
+                # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
+                writer.write_table(table.replace_schema_metadata(schema.metadata), BATCH_ROWS)
             os.replace(tmp, path)
-        except FileNotFoundError:
-            raise self._lost(key) from None
-        segment.nbytes = os.path.getsize(path)
-        index.segments.append(segment)
-        index.end = segment.end
+            segment.nbytes = os.path.getsize(path)
+        except OSError as exc:
+            _remove_quietly(tmp)
+            raise self._write_failed(key, path, exc) from None
+        updated = dataclasses.replace(index, segments=[*index.segments, segment],
+                                      end=segment.end, dropped=index.dropped + dropped)
+        self._save(updated)     # a file not in the index is never read, and replaced later
+        self.partitions[key] = updated
         self.nbytes += segment.nbytes
-        self._save(index)
-
-    @_locked
-    def count_dropped(self, key: str, count: int) -> None:
-        index = self.open_partition(key)
-        index.dropped += count
-        self._save(index)
 
     @_locked
     def retire(self, key: str) -> None:
@@ -471,7 +544,12 @@ class Spool:
             index = self.open_partition(key)
         index.segments = keep
         index.start = keep[0].first if keep else index.end
-        self._save(index)  # publish first, then delete: a reader never sees a missing file listed
+        try:   # publish first, then delete: a reader never sees a missing file listed
+            self._save(index)
+        except SpoolWriteError as exc:
+            # A full disk cannot take the new index, and only deleting frees space: delete
+            # anyway (Spark never reads committed segments again); the next write publishes it.
+            logger.warning("spool: %s; deleting the committed segments first", exc)
         for segment in gone:
             self.nbytes -= segment.nbytes
             for path in segment_paths(self.root, key, segment):
@@ -502,17 +580,25 @@ class Spool:
         self._write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
 
     def _write(self, key: str, name: str, data: bytes) -> None:
+        path = self._path(key, name)
         try:
-            _write_atomically(self._path(key, name), data)
-        except FileNotFoundError:   # the epoch folder was sealed: someone claimed the partition
-            raise self._lost(key) from None
+            _write_atomically(path, data)
+        except OSError as exc:
+            raise self._write_failed(key, path, exc) from None
 
-    def _lost(self, key: str) -> LeaseLost:
-        epoch = self.epochs.pop(key, None)
-        if not self.exclusive:
-            self.partitions.pop(key, None)
-        return LeaseLost(f"partition {key!r}: epoch {epoch} was taken over by a newer holder; "
-                         f"this process may no longer write to it")
+    def _write_failed(self, key: str, path: str, exc: OSError) -> SpoolError:
+        """LeaseLost if the epoch folder was sealed (someone claimed the partition), else a
+        SpoolWriteError naming the file, the partition and the cause."""
+        mine = self.epochs.get(key, 0)
+        newer = [e for e, _ in epochs(partition_dir(self.root, key)) if e > mine]
+        if isinstance(exc, FileNotFoundError) and newer:
+            epoch = self.epochs.pop(key, None)
+            if not self.exclusive:
+                self.partitions.pop(key, None)
+            return LeaseLost(f"partition {key!r}: epoch {epoch} was taken over by a newer "
+                             f"holder; this process may no longer write to it")
+        return SpoolWriteError(f"cannot write {path} (spool {self.root}, partition {key}): "
+                               f"{_os_cause(exc)}")
 
 
 class JsonState:
