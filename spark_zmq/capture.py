@@ -29,6 +29,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .log import logger
 from .mailbox import Mailbox
 from .protocols.base import Endpoint
+from .security import NO_CURVE, Curve
 from .spool import SPOOL_SCHEMA, LeaseLost, Spool, SpoolWriteError
 
 #: a partition's buffer is written to the spool when it holds this many messages
@@ -83,8 +84,10 @@ class Capture:
     """Receives from every endpoint discovery reports and appends to ``spool``."""
 
     def __init__(self, spool: Spool, *, max_message_bytes: int, flush_interval: float,
-                 name: str = "capture", drop_on_write_error: bool = False) -> None:
+                 name: str = "capture", drop_on_write_error: bool = False,
+                 curve: Curve = NO_CURVE) -> None:
         self.spool = spool
+        self.curve = curve          # CURVE client settings of every socket capture opens
         self.max_message_bytes = max_message_bytes
         #: a spool that cannot be written: drop and count (True) or stop capture (False)
         self.drop_on_write_error = drop_on_write_error
@@ -299,7 +302,7 @@ class Capture:
         logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
 
     def _open_socket(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
-        sock = self._context.socket(endpoint.socket_type)
+        sock = self.curve.as_client(self._context.socket(endpoint.socket_type))
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)

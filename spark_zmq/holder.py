@@ -123,9 +123,11 @@ def _start_holder(claim: Claim) -> None:
                        "expect_epoch": claim.expect_epoch, "settings": asdict(claim.settings)})
     log_path = holder_log(claim.spool_path, claim.key)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "spark_zmq.holder", args],
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+        process = subprocess.Popen([sys.executable, "-m", "spark_zmq.holder"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                    start_new_session=True)
+    process.stdin.write(args.encode())     # keys stay off the command line
+    process.stdin.close()
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
     line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
     process.stdout.close()
@@ -259,7 +261,8 @@ class Holder:
         settings = self.settings
         self.capture = Capture(self.spool, max_message_bytes=settings.max_message_bytes,
                                flush_interval=settings.flush_interval, name=self.name,
-                               drop_on_write_error=settings.drop_on_write_error)
+                               drop_on_write_error=settings.drop_on_write_error,
+                               curve=settings.curve_keys())
         self.capture.start()
         self.capture.endpoint_joined(endpoint)
         renewed_at, beat, leaving = time.monotonic(), None, False
@@ -302,10 +305,12 @@ class Holder:
         logger.info("%s: holder of partition %s stopped: %s", self.name, self.key, reason)
 
 
-def main(argv: list[str]) -> int:
-    args = json.loads(argv[1])
+def main() -> int:
+    args = json.loads(sys.stdin.read())
     try:
-        holder = Holder(args["spool_path"], args["key"], HolderSettings(**args["settings"]))
+        given = args["settings"]
+        settings = HolderSettings(**{**given, "curve": tuple(given["curve"])})
+        holder = Holder(args["spool_path"], args["key"], settings)
         epoch = holder.claim(args["expect_epoch"])
     except LeaseLost as exc:
         print(f"busy: {exc}", flush=True)
@@ -333,4 +338,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import security
+
 
 class OptionError(ValueError):
     """A wrong option name, type or value; the message names the option and what it accepts."""
@@ -190,6 +192,28 @@ def option_table(specs: Sequence[Option]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# CURVE security, for readers and writers of every format (spark_zmq.security applies them).
+
+KEY = "a 40-character Z85 key or a zmq.auth key file"
+
+CURVE_OPTIONS: tuple[Option, ...] = (
+    Option("curveServerKey", security.public_key, KEY, None,
+           "CURVE: the public key of the server this side connects to (publisher, broker, "
+           "gobyd); the connection is then encrypted and the server authenticated."),
+    Option("curvePublicKey", security.public_key, KEY, None,
+           "CURVE: this side's public key (derived from `curveSecretKey` when not given)."),
+    Option("curveSecretKey", security.secret_key, KEY, None,
+           "CURVE: this side's secret key. A side that binds (a writer's socket, a reader's "
+           "management port) becomes a CURVE server; a client without one uses a fresh key "
+           "pair."),
+    Option("curveClientKeys", security.public_keys,
+           "comma-separated keys or key files, or a folder of .key files", None,
+           "CURVE: the client public keys a CURVE server of this side accepts. Default: any "
+           "client that completes the handshake (the management port then refuses all)."),
+)
+
+
+# ---------------------------------------------------------------------------------------------
 # Options of the generic stream reader, shared by every format.
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
@@ -236,6 +260,7 @@ READER_OPTIONS: tuple[Option, ...] = (
            "`capture=executors`: a capture process ends when the query has not renewed its "
            "assignment for this long (the query stopped); the query started again within "
            "that time in the same Spark application goes on without a gap."),
+    *CURVE_OPTIONS,
 )
 
 
@@ -262,6 +287,7 @@ WRITER_OPTIONS: tuple[Option, ...] = (
            "(XPUB_NODROP: back-pressure, not loss)."),
     Option("sendTimeout", non_negative_float, "a number of seconds", "60",
            "How long a send may wait on back-pressure before the task fails."),
+    *CURVE_OPTIONS,
 )
 
 

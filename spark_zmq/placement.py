@@ -27,6 +27,7 @@ from .capture import Capture
 from .log import logger
 from .options import Options
 from .protocols.base import Endpoint, StreamProtocol
+from .security import Curve
 from .spool import (JsonState, Lease, PartitionState, Spool, load_lease, partition_keys,
                     read_snapshot)
 
@@ -96,7 +97,8 @@ class DriverCapture(Placement):
         self._capture = Capture(
             self._spool, max_message_bytes=self.options["maxMessageBytes"],
             flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name,
-            drop_on_write_error=self.options["onSpoolWriteError"] == "drop")
+            drop_on_write_error=self.options["onSpoolWriteError"] == "drop",
+            curve=Curve.of(self.options))
         self._capture.start()
         logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
                     self.spool_path)
@@ -135,12 +137,21 @@ class HolderSettings:
     lease_timeout: float
     idle_timeout: float
     drop_on_write_error: bool
+    #: CURVE client keys (Z85 text), handed to the holder on its stdin, never on its command line
+    curve: tuple[str | None, str | None, str | None] = (None, None, None)
 
     @classmethod
     def of(cls, options: Options) -> "HolderSettings":
+        curve = Curve.of(options)
+        keys = tuple(k.decode() if k else None
+                     for k in (curve.server_key, curve.public_key, curve.secret_key))
         return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
                    options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
-                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop")
+                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop", keys)
+
+    def curve_keys(self) -> Curve:
+        server, public, secret = (k.encode() if k else None for k in self.curve)
+        return Curve(server, public, secret)
 
 
 @dataclass(frozen=True)

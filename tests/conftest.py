@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -55,6 +56,19 @@ def publishers(zeroconf):
     yield make
     for publisher in made:
         publisher.close()
+
+
+class MemoryState:
+    """A discovery state store in memory; saved data goes through JSON as in the spool."""
+
+    def __init__(self) -> None:
+        self.saved = None
+
+    def load(self):
+        return self.saved
+
+    def save(self, data):
+        self.saved = json.loads(json.dumps(data))
 
 
 def wait_until(predicate, timeout=60.0, interval=0.2, what="condition"):

@@ -11,9 +11,8 @@ import uuid
 
 import pytest
 
-from conftest import wait_until
+from conftest import MemoryState, wait_until
 from spark_zmq.cli import main
-from spark_zmq.protocols.base import StateStore
 from spark_zmq.protocols.zeroeq import SUBSCRIBER_SERVICE, event_id, event_id_text
 from spark_zmq.protocols.zeroeq.announce import Announcement
 from spark_zmq.protocols.zeroeq.management import ManagementPort
@@ -97,17 +96,6 @@ def test_browse_shows_a_publisher_with_its_session_and_vocabulary_names(publishe
     lines = wait_until(table, timeout=60, interval=0, what="the publisher in browse's table")
     assert lines[0].split() == ["kind", "instance", "session", "application", "user",
                                 "vocabulary", "management"]
-
-
-class MemoryState(StateStore):
-    def __init__(self) -> None:
-        self.data = None
-
-    def load(self):
-        return self.data
-
-    def save(self, data):
-        self.data = data
 
 
 @pytest.fixture

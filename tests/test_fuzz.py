@@ -39,6 +39,7 @@ from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
 
+from conftest import MemoryState
 from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus import client as ebus_client
@@ -468,17 +469,6 @@ def management_payloads(draw):
     if choice == 3:
         return draw(st.binary(max_size=40)), None
     return b"", None
-
-
-class MemoryState:
-    def __init__(self):
-        self.saved = None
-
-    def load(self):
-        return self.saved
-
-    def save(self, data):
-        self.saved = json.loads(json.dumps(data))
 
 
 @fuzz(300)

@@ -13,6 +13,7 @@ from collections import Counter
 
 import zmq
 
+from ..security import NO_CURVE, Curve
 from .base import SinkPublisher
 
 
@@ -50,10 +51,12 @@ class XPubSender(SinkPublisher):
     back-pressure, counts subscriptions."""
 
     def __init__(self, address: str, *, send_hwm: int, send_timeout: float | None,
-                 bind: bool = False, context: zmq.Context | None = None) -> None:
+                 bind: bool = False, context: zmq.Context | None = None,
+                 curve: Curve = NO_CURVE) -> None:
         self.send_timeout = send_timeout
         self._subscriptions = Subscriptions()
         self.socket = (context or zmq.Context.instance()).socket(zmq.XPUB)
+        (curve.as_server if bind else curve.as_client)(self.socket)
         self.socket.setsockopt(zmq.SNDHWM, send_hwm)
         self.socket.setsockopt(zmq.XPUB_NODROP, 1)
         self.socket.setsockopt(zmq.XPUB_VERBOSER, 1)

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ...options import (REQUEST_WRITER_OPTIONS, Option, Options, boolean, comma_list, port,
                         positive_int, text)
+from ...security import Curve
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, Requester, SinkProtocol,
                     SinkPublisher, StateStore, StaticDiscovery, StreamProtocol, column_values)
@@ -137,7 +138,7 @@ class EBus(StreamProtocol, SinkProtocol):
                                     options["stalesMs"])
         address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
         return XPubSender(address, send_hwm=options["sendHighWaterMark"],
-                          send_timeout=options["sendTimeout"] or None)
+                          send_timeout=options["sendTimeout"] or None, curve=Curve.of(options))
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         requests = options["service"] is not None

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ...options import (Option, OptionError, Options, comma_list, non_negative_float, port,
                         positive_float, text)
+from ...security import Curve
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
                     StateStore, StreamProtocol, column_values)
@@ -177,7 +178,8 @@ class Goby(StreamProtocol, SinkProtocol):
                              manager_timeout=options["managerTimeout"],
                              hold_timeout=options["holdTimeout"],
                              send_hwm=options["sendHighWaterMark"],
-                             send_timeout=options["sendTimeout"] or None)
+                             send_timeout=options["sendTimeout"] or None,
+                             curve=Curve.of(options))
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         process, thread = os.getpid(), thread_hash()

@@ -20,6 +20,7 @@ import os
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from ..base import SinkPublisher
 from ..xpub import XPubSender
 from .manager import HoldHandshake, ManagerAddress, Router, request_router
@@ -30,12 +31,13 @@ class GobyPublisher(SinkPublisher):
 
     def __init__(self, manager: ManagerAddress, client_name: str, *, manager_timeout: float,
                  hold_timeout: float | None, send_hwm: int,
-                 send_timeout: float | None) -> None:
+                 send_timeout: float | None, curve: Curve = NO_CURVE) -> None:
         self.manager = manager
         self.client_name = client_name
         self.manager_timeout = manager_timeout
         self.hold_timeout = hold_timeout
-        self._socket_options = {"send_hwm": send_hwm, "send_timeout": send_timeout}
+        self._socket_options = {"send_hwm": send_hwm, "send_timeout": send_timeout,
+                                "curve": curve}
         self._connect(request_router(manager, client_name, os.getpid(), manager_timeout))
 
     def _connect(self, router: Router) -> None:

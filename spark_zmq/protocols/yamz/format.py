@@ -19,6 +19,7 @@ import pyarrow as pa
 import zmq
 
 from ...options import Option, OptionError, Options, comma_list, port, text
+from ...security import Curve
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
                     StateStore, StreamProtocol, column_values)
@@ -166,7 +167,8 @@ class Yamz(StreamProtocol, SinkProtocol):
         return YamzPublisher(options["node"] or unique_node_name("writer"), address,
                              options["path"], options["beaconPort"],
                              send_hwm=options["sendHighWaterMark"],
-                             send_timeout=options["sendTimeout"] or None)
+                             send_timeout=options["sendTimeout"] or None,
+                             curve=Curve.of(options))
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         messages, errors, topics = [], [], []

@@ -10,6 +10,7 @@ headers are fixed once a node starts, so each publisher runs a node of its own.
 from __future__ import annotations
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from ..base import SinkPublisher
 from ..xpub import XPubSender
 from .discovery import HEADER, own_header
@@ -32,9 +33,9 @@ class YamzPublisher(SinkPublisher):
     back-pressure and counts subscriptions (for ``waitForSubscribers``)."""
 
     def __init__(self, node: str, address: Address, path: tuple[str, ...], beacon_port: int,
-                 *, send_hwm: int, send_timeout: float | None) -> None:
+                 *, send_hwm: int, send_timeout: float | None, curve: Curve = NO_CURVE) -> None:
         self._xpub = XPubSender(address.location, send_hwm=send_hwm, send_timeout=send_timeout,
-                                bind=True)
+                                bind=True, curve=curve)
         self.address = self._xpub.address
         self.name = f"yamz://{node}/{'/'.join(path)} ({self.address})"
         self._failure: ZyreError | None = None

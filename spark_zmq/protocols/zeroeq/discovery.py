@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from ..base import Discovery, Endpoint, EndpointListener, StateStore
 from .announce import Announcement, PublisherRecord, make_zeroconf
 from .management import ALL, ManagementPort
@@ -47,7 +48,8 @@ class ZeroEQDiscovery(Discovery):
     def __init__(self, *, session: str, events: dict[bytes, str | None],
                  interfaces: tuple[str, ...] | None, static: tuple[tuple[str, int], ...],
                  compatible_only: bool, management_bind: str | None, application: str,
-                 state: StateStore) -> None:
+                 state: StateStore, curve: Curve = NO_CURVE) -> None:
+        self.curve = curve
         self.session = session
         self.events = events                      # empty: every event
         self.interfaces = interfaces
@@ -72,7 +74,7 @@ class ZeroEQDiscovery(Discovery):
         self._listener = listener
         if self.management_bind:
             self.management = ManagementPort(self.management_bind, self.state, self._refresh,
-                                             self.describe)
+                                             self.describe, curve=self.curve)
             logger.info("zeroeq: management port at %s", self.management.address)
         for host, port in self.static:
             self._known[f"{host}:{port}"] = Known(None, {}, static=True)
@@ -95,9 +97,9 @@ class ZeroEQDiscovery(Discovery):
         host = self.interfaces[0] if self.interfaces and len(self.interfaces) == 1 else "127.0.0.1"
         try:
             bind = f"tcp://{zmq_host(host)}:*"
-            self.vocabulary = Vocabulary("subscriber", bind)
+            self.vocabulary = Vocabulary("subscriber", bind, curve=self.curve)
         except ValueError:
-            self.vocabulary = Vocabulary("subscriber", "tcp://127.0.0.1:*")
+            self.vocabulary = Vocabulary("subscriber", "tcp://127.0.0.1:*", curve=self.curve)
         for wire, name in self.events.items():
             self.vocabulary.register(wire, name)
         self.vocabulary.on_change = self._update_announcement
@@ -165,7 +167,7 @@ class ZeroEQDiscovery(Discovery):
         if record.vocabulary_request:
             try:
                 return {**ids, **request_vocabulary(record.vocabulary_request,
-                                                    VOCABULARY_TIMEOUT)}
+                                                    VOCABULARY_TIMEOUT, self.curve)}
             except (RequestError, ValueError) as exc:
                 logger.warning("zeroeq: publisher %s: no vocabulary from %s (%s); using its "
                                "TXT record", record.instance_name, record.vocabulary_request, exc)

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...options import Option, OptionError, Options, boolean, comma_list, text
+from ...security import Curve
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, SinkProtocol, SinkPublisher, StateStore,
                     StreamProtocol, column_values)
@@ -130,7 +131,7 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
             session=session, events=_events_map(options["events"]),
             interfaces=options["discoveryInterfaces"], static=options["publishers"] or (),
             compatible_only=options["compatibleOnly"], management_bind=options["managementUri"],
-            application=options["application"], state=state)
+            application=options["application"], state=state, curve=Curve.of(options))
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         n = len(frames)
@@ -198,7 +199,8 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         publisher = Publisher(session, host=host, port=port, application=options["application"],
                               send_hwm=options["sendHighWaterMark"], nodrop=True,
                               send_timeout=options["sendTimeout"] or None, interfaces=interfaces,
-                              registered=_events_map(options["registeredEvents"]))
+                              registered=_events_map(options["registeredEvents"]),
+                              curve=Curve.of(options))
         return PublisherSink(publisher)
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:

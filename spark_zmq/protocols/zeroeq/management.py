@@ -19,11 +19,13 @@ the spool folder, so they survive a restart of the query from its checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ...security import NO_CURVE, Curve
 from ..base import StateStore
 from .reqrep import ReplyServer, RequestError, request
 from .wire import event_id, parse_address, parse_event
@@ -87,11 +89,13 @@ class ManagementPort:
     """Serves management requests for a reader's discovery.
 
     ``on_change(publisher)`` applies a change to the running query; ``describe()`` gives the
-    current subscriptions for the List request.
+    current subscriptions for the List request. The port binds loopback unless told otherwise;
+    with CURVE (a secret key) it serves only clients whose keys are in ``curve.client_keys``,
+    and none when that is not set.
     """
 
     def __init__(self, bind: str, state: StateStore, on_change: Callable[[str], None],
-                 describe: Callable[[], list[dict]]) -> None:
+                 describe: Callable[[], list[dict]], curve: Curve = NO_CURVE) -> None:
         self._state = state
         self._lock = threading.Lock()
         self.overrides = Overrides.from_json(state.load())
@@ -99,7 +103,9 @@ class ManagementPort:
         self._describe = describe
         self._server = ReplyServer(bind, {SUBSCRIBE: self._subscribe,
                                           UNSUBSCRIBE: self._unsubscribe,
-                                          LIST: self._list}, name="zeroeq management port")
+                                          LIST: self._list}, name="zeroeq management port",
+                                   curve=dataclasses.replace(curve,
+                                                             client_keys=curve.client_keys or ()))
         self.address = self._server.address
 
     def _subscribe(self, payload: bytes) -> tuple[bytes, bytes]:

@@ -18,6 +18,7 @@ import time
 import uuid
 import zmq
 
+from ...security import NO_CURVE, Curve
 from ..xpub import SendTimeout, Subscriptions
 from .announce import Announcement, make_zeroconf
 from .vocabulary import Vocabulary
@@ -38,9 +39,9 @@ class Publisher:
                  send_timeout: float | None = None, zeroconf=None,
                  interfaces: tuple[str, ...] | None = ("127.0.0.1",), announce: bool = True,
                  vocabulary: bool = True, registered: dict[bytes, str | None] | None = None,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
         self.session = default_session() if session is None else session
-        self.socket = (context or zmq.Context.instance()).socket(zmq.XPUB)
+        self.socket = curve.as_server((context or zmq.Context.instance()).socket(zmq.XPUB))
         self.socket.setsockopt(zmq.SNDHWM, send_hwm)
         self.socket.setsockopt(zmq.XPUB_VERBOSER, 1)
         self.socket.setsockopt(zmq.LINGER, 1000)
@@ -70,7 +71,7 @@ class Publisher:
         self._announcement = None
         if vocabulary:
             self.vocabulary = Vocabulary("publisher", f"tcp://{zmq_host(bind_host)}:*",
-                                         on_change=self._announce_vocabulary)
+                                         on_change=self._announce_vocabulary, curve=curve)
             for wire, name in (registered or {}).items():
                 self.vocabulary.register(wire, name)
         self._owns_zeroconf = zeroconf is None and announce

@@ -14,6 +14,7 @@ from typing import Callable
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from .wire import EVENT_ID_BYTES, NO_REPLY_TYPE
 
 #: a handler gets the request payload and returns (reply type id, reply payload)
@@ -28,10 +29,10 @@ class ReplyServer:
     """Binds a REP socket and answers requests by their type id on a daemon thread."""
 
     def __init__(self, bind: str, handlers: dict[bytes, Handler], name: str,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
         self.name = name
         self.handlers = handlers
-        self._socket = (context or zmq.Context.instance()).socket(zmq.REP)
+        self._socket = curve.as_server((context or zmq.Context.instance()).socket(zmq.REP))
         self._socket.setsockopt(zmq.LINGER, 0)
         try:
             self._socket.bind(bind)
@@ -79,9 +80,9 @@ class ReplyServer:
 
 
 def request(address: str, request_type: bytes, payload: bytes = b"", *, timeout: float = 2.0,
-            context: zmq.Context | None = None) -> tuple[bytes, bytes]:
+            context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> tuple[bytes, bytes]:
     """Send one request to the REP server at ``address``; (reply type id, reply payload)."""
-    sock = (context or zmq.Context.instance()).socket(zmq.REQ)
+    sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(address)

@@ -17,6 +17,7 @@ import json
 import threading
 from typing import Callable
 
+from ...security import NO_CURVE, Curve
 from .reqrep import ReplyServer, request
 from .wire import _WIRE_HEX, event_id, event_id_text, parse_event
 
@@ -34,13 +35,13 @@ class Vocabulary:
     """
 
     def __init__(self, role: str, bind: str,
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None, curve: Curve = NO_CURVE) -> None:
         self.role = role
         self._events: dict[bytes, str | None] = {}
         self._lock = threading.Lock()
         self.on_change = on_change
         self._server = ReplyServer(bind, {VOCABULARY_REQUEST: self._reply},
-                                   name=f"zeroeq {role} vocabulary")
+                                   name=f"zeroeq {role} vocabulary", curve=curve)
         self.address = self._server.address
 
     def register(self, wire: bytes, name: str | None = None) -> bool:
@@ -92,9 +93,10 @@ def encode_reply(role: str, events: dict[bytes, str | None]) -> bytes:
         for wire, name in events.items()]}).encode()
 
 
-def request_vocabulary(address: str, timeout: float = 2.0) -> dict[bytes, str | None]:
+def request_vocabulary(address: str, timeout: float = 2.0,
+                       curve: Curve = NO_CURVE) -> dict[bytes, str | None]:
     """Ask the vocabulary server at ``address``: {wire id: name or None}."""
-    reply_type, payload = request(address, VOCABULARY_REQUEST, timeout=timeout)
+    reply_type, payload = request(address, VOCABULARY_REQUEST, timeout=timeout, curve=curve)
     if reply_type != VOCABULARY_REPLY:
         raise ValueError(f"{address}: not a vocabulary reply")
     try:
