@@ -126,8 +126,11 @@ def _start_holder(claim: Claim) -> None:
         process = subprocess.Popen([sys.executable, "-m", "spark_zmq.holder"],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                    start_new_session=True)
-    process.stdin.write(args.encode())     # keys stay off the command line
-    process.stdin.close()
+    try:
+        process.stdin.write(args.encode())     # keys stay off the command line
+        process.stdin.close()
+    except BrokenPipeError:                    # it ended at once: its exit status says why
+        pass
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
     line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
     process.stdout.close()

@@ -258,8 +258,7 @@ READER_OPTIONS: tuple[Option, ...] = (
            "for this long is taken over by a new one (an executor lost)."),
     Option("captureIdleTimeout", positive_float, "a positive number of seconds", "60",
            "`capture=executors`: a capture process ends when the query has not renewed its "
-           "assignment for this long (the query stopped); the query started again within "
-           "that time in the same Spark application goes on without a gap."),
+           "assignment for this long (the query stopped or lost its driver)."),
     *CURVE_OPTIONS,
 )
 
