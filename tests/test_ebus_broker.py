@@ -56,6 +56,16 @@ class EchoWorker:
         self.sock.close(0)
 
 
+def announced_workers(sock: zmq.Socket) -> dict:
+    """The next ``ebus/workers`` announcement, past late probes (payload ``null``) and other
+    broadcasts."""
+    while True:
+        channel, payload = receive(sock)[:2]
+        message = unpack(payload) if channel.startswith(b"ebus") else None
+        if isinstance(message, dict) and message.get("ebusmessage") == "ebus/workers":
+            return message
+
+
 def subscribed(broker, channel: bytes) -> zmq.Socket:
     """A SUB on the broker's sub port whose subscription has reached the broker (a probe
     broadcast sent through the broker came back)."""
@@ -109,9 +119,8 @@ def test_requests_go_to_a_worker_and_back(broker):
         assert listed["service"] == "echo" and listed["load"] == 0
         client.send_multipart([b"", CLIENT, b"PING"])
         assert receive(client)[2] == b"HEARTBEAT"
-        workers = next(m for m in iter(lambda: unpack(receive(announcements)[1]), None)
-                       if isinstance(m, dict) and m.get("ebusmessage") == "ebus/workers")
-        assert workers == {"ebusmessage": "ebus/workers", "workers": ["echo"]}
+        assert announced_workers(announcements) == {"ebusmessage": "ebus/workers",
+                                                    "workers": ["echo"]}
     finally:
         worker.close()
         client.close(0)
