@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hermetic import ensure_private_network
 from zeroeq_rate import (SUBSCRIBE_TIMEOUT, TABLE_HEADER, BatchCollector, PublishPlan,
-                         PublisherProcess, PublishResult, Trial, drain_query, planned_count,
+                         PublisherProcess, PublishResult, Trial, drain_query, error_text, planned_count,
                          print_header, print_progress, record_delivery, search, stop_query,
                          trial_row)
 from spark_zmq.local import LOOPBACK
@@ -83,7 +83,7 @@ def run_trial(spark, workdir: Path, placement: str, rate: float, duration: float
         time.sleep(0.5)
         drain_query(query, collector, 60.0 + 5 * duration)
     except Exception as exc:  # a failed query or child is a trial result, not a crash
-        trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        trial.error = error_text(exc)
     finally:
         if query is not None:
             stop_query(query)

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermetic import ensure_private_network
+from spark_zmq.holder import running_holders
+from spark_zmq.standalone import free_port
 
 HERE = Path(__file__).resolve()
 FAULTS = ("publisher", "broker", "query", "capture")
@@ -163,14 +165,14 @@ class Run:
             stop(self.query, timeout=60)
             self.start_query()
             return "query restarted from its checkpoint"
-        holders = sorted(wait_for_capture(self, timeout=60) and running_holders_now())
+        holders = sorted(wait_for_capture(self, timeout=60) and running_holders())
         victim = rng.choice(holders)
         os.kill(victim, signal.SIGKILL)
         return f"capture process {victim} killed"
 
     def sample(self) -> None:
         self.peak_capture_rss = max([self.peak_capture_rss]
-                                    + [rss_bytes(pid) for pid in running_holders_now()])
+                                    + [rss_bytes(pid) for pid in running_holders()])
         if self.query is not None:
             self.peak_query_rss = max(self.peak_query_rss, tree_rss_bytes(self.query.pid))
         self.peak_spool = max(self.peak_spool, folder_bytes(self.spool))
@@ -181,15 +183,10 @@ class Run:
                 stop(process, timeout=60)
 
 
-def running_holders_now() -> dict[int, str]:
-    from spark_zmq.holder import running_holders
-    return running_holders()
-
-
 def wait_for_capture(run: Run, timeout: float) -> float:
     """The time at which a capture process runs (after a query restart: the new one's)."""
     deadline = time.monotonic() + timeout
-    while not running_holders_now():
+    while not running_holders():
         if time.monotonic() > deadline:
             raise RuntimeError(f"no capture process within {timeout:.0f} s; see {run.folder}")
         run.sample()
@@ -243,13 +240,6 @@ def folder_bytes(folder: Path) -> int:
             except OSError:
                 pass
     return total
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def drain(run: Run, timeout: float) -> None:

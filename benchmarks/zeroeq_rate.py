@@ -513,7 +513,7 @@ def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
         time.sleep(0.5)
         drain_query(query, collector, 60.0 + 5 * duration)
     except Exception as exc:  # a failed query or child is a trial result, not a crash
-        trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        trial.error = error_text(exc)
     finally:
         if query is not None:
             stop_query(query)
@@ -522,6 +522,11 @@ def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
         shutil.rmtree(folder, ignore_errors=True)
     record_delivery(trial, collector)
     return trial
+
+
+def error_text(exc: Exception) -> str:
+    """A failed trial's error, one line."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 def record_delivery(trial: Trial, collector: BatchCollector) -> None:

@@ -228,7 +228,7 @@ class Holder:
         self.name = settings.format_name
         self.jvm = jvm_pid()
         self.spool = Spool(spool_path, settings.max_spool_bytes, exclusive=False,
-                           executor=f"{socket.gethostname()}/{self.jvm or os.getpid()}")
+                           executor=executor_id())
         self.assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self.commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
         self.capture: Capture | None = None

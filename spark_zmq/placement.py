@@ -192,6 +192,7 @@ class ExecutorCapture(Placement):
         self._spool_id = ""
         self._beat = 0
         self._watched: dict[str, _Watched] = {}
+        self._live: set[str] | None = None     # live holders as the last snapshot read them
         self._stopping = threading.Event()
         self._renewer: threading.Thread | None = None
         self._discovery = None
@@ -249,7 +250,7 @@ class ExecutorCapture(Placement):
 
     def snapshot(self) -> dict[str, PartitionState]:
         self._discovery.check()
-        live = self._live_holders()
+        live = self._live = self._live_holders()
         with self._lock:
             assigned = set(self._endpoints)
         state = read_snapshot(self.spool_path)
@@ -301,7 +302,8 @@ class ExecutorCapture(Placement):
             logger.info("%s: partition %s released by its holder %s", name, key, lease.holder)
 
     def claims(self, retry_now: bool = False) -> list[Claim]:
-        live = self._live_holders()
+        # the reader asks right after a snapshot: its reading of the leases is current
+        live = self._live if self._live is not None and not retry_now else self._live_holders()
         now = time.monotonic()
         with self._lock:
             assigned = sorted(self._endpoints)
