@@ -1,9 +1,12 @@
 """CURVE: a keyed reader gets a CURVE publisher's events; a peer without keys, or with a key the
-publisher does not allow, gets nothing; the management port serves allowed keys only."""
+publisher does not allow, gets nothing; the management port serves allowed keys only; the EBUS
+broker and the stand-in gobyd as CURVE servers, with keyed queries, workers and CLI clients."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import zmq
@@ -11,10 +14,14 @@ import zmq.auth
 
 from conftest import MemoryState, wait_until
 from spark_zmq.options import OptionError, READER_OPTIONS, parse_options
+from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
+from spark_zmq.protocols.goby import (GobyDaemon, ManagerAddress, ManagerUnreachable,
+                                      request_router)
 from spark_zmq.protocols.zeroeq import Publisher, event_id
 from spark_zmq.protocols.zeroeq.management import LIST, ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 from spark_zmq.security import Curve
+from test_ebus_requests import run_requests
 
 ECHO = "zeroeq::test::Echo"
 
@@ -120,3 +127,113 @@ def test_a_curve_management_port_without_an_allow_list_serves_nobody(keys):
 def test_bad_keys_are_option_errors(option, value):
     with pytest.raises(OptionError, match=rf"option '{option}' must be .*key.*; got '{value}'"):
         parse_options("zeroeq", READER_OPTIONS, {option: value})
+
+
+# -- the EBUS broker and the stand-in gobyd as CURVE servers ---------------------------------
+
+@pytest.fixture
+def curve_server(keys):
+    """A server's Curve allowing only the "client" key; and the client's and a stranger's."""
+    server_public, server_secret = keys["server"]
+    return (curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
+            curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1]),
+            curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1]))
+
+
+def broadcaster(port: int, curve: Curve) -> zmq.Socket:
+    sock = curve.as_client(zmq.Context.instance().socket(zmq.PUB))
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    return sock
+
+
+@pytest.mark.spark
+def test_a_curve_broker_serves_keyed_readers_requesters_and_workers_only(
+        spark, tmp_path, keys, curve_server):
+    server, client, stranger = curve_server
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0, curve=server)
+    backend = f"tcp://127.0.0.1:{broker.backend_port}"
+    frontend = f"tcp://127.0.0.1:{broker.frontend_port}"
+    workers = [Worker(backend, "echo", lambda data: {"echo": data}, curve=client),
+               Worker(backend, "plain", lambda data: data),
+               Worker(backend, "stranger", lambda data: data, curve=stranger)]
+    keyed, plain = broadcaster(broker.pub_port, client), broadcaster(broker.pub_port, Curve())
+    key_files = {"curveServerKey": keys["server"][0],
+                 "curveSecretKey": str(tmp_path / "client.key_secret")}
+    query = (spark.readStream.format("ebus")
+             .options(subPort=broker.sub_port, frontendPort=broker.frontend_port,
+                      channels="services", spoolPath=str(tmp_path / "spool"), **key_files)
+             .load().writeStream.format("memory").queryName("ebus_curve")
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_until(lambda: ask(frontend, "SERVICES", curve=client) == ["echo"],
+                   what="the keyed worker's registration")
+        with pytest.raises(BrokerError, match="no SERVICES answer"):
+            ask(frontend, "SERVICES", timeout=1.0)
+        with pytest.raises(BrokerError, match="no SERVICES answer"):
+            ask(frontend, "SERVICES", timeout=1.0, curve=stranger)
+
+        def keyed_broadcast_arrived():
+            plain.send_multipart([b"echo", pack("plain")])
+            keyed.send_multipart([b"echo", pack("keyed")])
+            return spark.sql("select * from ebus_curve where data = '\"keyed\"'").count()
+
+        wait_until(keyed_broadcast_arrived, interval=0.5, what="a keyed broadcast")
+        query.processAllAvailable()
+        got = {(r.partition, r.channel, r.data) for r in spark.sql(
+            "select * from ebus_curve").collect()}
+        error, answers, _ = run_requests(spark, tmp_path, broker, [{"data": "1"}, {"data": "2"}],
+                                         service="echo", mode="FAILFAST", **key_files)
+    finally:
+        query.stop()
+        for peer in workers:
+            peer.close()
+        for sock in (keyed, plain):
+            sock.close(0)
+        broker.close()
+    assert got == {(f"echo@127.0.0.1:{broker.sub_port}", "echo", '"keyed"')}
+    assert error is None
+    assert sorted((status, data) for _, status, data, _ in answers) == [
+        ("REPLY", '{"echo": 1}'), ("REPLY", '{"echo": 2}')]
+
+
+@pytest.mark.spark
+def test_a_curve_gobyd_serves_keyed_clients_only(spark, tmp_path, keys, curve_server):
+    server, client, stranger = curve_server
+    base = str(tmp_path / "g")
+    daemon = GobyDaemon(socket_name=base, curve=server)
+    manager = ManagerAddress.ipc(socket_name=base)
+    key_flags = ["--curve-server-key", keys["server"][0],
+                 "--curve-secret-key", str(tmp_path / "client.key_secret")]
+
+    def cli_publish(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "spark_zmq", "goby", "publish", "--socket-name", base,
+             "--group", "log", "--text", "through CURVE", "--count", "5", "--wait", "60",
+             "--manager-timeout", "2", *flags],
+            capture_output=True, text=True, timeout=120)
+
+    query = (spark.readStream.format("goby")
+             .options(socketName=base, subscribe="/log/", spoolPath=str(tmp_path / "spool"),
+                      curveServerKey=keys["server"][0],
+                      curveSecretKey=str(tmp_path / "client.key_secret"))
+             .load().writeStream.format("memory").queryName("goby_curve")
+             .option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        for curve in (Curve(), stranger):
+            with pytest.raises(ManagerUnreachable):
+                request_router(manager, "uninvited", 1, 1.0, curve=curve)
+        refused = cli_publish()
+        published = cli_publish(*key_flags)      # waits for the query's subscription first
+        rows = wait_until(lambda: (r := spark.sql("select * from goby_curve").collect())
+                          and len(r) >= 5 and r, what="5 messages through CURVE")
+    finally:
+        query.stop()
+        daemon.close()
+    assert refused.returncode == 1 and "did not answer within 2 s" in refused.stderr
+    assert published.returncode == 0, published.stderr
+    assert "to 1 subscription(s)" in published.stdout
+    assert [(r.group, r.text) for r in rows] == [("log", "through CURVE")] * 5
+    assert ("spark_zmq_cli", rows[0].process) in daemon.clients    # it asked the Manager

@@ -2,7 +2,9 @@
 
 ``broker`` runs a broker (loopback unless ``--host`` says otherwise) and ``worker`` an echo
 service on one, both until interrupted; ``services`` and ``workers`` ask a broker and print its
-answer as JSON; ``call`` sends one request to a service and prints what became of it.
+answer as JSON; ``call`` sends one request to a service and prints what became of it. Each takes
+the CURVE flags (``spark_zmq.cli.curve``): a broker with ``--curve-secret-key`` is a CURVE server,
+and the others reach it with ``--curve-server-key``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import threading
 from ..protocols.ebus import Broker, BrokerError, Client, Worker, ask
 from ..protocols.ebus.wire import (BACKEND_PORT, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT,
                                    SUB_PORT, answer_json, from_json, pack)
+from .curve import add_curve_arguments, curve_of
 
 
 def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
@@ -48,6 +51,8 @@ def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
     call.add_argument("--stales-ms", type=int, default=DEFAULT_STALES_MS, metavar="MS",
                       help="how long the request may wait for an answer")
     call.set_defaults(run=run_call)
+    for parser in actions.choices.values():
+        add_curve_arguments(parser)
 
 
 def run_ebus(args: argparse.Namespace) -> int:
@@ -68,10 +73,12 @@ def _until_interrupted() -> None:
 
 
 def run_broker(args: argparse.Namespace) -> int:
+    curve = curve_of(args)
     broker = Broker(args.host, args.frontend_port, args.backend_port, args.pub_port,
-                    args.sub_port)
+                    args.sub_port, curve=curve)
     print(f"ebus broker on {args.host}: frontend {broker.frontend_port}, backend "
-          f"{broker.backend_port}, pub {broker.pub_port}, sub {broker.sub_port}", flush=True)
+          f"{broker.backend_port}, pub {broker.pub_port}, sub {broker.sub_port}"
+          f"{', CURVE' if curve.serves else ''}", flush=True)
     try:
         _until_interrupted()
     finally:
@@ -80,7 +87,8 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    worker = Worker(f"tcp://{args.broker}:{args.backend_port}", args.service, lambda data: data)
+    worker = Worker(f"tcp://{args.broker}:{args.backend_port}", args.service, lambda data: data,
+                    curve=curve_of(args))
     print(f"ebus worker {args.service!r} on tcp://{args.broker}:{args.backend_port}", flush=True)
     try:
         _until_interrupted()
@@ -90,7 +98,8 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def run_question(args: argparse.Namespace) -> int:
-    answer = ask(f"tcp://{args.broker}:{args.frontend_port}", args.action.upper(), args.timeout)
+    answer = ask(f"tcp://{args.broker}:{args.frontend_port}", args.action.upper(), args.timeout,
+                 curve_of(args))
     print(json.dumps(answer, sort_keys=True))
     return 0
 
@@ -101,7 +110,7 @@ def run_call(args: argparse.Namespace) -> int:
         data = pack(from_json(args.data))
     except ValueError as exc:
         raise BrokerError(f"--data is not JSON text: {exc}") from None
-    with Client(f"tcp://{args.broker}:{args.frontend_port}") as client:
+    with Client(f"tcp://{args.broker}:{args.frontend_port}", curve=curve_of(args)) as client:
         answer = client.request(args.service, data, stales_ms=args.stales_ms).result()
     reply = None if answer.data is None else answer_json(answer.data)
     print(json.dumps({"requestId": answer.request_id, "status": answer.status,

@@ -3,7 +3,9 @@
 ``daemon`` runs the stand-in gobyd until interrupted; ``subscribe`` prints the messages under
 identifier prefixes as JSON lines; ``publish`` sends a message as a Goby client does (Manager
 exchange, hold handshake). Clients reach gobyd's Manager over IPC (``--platform``,
-``--socket-name``) unless ``--manager-host``/``--manager-port`` select TCP.
+``--socket-name``) unless ``--manager-host``/``--manager-port`` select TCP. Each takes the CURVE
+flags (``spark_zmq.cli.curve``): a daemon with ``--curve-secret-key`` is a CURVE server, and
+clients reach it with ``--curve-server-key``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..protocols.goby.manager import DEFAULT_PLATFORM, DEFAULT_TCP_PORT
 from ..protocols.goby.payloads import PayloadError, bson_json, cstr_text
 from ..protocols.goby.publisher import GobyPublisher
 from ..protocols.goby.wire import subscription_prefix, thread_hash
+from .curve import add_curve_arguments, curve_of
 
 PROG = "python -m spark_zmq goby"
 CLIENT_NAME = "spark_zmq_cli"
@@ -76,6 +79,8 @@ def add_goby_parser(commands: argparse._SubParsersAction) -> None:
                          help="wait up to this long for a subscriber first (default 5)")
     publish.add_argument("--hold-timeout", type=float, default=60.0, metavar="SECONDS")
     publish.set_defaults(run=run_publish)
+    for parser in actions.choices.values():
+        add_curve_arguments(parser)
 
 
 def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,10 +110,11 @@ def run_goby(args: argparse.Namespace) -> int:
 
 
 def run_daemon(args: argparse.Namespace) -> int:
+    curve = curve_of(args)
     daemon = GobyDaemon(args.platform, args.socket_name, args.tcp_port, args.host,
-                        args.required_client)
+                        args.required_client, curve=curve)
     print(f"gobyd: manager {daemon.manager_endpoint}, router XPUB {daemon.xpub_endpoint}, "
-          f"XSUB {daemon.xsub_endpoint}", flush=True)
+          f"XSUB {daemon.xsub_endpoint}{', CURVE' if curve.serves else ''}", flush=True)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -121,8 +127,10 @@ def run_daemon(args: argparse.Namespace) -> int:
 
 def run_subscribe(args: argparse.Namespace) -> int:
     prefixes = [subscription_prefix(p) for p in args.prefixes]
-    router = request_router(_manager(args), args.client_name, os.getpid(), args.manager_timeout)
-    sock = zmq.Context.instance().socket(zmq.SUB)
+    curve = curve_of(args)
+    router = request_router(_manager(args), args.client_name, os.getpid(), args.manager_timeout,
+                            curve=curve)
+    sock = curve.as_client(zmq.Context.instance().socket(zmq.SUB))
     sock.setsockopt(zmq.LINGER, 0)
     for prefix in prefixes:
         sock.setsockopt(zmq.SUBSCRIBE, prefix)
@@ -173,7 +181,7 @@ def run_publish(args: argparse.Namespace) -> int:
     publisher = GobyPublisher(_manager(args), args.client_name,
                               manager_timeout=args.manager_timeout,
                               hold_timeout=args.hold_timeout or None, send_hwm=1000,
-                              send_timeout=10.0)
+                              send_timeout=10.0, curve=curve_of(args))
     topic = message[:message.index(b"\0")]
     try:
         deadline = time.monotonic() + args.wait

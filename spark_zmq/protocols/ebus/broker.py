@@ -4,6 +4,10 @@ Broadcasts: an XSUB bound on the pub port and an XPUB on the sub port. Publisher
 to the pub port and subscribers a SUB to the sub port; the relay passes frames 0-1 of each
 broadcast one way and subscriptions the other, as the reference broker does, and carries the
 broker's own announcements on channel ``ebus``.
+
+With a ``Curve`` holding a secret key, every socket the broker binds is a CURVE server (with the
+curve's allow-list of client keys, if any): publishers, subscribers, clients and workers must
+then connect as CURVE clients with the broker's public key.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from .routing import RequestRouter
 from .wire import BACKEND_PORT, BROKER_CHANNEL, FRONTEND_PORT, PUB_PORT, SUB_PORT, pack
 
@@ -22,12 +27,14 @@ class BroadcastRelay:
     """Relays broadcasts between ``tcp://host:pub_port`` and ``tcp://host:sub_port``."""
 
     def __init__(self, host: str = "127.0.0.1", pub_port: int = PUB_PORT,
-                 sub_port: int = SUB_PORT, context: zmq.Context | None = None) -> None:
+                 sub_port: int = SUB_PORT, context: zmq.Context | None = None,
+                 curve: Curve = NO_CURVE) -> None:
         self._context = context or zmq.Context.instance()
         self._xsub = self._context.socket(zmq.XSUB)
         self._xpub = self._context.socket(zmq.XPUB)
         for sock in (self._xsub, self._xpub):
             sock.setsockopt(zmq.LINGER, 0)
+            curve.as_server(sock)
         try:
             self.pub_port = _bind(self._xsub, host, pub_port)
             self.sub_port = _bind(self._xpub, host, sub_port)
@@ -95,13 +102,15 @@ class Broker:
 
     def __init__(self, host: str = "127.0.0.1", frontend_port: int = FRONTEND_PORT,
                  backend_port: int = BACKEND_PORT, pub_port: int = PUB_PORT,
-                 sub_port: int = SUB_PORT, context: zmq.Context | None = None) -> None:
+                 sub_port: int = SUB_PORT, context: zmq.Context | None = None,
+                 curve: Curve = NO_CURVE) -> None:
         self._context = context or zmq.Context.instance()
-        self.relay = BroadcastRelay(host, pub_port, sub_port, self._context)
+        self.relay = BroadcastRelay(host, pub_port, sub_port, self._context, curve)
         self._frontend = self._context.socket(zmq.ROUTER)
         self._backend = self._context.socket(zmq.ROUTER)
         for sock in (self._frontend, self._backend):
             sock.setsockopt(zmq.LINGER, 0)
+            curve.as_server(sock)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         try:
             self.frontend_port = _bind(self._frontend, host, frontend_port)
@@ -120,8 +129,9 @@ class Broker:
                                         daemon=True)
         self._thread.start()
         self.relay.announce("ebus/started")
-        logger.info("ebus broker: frontend tcp://%s:%d, backend tcp://%s:%d", host,
-                    self.frontend_port, host, self.backend_port)
+        logger.info("ebus broker: frontend tcp://%s:%d, backend tcp://%s:%d%s", host,
+                    self.frontend_port, host, self.backend_port,
+                    ", CURVE" if curve.serves else "")
 
     def _announce_workers(self, services: list[str]) -> None:
         self.relay.announce("ebus/workers", workers=services)

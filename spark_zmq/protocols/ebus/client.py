@@ -30,6 +30,7 @@ import zmq
 
 from ...log import logger
 from ...mailbox import Mailbox
+from ...security import NO_CURVE, Curve
 from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, RESEND_SECONDS,
                    RESENDS, WORKER, PayloadError, unpack)
 
@@ -74,8 +75,10 @@ class Client:
 
     def __init__(self, address: str, *, heartbeat: float = HEARTBEAT_SECONDS,
                  liveness: int = LIVENESS, resend_after: float = RESEND_SECONDS,
-                 resends: int = RESENDS, context: zmq.Context | None = None) -> None:
+                 resends: int = RESENDS, context: zmq.Context | None = None,
+                 curve: Curve = NO_CURVE) -> None:
         self.address = address
+        self.curve = curve
         self.heartbeat = heartbeat
         self.liveness = liveness
         self.resend_after = resend_after
@@ -168,7 +171,7 @@ class Client:
 
     def _connect(self) -> None:
         self.identity = b"C" + uuid.uuid4().hex.encode()
-        self._socket = self._context.socket(zmq.DEALER)
+        self._socket = self.curve.as_client(self._context.socket(zmq.DEALER))
         self._socket.setsockopt(zmq.IDENTITY, self.identity)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.connect(self.address)
@@ -322,7 +325,7 @@ def _settle(futures: list[Future], value: Any) -> None:
             pass
 
 
-def ask(address: str, kind: str, timeout: float = 3.0) -> Any:
+def ask(address: str, kind: str, timeout: float = 3.0, curve: Curve = NO_CURVE) -> Any:
     """Ask the broker at ``address`` (its frontend) ``SERVICES`` or ``WORKERS`` once."""
-    with Client(address) as client:
+    with Client(address, curve=curve) as client:
         return client.ask(kind, timeout)

@@ -14,6 +14,7 @@ from typing import Callable
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from ..base import Discovery, Endpoint, EndpointListener
 from .client import BrokerError, Client
 from .wire import BROKER_CHANNEL, PayloadError, unpack
@@ -24,8 +25,10 @@ REFRESH_SECONDS = 10.0
 class ServiceChannels(Discovery):
     """Discovery of the channels named after the broker's registered services."""
 
-    def __init__(self, frontend: str, sub: str, endpoint_of: Callable[[str], Endpoint]) -> None:
+    def __init__(self, frontend: str, sub: str, endpoint_of: Callable[[str], Endpoint],
+                 curve: Curve = NO_CURVE) -> None:
         self.frontend = frontend
+        self.curve = curve
         self.sub = sub
         self.endpoint_of = endpoint_of
         self._services: set[str] = set()
@@ -41,11 +44,11 @@ class ServiceChannels(Discovery):
         logger.info("ebus: reading a channel per service registered at %s", self.frontend)
 
     def _run(self) -> None:
-        sock = zmq.Context.instance().socket(zmq.SUB)
+        sock = self.curve.as_client(zmq.Context.instance().socket(zmq.SUB))
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, BROKER_CHANNEL.encode())
         sock.connect(self.sub)
-        client = Client(self.frontend)
+        client = Client(self.frontend, curve=self.curve)
         try:
             while not self._stopping.is_set():
                 self._ask(client)

@@ -94,7 +94,8 @@ class EBus(StreamProtocol, SinkProtocol):
 
         prefixes = options["channels"] or ("",)
         if prefixes == ("services",):
-            return ServiceChannels(frontend_address(options), address, endpoint_of)
+            return ServiceChannels(frontend_address(options), address, endpoint_of,
+                                   Curve.of(options))
         return StaticDiscovery([endpoint_of(prefix) for prefix in prefixes])
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
@@ -135,7 +136,7 @@ class EBus(StreamProtocol, SinkProtocol):
     def open_publisher(self, options: Options) -> SinkPublisher | Requester:
         if options["service"] is not None:
             return ServiceRequester(frontend_address(options), options["service"],
-                                    options["stalesMs"])
+                                    options["stalesMs"], Curve.of(options))
         address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
         return XPubSender(address, send_hwm=options["sendHighWaterMark"],
                           send_timeout=options["sendTimeout"] or None, curve=Curve.of(options))

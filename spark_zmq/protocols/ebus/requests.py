@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
+from ...security import NO_CURVE, Curve
 from ..base import ANSWERED, REFUSED, UNANSWERED, Outcome, Requester
 from .client import Answer, Client
 from .wire import answer_json
@@ -20,12 +21,13 @@ _KINDS = {"REPLY": ANSWERED, "REJECT": REFUSED, "EXPIRED": UNANSWERED}
 class ServiceRequester(Requester):
     """Sends packed rows to ``service`` through the broker frontend at ``frontend``."""
 
-    def __init__(self, frontend: str, service: str, stales_ms: int) -> None:
+    def __init__(self, frontend: str, service: str, stales_ms: int,
+                 curve: Curve = NO_CURVE) -> None:
         self.name = f"service {service!r} at {frontend}"
         self.frontend = frontend
         self.service = service
         self.stales_ms = stales_ms
-        self.client = Client(frontend)
+        self.client = Client(frontend, curve=curve)
 
     def request(self, frames: list[bytes], request_id: str) -> Future:
         outcome: Future = Future()

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from .wire import HEARTBEAT_SECONDS, WORKER, pack, unpack
 
 
@@ -21,11 +22,12 @@ class Worker:
     """Serves ``service`` on the broker backend at ``address`` with ``handler(data) -> result``
     (unpacked values) on a daemon thread; a handler that raises makes a REJECT."""
 
-    def __init__(self, address: str, service: str, handler: Callable[[Any], Any]) -> None:
+    def __init__(self, address: str, service: str, handler: Callable[[Any], Any], *,
+                 curve: Curve = NO_CURVE) -> None:
         self.service = service
         self.handler = handler
         self.identity = b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode())
-        self._socket = zmq.Context.instance().socket(zmq.DEALER)
+        self._socket = curve.as_client(zmq.Context.instance().socket(zmq.DEALER))
         self._socket.setsockopt(zmq.IDENTITY, self.identity)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.connect(address)

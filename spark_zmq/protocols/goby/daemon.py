@@ -11,7 +11,9 @@ For tests, demos and users without Goby. A real Goby client can use it:
   the internal identifiers. ``hold`` stays true until every client in ``required_clients`` has
   sent ``ready=true``.
 
-Anything that listens binds to loopback unless ``host`` says otherwise.
+Anything that listens binds to loopback unless ``host`` says otherwise. With a ``Curve`` holding
+a secret key, the Manager and both Router sockets are CURVE servers (with its allow-list, if
+any); a real gobyd has no CURVE, so this is for deployments of the stand-in only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Iterable
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from .manager import DEFAULT_PLATFORM, ipc_base
 from .messages import (HOLD_REQUEST_PREFIX, HOLD_RESPONSE_PREFIX, PROVIDE_HOLD_STATE,
                        PROVIDE_PUB_SUB_SOCKETS, ManagerRequest, ManagerResponse, Socket)
@@ -38,7 +41,7 @@ class GobyDaemon:
     def __init__(self, platform: str = DEFAULT_PLATFORM, socket_name: str | None = None,
                  tcp_port: int | None = None, host: str = "127.0.0.1",
                  required_clients: Iterable[str] = (),
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
         self._context = context or zmq.Context.instance()
         self.transport = "tcp" if tcp_port is not None else "ipc"
         self.base = ipc_base(platform, socket_name)
@@ -50,10 +53,10 @@ class GobyDaemon:
         #: (name, pid) of the clients that asked for the hold state on the Router
         self.hold_askers: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
-        self._router = _Router(self._context, self.transport, self.base, host)
+        self._router = _Router(self._context, self.transport, self.base, host, curve)
         self.xpub_port, self.xsub_port = self._router.xpub_port, self._router.xsub_port
         self.tcp_port = tcp_port
-        self._rep = self._context.socket(zmq.REP)
+        self._rep = curve.as_server(self._context.socket(zmq.REP))
         self._rep.setsockopt(zmq.LINGER, 0)
         try:
             if self.transport == "ipc" or tcp_port:
@@ -69,8 +72,9 @@ class GobyDaemon:
         self._thread = threading.Thread(target=self._run, name="spark_zmq gobyd manager",
                                         daemon=True)
         self._thread.start()
-        logger.info("gobyd: manager at %s, router XPUB %s, XSUB %s%s", self.manager_endpoint,
+        logger.info("gobyd: manager at %s, router XPUB %s, XSUB %s%s%s", self.manager_endpoint,
                     self._router.xpub_endpoint, self._router.xsub_endpoint,
+                    ", CURVE" if curve.serves else "",
                     f", holding until {', '.join(sorted(self.required_clients))} are ready"
                     if self.required_clients else "")
 
@@ -186,11 +190,13 @@ class _Router:
     """XSUB and XPUB joined by a zmq proxy on its own thread; also bound in-process for the
     hold responder."""
 
-    def __init__(self, context: zmq.Context, transport: str, base: str, host: str) -> None:
+    def __init__(self, context: zmq.Context, transport: str, base: str, host: str,
+                 curve: Curve) -> None:
         self._xsub = context.socket(zmq.XSUB)
         self._xpub = context.socket(zmq.XPUB)
         for sock in (self._xsub, self._xpub):
             sock.setsockopt(zmq.LINGER, 0)
+            curve.as_server(sock)
             sock.setsockopt(zmq.SNDHWM, ROUTER_HIGH_WATER_MARK)
             sock.setsockopt(zmq.RCVHWM, ROUTER_HIGH_WATER_MARK)
         try:

@@ -16,6 +16,7 @@ import threading
 from typing import Callable
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from ..base import Discovery, Endpoint, EndpointListener
 from .manager import ManagerAddress, ManagerError, Router, request_router
 
@@ -28,8 +29,10 @@ class ManagerDiscovery(Discovery):
 
     def __init__(self, manager: ManagerAddress, client_name: str, timeout: float,
                  prefixes: tuple[bytes, ...],
-                 endpoint_of: Callable[[bytes, Router], Endpoint]) -> None:
+                 endpoint_of: Callable[[bytes, Router], Endpoint],
+                 curve: Curve = NO_CURVE) -> None:
         self.manager = manager
+        self.curve = curve
         self.client_name = client_name
         self.timeout = timeout
         self.prefixes = prefixes
@@ -41,8 +44,7 @@ class ManagerDiscovery(Discovery):
 
     def start(self, listener: EndpointListener) -> None:
         self._listener = listener
-        self._announce(request_router(self.manager, self.client_name, os.getpid(),
-                                      self.timeout))
+        self._announce(self._request_router())
         logger.info("goby: gobyd's Manager at %s hands out the router %s; reading %s",
                     self.manager.endpoint, self.router.subscribe,
                     ", ".join(p.decode("utf-8", "replace") for p in self.prefixes))
@@ -53,8 +55,7 @@ class ManagerDiscovery(Discovery):
     def _run(self) -> None:
         while not self._stopping.wait(POLL_SECONDS):
             try:
-                router = request_router(self.manager, self.client_name, os.getpid(),
-                                        self.timeout)
+                router = self._request_router()
             except ManagerError as exc:
                 if not self._unanswered:
                     logger.warning("goby: %s; still reading from %s, asking again every %g s",
@@ -69,6 +70,10 @@ class ManagerDiscovery(Discovery):
                             "reconnecting", self.manager.endpoint, self.router.subscribe,
                             router.subscribe)
                 self._announce(router)
+
+    def _request_router(self) -> Router:
+        return request_router(self.manager, self.client_name, os.getpid(), self.timeout,
+                              curve=self.curve)
 
     def _announce(self, router: Router) -> None:
         self.router = router

@@ -142,7 +142,8 @@ class Goby(StreamProtocol, SinkProtocol):
                             {"prefix": shown, "manager": manager.endpoint}, (prefix,))
 
         return ManagerDiscovery(manager, options["clientName"] or READER_CLIENT_NAME,
-                                options["managerTimeout"], options["subscribe"], endpoint_of)
+                                options["managerTimeout"], options["subscribe"], endpoint_of,
+                                Curve.of(options))
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         path = options["protobufDescriptorSet"]

@@ -15,6 +15,7 @@ from typing import Callable
 import zmq
 
 from ...log import logger
+from ...security import NO_CURVE, Curve
 from .messages import (HOLD_REQUEST_PREFIX, HOLD_RESPONSE_PREFIX, PROVIDE_HOLD_STATE,
                        PROVIDE_PUB_SUB_SOCKETS, ManagerRequest, ManagerResponse, Socket)
 from .wire import thread_hash
@@ -75,9 +76,9 @@ class Router:
 
 
 def ask(manager: ManagerAddress, request, timeout: float,
-        context: zmq.Context | None = None):
+        context: zmq.Context | None = None, curve: Curve = NO_CURVE):
     """Send one ManagerRequest and return the ManagerResponse, checked to be the answer."""
-    sock = (context or zmq.Context.instance()).socket(zmq.REQ)
+    sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(manager.endpoint)
@@ -105,11 +106,11 @@ def ask(manager: ManagerAddress, request, timeout: float,
 
 
 def request_router(manager: ManagerAddress, client_name: str, client_pid: int, timeout: float,
-                   context: zmq.Context | None = None) -> Router:
+                   context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> Router:
     """Ask the Manager for the Router's sockets (PROVIDE_PUB_SUB_SOCKETS)."""
     request = ManagerRequest(request=PROVIDE_PUB_SUB_SOCKETS, client_name=client_name,
                              client_pid=client_pid)
-    response = ask(manager, request, timeout, context)
+    response = ask(manager, request, timeout, context, curve)
     if not (response.HasField("subscribe_socket") and response.HasField("publish_socket")):
         raise ManagerError(f"gobyd's Manager at {manager.endpoint} gave no subscribe or no "
                            f"publish socket")
@@ -150,7 +151,7 @@ class HoldHandshake:
 
     def __init__(self, router: Router, client_name: str, client_pid: int,
                  publish: Callable[[bytes], None], ready: bool = True,
-                 context: zmq.Context | None = None) -> None:
+                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
         self.router = router
         self.client_name = client_name
         self.client_pid = client_pid
@@ -160,7 +161,7 @@ class HoldHandshake:
         self.answered = False
         self._publish = publish
         self._next_request = 0.0
-        self._sub = (context or zmq.Context.instance()).socket(zmq.SUB)
+        self._sub = curve.as_client((context or zmq.Context.instance()).socket(zmq.SUB))
         self._sub.setsockopt(zmq.LINGER, 0)
         self._sub.setsockopt(zmq.SUBSCRIBE, HOLD_RESPONSE_PREFIX)
         self._sub.connect(router.subscribe)

@@ -36,16 +36,22 @@ class GobyPublisher(SinkPublisher):
         self.client_name = client_name
         self.manager_timeout = manager_timeout
         self.hold_timeout = hold_timeout
+        self.curve = curve
         self._socket_options = {"send_hwm": send_hwm, "send_timeout": send_timeout,
                                 "curve": curve}
-        self._connect(request_router(manager, client_name, os.getpid(), manager_timeout))
+        self._connect(self._request_router())
+
+    def _request_router(self) -> Router:
+        return request_router(self.manager, self.client_name, os.getpid(), self.manager_timeout,
+                              curve=self.curve)
 
     def _connect(self, router: Router) -> None:
         self.router = router
         self.name = f"{self.client_name}@{router.publish}"
         self._xpub = XPubSender(router.publish, **self._socket_options)
         self._monitor = self._xpub.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self._hold = HoldHandshake(router, self.client_name, os.getpid(), self._send_frame)
+        self._hold = HoldHandshake(router, self.client_name, os.getpid(), self._send_frame,
+                                   curve=self.curve)
 
     def _send_frame(self, frame: bytes) -> None:
         self._xpub.send([frame])
@@ -60,8 +66,7 @@ class GobyPublisher(SinkPublisher):
     def _reconnect(self) -> None:
         """The Router connection dropped: ask the Manager where the Router is now (if it
         does not answer, the drop stays noted and the next send asks again)."""
-        router = request_router(self.manager, self.client_name, os.getpid(),
-                                self.manager_timeout)
+        router = self._request_router()
         logger.info("goby writer %s: lost the router connection; gobyd's Manager now hands "
                     "out %s; reconnecting", self.name, router.publish)
         self._disconnect()
