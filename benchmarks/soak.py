@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermetic import ensure_private_network
-from spark_zmq.holder import running_holders
+from spark_zmq.holder import rss_bytes, running_holders
 from spark_zmq.standalone import free_port
 
 HERE = Path(__file__).resolve()
@@ -202,14 +202,6 @@ def stop(process: subprocess.Popen, timeout: float = 20) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
 
 
 def tree_rss_bytes(root: int) -> int:

@@ -2,8 +2,8 @@
 
 One thread runs a poll loop over one socket per endpoint. Per message it does only
 ``recv_multipart`` and two list appends; turning the frames into Arrow and writing a spool
-segment happens once per flush (every ``flush_interval`` seconds, every 65536 messages of a
-partition, and whenever the reader asks via ``sync``). Decoding happens later, on executors.
+segment happens once per flush (every ``flush_interval`` seconds, every 65536 messages or 32 MiB
+of a partition, and whenever the reader asks via ``sync``). Decoding happens later, on executors.
 
 Discovery calls ``endpoint_joined``/``endpoint_left`` from its own threads; those calls are queued
 and applied by the capture thread, because zmq sockets belong to one thread. An endpoint that
@@ -13,6 +13,19 @@ discovery often reports a peer gone before the last messages it sent have arrive
 Gaps are never silent: a connection that zmq drops and re-establishes (a message over
 ``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart) and
 messages dropped at the spool's bound are written into the partition as fault rows and logged.
+
+Hostile or broken peers cost one log line per episode, never one per message or per retry:
+
+- a peer that accepts the connection but never completes the ZMTP handshake (stalled, not a zmq
+  peer, or refusing our CURVE keys) is retried by zmq every ``HANDSHAKE_SECONDS``; the failure
+  is logged once until a handshake succeeds, and an attempt that never got through is not a
+  gap (nothing could have been received on it);
+- a peer that sends faster than capture takes meets zmq's receive queue, bounded at
+  ``receive_hwm`` messages: beyond it zmq stops reading the connection, TCP pushes back, and
+  the peer's own send queue fills (a PUB then drops, an XPUB with NODROP waits). Capture's
+  memory stays bounded. Capture sees it happen when it reads ``receive_hwm`` messages of an
+  endpoint without once finding its queue empty: the queue was full. That is logged once per
+  episode, and once more when the queue has not been full for ``PUSH_BACK_SECONDS``.
 """
 
 from __future__ import annotations
@@ -20,6 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import pyarrow as pa
@@ -34,10 +48,14 @@ from .spool import SPOOL_SCHEMA, LeaseLost, Spool, SpoolWriteError
 
 #: a partition's buffer is written to the spool when it holds this many messages
 MAX_SEGMENT_ROWS = 65536
+#: ... or this many bytes of frames (what bounds capture's memory with large messages)
+MAX_SEGMENT_BYTES = 32 << 20
 #: messages taken from one socket before the loop looks at the others
 BURST = 1024
 _MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_DELAYED
-              | zmq.EVENT_CONNECT_RETRIED)
+              | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+              | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+              | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 #: seconds after a drop by which zmq shows a reconnect attempt unless it gave the connection up
 RECONNECT_CHECK = 0.5
 #: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
@@ -47,6 +65,21 @@ COALESCE_SECONDS = 0.001
 LEAVE_GRACE = 2.0
 #: seconds still read after the peer of a leaving endpoint closed its connection
 LEAVE_SETTLE = 0.05
+#: seconds a peer has to complete the ZMTP (and CURVE) handshake before zmq retries it
+HANDSHAKE_SECONDS = 10
+#: seconds without a full receive queue that end an endpoint's push-back episode
+PUSH_BACK_SECONDS = 2.0
+#: with no receive bound, a backlog this long (messages) is reported as growing
+UNBOUNDED_BACKLOG = 100_000
+_HANDSHAKE_FAILURES = {
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        f"did not complete the zmq handshake within {HANDSHAKE_SECONDS} s (a stalled peer, or "
+        f"not a zmq peer)",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        "broke the zmq handshake protocol (not a zmq peer, or a socket type that does not fit)",
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        "refused our CURVE handshake (check curveServerKey, and that the peer allows our key)",
+}
 
 
 def utc_text(ns: int) -> str:
@@ -64,6 +97,7 @@ class _Connection:
     monitor: zmq.Socket
     frames: list = field(default_factory=list)
     times: list = field(default_factory=list)
+    buffered_bytes: int = 0                        # bytes of the frames in ``frames``
     faults: dict = field(default_factory=dict)     # buffer index -> fault text (rare)
     disconnected_at: int | None = None
     drop_cause: str | None = None
@@ -73,6 +107,11 @@ class _Connection:
     dropped: int = 0
     received: int = 0                              # messages received since capture started
     leave_by: float | None = None                  # set when discovery reported it gone
+    connected_once: bool = False                   # the first connection was logged
+    handshake_failures: int = 0                    # failed attempts since the last success
+    run: int = 0                                   # messages read since the queue was empty
+    full_at: float = 0.0                           # when the queue was last seen full
+    pushed_back: tuple[float, int] | None = None   # an episode: (since, received then)
 
     def add_fault(self, text: str) -> None:
         self.faults[len(self.frames)] = text
@@ -85,10 +124,12 @@ class Capture:
 
     def __init__(self, spool: Spool, *, max_message_bytes: int, flush_interval: float,
                  name: str = "capture", drop_on_write_error: bool = False,
-                 curve: Curve = NO_CURVE) -> None:
+                 curve: Curve = NO_CURVE, receive_hwm: int = 0) -> None:
         self.spool = spool
         self.curve = curve          # CURVE client settings of every socket capture opens
         self.max_message_bytes = max_message_bytes
+        #: messages zmq queues per endpoint before it pushes back on the peer (0: no bound)
+        self.receive_hwm = receive_hwm
         #: a spool that cannot be written: drop and count (True) or stop capture (False)
         self.drop_on_write_error = drop_on_write_error
         self.flush_interval = flush_interval
@@ -104,6 +145,9 @@ class Capture:
         self._sync_asked = 0
         self._sync_done = 0
         self._failure: BaseException | None = None
+        #: a receive run this long (no empty queue meanwhile) filled zmq's queue
+        self._full_run = receive_hwm or UNBOUNDED_BACKLOG
+        self._next_load_check = 0.0
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
@@ -182,6 +226,8 @@ class Capture:
                     self._reopen_abandoned()
                 if leave_at <= time.monotonic():
                     self._finish_leaving()
+                if time.monotonic() >= self._next_load_check:
+                    self._end_push_backs()
                 if time.monotonic() >= next_flush or self._sync_pending():
                     self._flush_all()
                     next_flush = time.monotonic() + self.flush_interval
@@ -201,24 +247,73 @@ class Capture:
     def _receive(self, conn: _Connection) -> int:
         recv = conn.socket.recv_multipart
         frames, times, now = conn.frames, conn.times, time.time_ns
-        before = len(frames)
+        before, empty = len(frames), False
         try:
             for _ in range(BURST):
                 frames.append(recv(zmq.NOBLOCK))
                 times.append(now())
         except zmq.Again:
-            pass
+            empty = True
         count = len(frames) - before
         conn.received += count
-        if len(frames) >= MAX_SEGMENT_ROWS:
+        conn.run += count
+        if conn.run >= self._full_run:
+            self._queue_full(conn)
+        if empty:
+            conn.run = 0
+        conn.buffered_bytes += sum(map(len, chain.from_iterable(frames[before:])))
+        if len(frames) >= MAX_SEGMENT_ROWS or conn.buffered_bytes >= MAX_SEGMENT_BYTES:
             self._flush(conn)
         return count
+
+    def _queue_full(self, conn: _Connection) -> None:
+        """zmq's queue of ``conn`` was full: the peer is being pushed back (logged once)."""
+        conn.full_at = time.monotonic()
+        if conn.pushed_back is not None:
+            return
+        conn.pushed_back = (conn.full_at, conn.received)
+        bound = (f"zmq queues at most receiveHighWaterMark={self.receive_hwm} messages, then "
+                 f"pushes back on the peer, which drops what its own send queue cannot hold (a "
+                 f"PUB) or waits (an XPUB with NODROP): messages may be lost at the peer, where "
+                 f"capture cannot count them"
+                 if self.receive_hwm else
+                 f"receiveHighWaterMark=0 (no bound): over {UNBOUNDED_BACKLOG} messages wait in "
+                 f"memory")
+        logger.warning("%s: %s (partition %s) sends faster than capture takes: its receive queue "
+                       "is full; %s", self.name, conn.endpoint.address, conn.endpoint.key, bound)
+
+    def _end_push_backs(self) -> None:
+        now = time.monotonic()
+        self._next_load_check = now + PUSH_BACK_SECONDS / 4
+        for conn in self._connections.values():
+            if conn.pushed_back is not None and now - conn.full_at >= PUSH_BACK_SECONDS:
+                since, received = conn.pushed_back
+                conn.pushed_back = None
+                logger.info("%s: capture keeps up with %s (partition %s) again, after %.1f s of "
+                            "a full receive queue (%d messages received meanwhile)", self.name,
+                            conn.endpoint.address, conn.endpoint.key, conn.full_at - since,
+                            conn.received - received)
 
     def _on_monitor_event(self, conn: _Connection) -> None:
         event = recv_monitor_message(conn.monitor)["event"]
         address, key = conn.endpoint.address, conn.endpoint.key
-        if event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
+        if event in _HANDSHAKE_FAILURES:
+            conn.handshake_failures += 1
+            if conn.handshake_failures == 1:
+                logger.warning("%s: %s (partition %s) %s; zmq keeps retrying, logged again only "
+                               "once a handshake succeeds", self.name, address, key,
+                               _HANDSHAKE_FAILURES[event])
+        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            if conn.handshake_failures:
+                logger.info("%s: handshake with %s (partition %s) succeeded after %d failed "
+                            "attempts", self.name, address, key, conn.handshake_failures)
+            conn.handshake_failures = 0
+        elif event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
             conn.leave_by = min(conn.leave_by, time.monotonic() + LEAVE_SETTLE)
+        elif event == zmq.EVENT_DISCONNECTED and conn.handshake_failures:
+            # an attempt that never got through: nothing was received, so no gap; if zmq does
+            # not retry by itself, the socket is reopened
+            conn.recheck_at = time.monotonic() + RECONNECT_CHECK
         elif event == zmq.EVENT_DISCONNECTED:
             conn.disconnected_at = time.time_ns()
             conn.recheck_at = time.monotonic() + RECONNECT_CHECK
@@ -228,7 +323,9 @@ class Capture:
         elif event == zmq.EVENT_CONNECTED:
             conn.recheck_at = None
             if conn.disconnected_at is None:
-                logger.info("%s: connected to %s (partition %s)", self.name, address, key)
+                if not conn.connected_once:
+                    conn.connected_once = True
+                    logger.info("%s: connected to %s (partition %s)", self.name, address, key)
                 return
             since, conn.disconnected_at = conn.disconnected_at, None
             cause = conn.drop_cause or ("the connection was lost (a publisher restart or a "
@@ -248,11 +345,14 @@ class Capture:
         for conn in list(self._connections.values()):
             if conn.recheck_at is None or conn.recheck_at > now:
                 continue
-            conn.drop_cause = (f"zmq closed the connection on a protocol error, such as a "
-                               f"message over maxMessageBytes ({self.max_message_bytes} bytes)")
-            logger.warning("%s: zmq gave up the connection to %s (partition %s) after a protocol "
-                           "error, such as a message over maxMessageBytes; reconnecting",
-                           self.name, conn.endpoint.address, conn.endpoint.key)
+            if conn.disconnected_at is not None:     # a connection that was up: a gap
+                conn.drop_cause = (f"zmq closed the connection on a protocol error, such as a "
+                                   f"message over maxMessageBytes ({self.max_message_bytes} "
+                                   f"bytes)")
+                logger.warning("%s: zmq gave up the connection to %s (partition %s) after a "
+                               "protocol error, such as a message over maxMessageBytes; "
+                               "reconnecting", self.name, conn.endpoint.address,
+                               conn.endpoint.key)
             self._unregister(conn)
             conn.socket, conn.monitor = self._open_socket(conn.endpoint)
             conn.recheck_at = None
@@ -304,8 +404,9 @@ class Capture:
     def _open_socket(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
         sock = self.curve.as_client(self._context.socket(endpoint.socket_type))
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, self.receive_hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_SECONDS * 1000)
         if endpoint.socket_type == zmq.SUB:
             for prefix in endpoint.subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
@@ -382,7 +483,7 @@ class Capture:
         if not conn.frames:
             return
         frames, times, faults = conn.frames, conn.times, conn.faults
-        conn.frames, conn.times, conn.faults = [], [], {}
+        conn.frames, conn.times, conn.faults, conn.buffered_bytes = [], [], {}, 0
         if not self.spool.has_room():
             self._drop(conn, frames, times, faults, f"the spool {self.spool.root} reached "
                        f"maxSpoolBytes ({self.spool.max_bytes} bytes)")

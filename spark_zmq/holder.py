@@ -217,6 +217,15 @@ def running_holders() -> dict[int, str]:
     return found
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process, 0 once it is gone (for watching capture processes)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
 # -- the holder process ----------------------------------------------------------------------
 
 class Holder:
@@ -265,7 +274,7 @@ class Holder:
         self.capture = Capture(self.spool, max_message_bytes=settings.max_message_bytes,
                                flush_interval=settings.flush_interval, name=self.name,
                                drop_on_write_error=settings.drop_on_write_error,
-                               curve=settings.curve_keys())
+                               curve=settings.curve_keys(), receive_hwm=settings.receive_hwm)
         self.capture.start()
         self.capture.endpoint_joined(endpoint)
         renewed_at, beat, leaving = time.monotonic(), None, False

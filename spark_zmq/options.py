@@ -53,6 +53,13 @@ def positive_int(value: str) -> int:
     return number
 
 
+def non_negative_int(value: str) -> int:
+    number = int(value.strip())
+    if number < 0:
+        raise ValueError("negative")
+    return number
+
+
 def port(value: str) -> int:
     number = positive_int(value)
     if number > 65535:
@@ -240,9 +247,17 @@ READER_OPTIONS: tuple[Option, ...] = (
            "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
            "connection on a larger one; capture reconnects and reports the drop as a row with "
            "`error` set (a gap), handled per `mode`."),
+    Option("receiveHighWaterMark", non_negative_int, "a non-negative integer (messages)",
+           "10000",
+           "Messages zmq queues per endpoint before capture takes them (ZMQ_RCVHWM): enough for "
+           "capture's pauses (a spool write). A peer that sends faster than capture takes is "
+           "pushed back beyond it (TCP flow control) and drops or waits at its own send queue; "
+           "the episode is logged once. Memory per endpoint is about this many times the "
+           "message size, plus capture's 32 MiB buffer: lower it for large messages. 0: no "
+           "bound (a backlog grows in memory)."),
     Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", "100",
            "How often capture writes what it received to the spool (it also writes at every "
-           "micro-batch and every 65536 messages)."),
+           "micro-batch, every 65536 messages and every 32 MiB)."),
     Option("onSpoolWriteError", choice("fail", "drop"), "fail or drop", "fail",
            "When the spool's storage refuses a write (full disk, read-only, I/O error): fail "
            "the query naming the spool and the cause, or drop new messages while it lasts, "

@@ -98,7 +98,7 @@ class DriverCapture(Placement):
             self._spool, max_message_bytes=self.options["maxMessageBytes"],
             flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name,
             drop_on_write_error=self.options["onSpoolWriteError"] == "drop",
-            curve=Curve.of(self.options))
+            curve=Curve.of(self.options), receive_hwm=self.options["receiveHighWaterMark"])
         self._capture.start()
         logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
                     self.spool_path)
@@ -137,6 +137,7 @@ class HolderSettings:
     lease_timeout: float
     idle_timeout: float
     drop_on_write_error: bool
+    receive_hwm: int
     #: CURVE client keys (Z85 text), handed to the holder on its stdin, never on its command line
     curve: tuple[str | None, str | None, str | None] = (None, None, None)
 
@@ -147,7 +148,8 @@ class HolderSettings:
                      for k in (curve.server_key, curve.public_key, curve.secret_key))
         return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
                    options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
-                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop", keys)
+                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop",
+                   options["receiveHighWaterMark"], keys)
 
     def curve_keys(self) -> Curve:
         server, public, secret = (k.encode() if k else None for k in self.curve)

@@ -62,6 +62,7 @@ class ZeroEQDiscovery(Discovery):
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
         self._passed_over: set[str] = set()      # publishers not read, logged once each
+        self._faulty: set[str] = set()           # records with a fault, logged once each
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf = self._browser = self._announcement = None
@@ -148,29 +149,36 @@ class ZeroEQDiscovery(Discovery):
             return
         info = zeroconf.get_service_info(service_type, name, timeout=3000)
         if info is None:
-            logger.warning("zeroeq: publisher %s did not answer with its record; ignored", name)
+            self._fault(name, "no answer when asked for its record; ignored")
             return
         try:
             record = PublisherRecord.parse(name, info.properties)
         except ValueError as exc:
-            logger.warning("zeroeq: ignoring publisher record %s: instance name is not "
-                           "host:port (%s)", name, exc)
+            self._fault(name, f"the instance name is not host:port ({exc}); ignored")
             return
-        vocabulary = self._vocabulary_of(record)
+        vocabulary = self._vocabulary_of(record, name)
         with self._lock:
             self._known[key] = Known(record, vocabulary)
         self._refresh(key)
 
-    def _vocabulary_of(self, record: PublisherRecord) -> dict[bytes, str | None]:
+    def _fault(self, name: str, why: str) -> None:
+        """One line per faulty record, however often its publisher announces it again."""
+        if name not in self._faulty:
+            self._faulty.add(name)
+            logger.warning("zeroeq: publisher record %r: %s", name, why)
+
+    def _vocabulary_of(self, record: PublisherRecord, name: str) -> dict[bytes, str | None]:
         """The publisher's vocabulary: asked for when it serves one, else its TXT ids."""
         ids = {wire: None for wire in record.vocabulary}
         if record.vocabulary_request:
             try:
-                return {**ids, **request_vocabulary(record.vocabulary_request,
-                                                    VOCABULARY_TIMEOUT, self.curve)}
+                ids.update(request_vocabulary(record.vocabulary_request, VOCABULARY_TIMEOUT,
+                                              self.curve))
             except (RequestError, ValueError) as exc:
-                logger.warning("zeroeq: publisher %s: no vocabulary from %s (%s); using its "
-                               "TXT record", record.instance_name, record.vocabulary_request, exc)
+                self._fault(name, f"no vocabulary from {record.vocabulary_request} ({exc}); "
+                            f"using the TXT record's")
+                return ids
+        self._faulty.discard(name)      # a fault logged before is over: log it if it comes back
         return ids
 
     # -- what to read --------------------------------------------------------------------------
