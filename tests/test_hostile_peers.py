@@ -6,7 +6,6 @@ Garbage ZeroConf records are logged once however often they are announced again.
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import socket
 import threading
@@ -18,9 +17,8 @@ import zmq
 
 from zeroconf import ServiceInfo
 
-from conftest import MemoryState, wait_until
+from conftest import MemoryState, package_warnings, wait_until
 from spark_zmq.holder import holder_log, rss_bytes, running_holders
-from spark_zmq.log import logger
 from spark_zmq.protocols.zeroeq import event_id
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
@@ -166,17 +164,6 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path)
     print(f"\npeak RSS of a capture process during the flood: {peak_rss >> 20} MiB")
 
 
-class Lines(logging.Handler):
-    """The package's warnings while it is attached (its logger does not propagate)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 class Joined:
     def __init__(self) -> None:
         self.keys: list[str] = []
@@ -195,8 +182,7 @@ def test_a_garbage_zeroconf_record_is_logged_once_however_often_it_is_announced(
     discovery = ZeroEQDiscovery(session="hostile", events={}, interfaces=("127.0.0.1",),
                                 static=(), compatible_only=False, management_bind=None,
                                 application="test", state=MemoryState())
-    joined, lines = Joined(), Lines()
-    logger.addHandler(lines)
+    joined = Joined()
 
     def record(instance: str, properties: dict) -> ServiceInfo:
         return ServiceInfo(PUBLISHER_SERVICE, f"{instance}.{PUBLISHER_SERVICE}", port=port,
@@ -207,19 +193,19 @@ def test_a_garbage_zeroconf_record_is_logged_once_however_often_it_is_announced(
                                           b"\xfe\x00": b"\x00" * 200, b"user": None})
     garbage = [record("not an address", {b"session": b"hostile", b"n": str(n).encode(),
                                          b"\xff" * (n + 1): b"\xff" * 100}) for n in range(6)]
-    try:
+    with package_warnings() as lines:
         discovery.start(joined)
-        zeroconf.register_service(usable, strict=False)
-        zeroconf.register_service(garbage[0], strict=False)
-        for info in garbage[1:]:
-            zeroconf.update_service(info)
-        wait_until(lambda: f"127.0.0.1:{port}" in joined.keys, what="the usable record")
-        time.sleep(2)                # the last updates arrive
-    finally:
-        logger.removeHandler(lines)
-        discovery.close()
-        for info in (garbage[-1], usable):
-            zeroconf.unregister_service(info)
-    about_garbage = [line for line in lines.lines if "not an address" in line]
-    assert len(about_garbage) == 1 and "is not host:port" in about_garbage[0], lines.lines
+        try:
+            zeroconf.register_service(usable, strict=False)
+            zeroconf.register_service(garbage[0], strict=False)
+            for info in garbage[1:]:
+                zeroconf.update_service(info)
+            wait_until(lambda: f"127.0.0.1:{port}" in joined.keys, what="the usable record")
+            time.sleep(2)                # the last updates arrive
+        finally:
+            discovery.close()
+            for info in (garbage[-1], usable):
+                zeroconf.unregister_service(info)
+    about_garbage = [line for line in lines if "not an address" in line]
+    assert len(about_garbage) == 1 and "is not host:port" in about_garbage[0], lines
     assert joined.keys == [f"127.0.0.1:{port}"]

@@ -13,7 +13,7 @@ import pytest
 import zmq
 from pyre import Pyre
 
-from conftest import wait_until
+from conftest import package_warnings, wait_until
 from spark_zmq.protocols.yamz import ZyreNode, for_connect
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery, reachable
 from spark_zmq.protocols.base import Endpoint
@@ -90,26 +90,31 @@ def test_discovery_resolves_ports_as_peers_announce_and_leave():
         {"name": "tps", "port": {"address": "tcp://0.0.0.0:7001", "type": "PUSH"}},
         {"name": "req", "port": {"address": "tcp://127.0.0.1:7002", "type": "REP"}}]}
     peers = []
-    discovery.start(listener)
-    try:
-        assert listener.joined["tcp://127.0.0.1:9999"].socket_type == zmq.SUB
-        peers.append(pyre_node("alpha", json.dumps(tree), beacon))
-        peers.append(pyre_node("gamma", json.dumps(tree), beacon))     # not expected: no match
-        peers.append(pyre_node("beta", "not json", beacon))             # logged, ignored
-        peers.append(pyre_node("delta", None, beacon))                  # no header: ignored
-        wait_until(lambda: "tcp://127.0.0.1:7001" in listener.joined, timeout=30,
-                   what="alpha's port")
-        endpoint = listener.joined["tcp://127.0.0.1:7001"]   # 0.0.0.0: alpha's Zyre host
-        assert (endpoint.socket_type, endpoint.metadata["node"]) == (zmq.PULL, "alpha")
-        peers[0].stop()
-        wait_until(lambda: listener.left == ["tcp://127.0.0.1:7001"], timeout=30,
-                   what="alpha's port to leave")
-        discovery.check()                                    # the beacon is alive
-    finally:
-        discovery.close()
-        for peer in peers[1:]:
-            peer.stop()
+    with package_warnings() as warnings:
+        discovery.start(listener)
+        try:
+            assert listener.joined["tcp://127.0.0.1:9999"].socket_type == zmq.SUB
+            peers.append(pyre_node("alpha", json.dumps(tree), beacon))
+            peers.append(pyre_node("gamma", json.dumps(tree), beacon))  # not expected: no match
+            peers.append(pyre_node("beta", "not json", beacon))         # logged, ignored
+            peers.append(pyre_node("delta", None, beacon))              # no header: ignored
+            wait_until(lambda: "tcp://127.0.0.1:7001" in listener.joined, timeout=30,
+                       what="alpha's port")
+            endpoint = listener.joined["tcp://127.0.0.1:7001"]   # 0.0.0.0: alpha's Zyre host
+            assert (endpoint.socket_type, endpoint.metadata["node"]) == (zmq.PULL, "alpha")
+            peers[0].stop()
+            wait_until(lambda: listener.left == ["tcp://127.0.0.1:7001"], timeout=30,
+                       what="alpha's port to leave")
+            discovery.check()                                    # the beacon is alive
+            wait_until(lambda: any("beta" in line for line in warnings), timeout=30,
+                       what="the warning about beta's header")
+        finally:
+            discovery.close()
+            for peer in peers[1:]:
+                peer.stop()
     assert set(listener.joined) == {"tcp://127.0.0.1:9999", "tcp://127.0.0.1:7001"}
+    about_beta = [line for line in warnings if "beta" in line]
+    assert len(about_beta) == 1 and "its ports are not read" in about_beta[0], warnings
 
 
 def test_wildcard_hosts_are_reached_at_the_peers_zyre_host():
