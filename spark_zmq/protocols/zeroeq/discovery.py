@@ -156,7 +156,11 @@ class ZeroEQDiscovery(Discovery):
         except ValueError as exc:
             self._fault(name, f"the instance name is not host:port ({exc}); ignored")
             return
-        vocabulary = self._vocabulary_of(record, name)
+        vocabulary, fault = self._vocabulary_of(record)
+        if fault:
+            self._fault(name, fault)
+        else:
+            self._faulty.discard(name)  # a fault logged before is over: log it if it comes back
         with self._lock:
             self._known[key] = Known(record, vocabulary)
         self._refresh(key)
@@ -167,19 +171,19 @@ class ZeroEQDiscovery(Discovery):
             self._faulty.add(name)
             logger.warning("zeroeq: publisher record %r: %s", name, why)
 
-    def _vocabulary_of(self, record: PublisherRecord, name: str) -> dict[bytes, str | None]:
-        """The publisher's vocabulary: asked for when it serves one, else its TXT ids."""
+    def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None],
+                                                               str | None]:
+        """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why
+        asking failed, if it did."""
         ids = {wire: None for wire in record.vocabulary}
         if record.vocabulary_request:
             try:
                 ids.update(request_vocabulary(record.vocabulary_request, VOCABULARY_TIMEOUT,
                                               self.curve))
             except (RequestError, ValueError) as exc:
-                self._fault(name, f"no vocabulary from {record.vocabulary_request} ({exc}); "
-                            f"using the TXT record's")
-                return ids
-        self._faulty.discard(name)      # a fault logged before is over: log it if it comes back
-        return ids
+                return ids, (f"no vocabulary from {record.vocabulary_request} ({exc}); using "
+                             f"the TXT record's")
+        return ids, None
 
     # -- what to read --------------------------------------------------------------------------
 
