@@ -12,7 +12,8 @@ import pytest
 import zmq
 import zmq.auth
 
-from conftest import MemoryState, wait_until
+from conftest import MemoryState, package_warnings, wait_until
+from spark_zmq.capture import Capture
 from spark_zmq.options import OptionError, READER_OPTIONS, parse_options
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
 from spark_zmq.protocols.goby import (GobyDaemon, ManagerAddress, ManagerUnreachable,
@@ -20,7 +21,9 @@ from spark_zmq.protocols.goby import (GobyDaemon, ManagerAddress, ManagerUnreach
 from spark_zmq.protocols.zeroeq import Publisher, event_id
 from spark_zmq.protocols.zeroeq.management import LIST, ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import Curve
+from spark_zmq.spool import Spool
 from test_ebus_requests import run_requests
 
 ECHO = "zeroeq::test::Echo"
@@ -237,3 +240,26 @@ def test_a_curve_gobyd_serves_keyed_clients_only(spark, tmp_path, keys, curve_se
     assert "to 1 subscription(s)" in published.stdout
     assert [(r.group, r.text) for r in rows] == [("log", "through CURVE")] * 5
     assert ("spark_zmq_cli", rows[0].process) in daemon.clients    # it asked the Manager
+
+
+def test_capture_logs_a_refused_curve_handshake_once_however_often_zmq_retries(tmp_path, keys):
+    server_public, server_secret = keys["server"]
+    publisher = Publisher("refused", announce=False, curve=curve_of(
+        curveSecretKey=server_secret, curveClientKeys=keys["client"][0]))
+    stranger = curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1])
+    capture = Capture(Spool(str(tmp_path / "spool"), 1 << 30), max_message_bytes=1 << 20,
+                      flush_interval=0.1, curve=stranger)
+    address = f"tcp://127.0.0.1:{publisher.port}"
+    try:
+        with package_warnings() as warnings:
+            capture.start()
+            capture.endpoint_joined(Endpoint("refused", address, {}, (b"",)))
+            wait_until(lambda: capture._connections.get("refused") is not None
+                       and capture._connections["refused"].handshake_failures >= 3,
+                       timeout=30, what="zmq to retry the refused handshake")
+    finally:
+        capture.close()
+        publisher.close()
+    refused = [line for line in warnings if "refused our CURVE handshake" in line]
+    assert len(refused) == 1 and address in refused[0], warnings
+    assert not any("gap" in line or "reconnected" in line for line in warnings), warnings
