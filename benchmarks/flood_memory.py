@@ -12,7 +12,6 @@ re-executes itself in a private network namespace.
 from __future__ import annotations
 
 import argparse
-import logging
 import multiprocessing
 import os
 import sys
@@ -37,20 +36,11 @@ def flood(port: int, seconds: float) -> None:
     sock.close(0)
 
 
-class Warnings(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def trial(bound: int, seconds: float) -> tuple[int, int, bool]:
     """(messages captured, peak RSS in MiB, flood logged) of one capture under one flood."""
     from spark_zmq.capture import Capture
     from spark_zmq.holder import rss_bytes
-    from spark_zmq.log import logger
+    from spark_zmq.log import logged_warnings
     from spark_zmq.protocols.base import Endpoint
     from spark_zmq.spool import Spool
     from spark_zmq.standalone import free_port
@@ -58,10 +48,8 @@ def trial(bound: int, seconds: float) -> tuple[int, int, bool]:
     port = free_port()
     flooder = multiprocessing.get_context("spawn").Process(target=flood, args=(port, seconds))
     flooder.start()
-    warnings = Warnings()
-    logger.addHandler(warnings)
     peak = 0
-    with tempfile.TemporaryDirectory() as folder:
+    with logged_warnings() as warnings, tempfile.TemporaryDirectory() as folder:
         spool = Spool(folder, 64 << 30)
         capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=0.1,
                           receive_hwm=bound, name=f"bound {bound}")
@@ -75,8 +63,7 @@ def trial(bound: int, seconds: float) -> tuple[int, int, bool]:
         received = sum(capture.received().values())
         capture.close()
         spool.close()
-    logger.removeHandler(warnings)
-    return received, peak, any("sends faster than capture takes" in w for w in warnings.lines)
+    return received, peak, any("sends faster than capture takes" in w for w in warnings)
 
 
 def report(bound: int, seconds: float, results) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import socket
 import time
 
@@ -83,25 +81,3 @@ def wait_until(predicate, timeout=60.0, interval=0.2, what="condition"):
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
 
-
-class _Warnings(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
-def package_warnings():
-    """The package logger's warnings while the block runs, as a list of lines (the logger does
-    not propagate, so pytest's caplog does not see them)."""
-    from spark_zmq.log import logger
-
-    handler = _Warnings()
-    logger.addHandler(handler)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)

@@ -12,8 +12,9 @@ import pytest
 import zmq
 import zmq.auth
 
-from conftest import MemoryState, package_warnings, wait_until
+from conftest import MemoryState, wait_until
 from spark_zmq.capture import Capture
+from spark_zmq.log import logged_warnings
 from spark_zmq.options import OptionError, READER_OPTIONS, parse_options
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
 from spark_zmq.protocols.goby import (GobyDaemon, ManagerAddress, ManagerUnreachable,
@@ -251,7 +252,7 @@ def test_capture_logs_a_refused_curve_handshake_once_however_often_zmq_retries(t
                       flush_interval=0.1, curve=stranger)
     address = f"tcp://127.0.0.1:{publisher.port}"
     try:
-        with package_warnings() as warnings:
+        with logged_warnings() as warnings:
             capture.start()
             capture.endpoint_joined(Endpoint("refused", address, {}, (b"",)))
             wait_until(lambda: capture._connections.get("refused") is not None

@@ -17,8 +17,9 @@ import zmq
 
 from zeroconf import ServiceInfo
 
-from conftest import MemoryState, package_warnings, wait_until
+from conftest import MemoryState, wait_until
 from spark_zmq.holder import holder_log, rss_bytes, running_holders
+from spark_zmq.log import logged_warnings
 from spark_zmq.protocols.zeroeq import event_id
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
@@ -193,7 +194,7 @@ def test_a_garbage_zeroconf_record_is_logged_once_however_often_it_is_announced(
                                           b"\xfe\x00": b"\x00" * 200, b"user": None})
     garbage = [record("not an address", {b"session": b"hostile", b"n": str(n).encode(),
                                          b"\xff" * (n + 1): b"\xff" * 100}) for n in range(6)]
-    with package_warnings() as lines:
+    with logged_warnings() as lines:
         discovery.start(joined)
         try:
             zeroconf.register_service(usable, strict=False)

@@ -13,7 +13,8 @@ import pytest
 import zmq
 from pyre import Pyre
 
-from conftest import package_warnings, wait_until
+from conftest import wait_until
+from spark_zmq.log import logged_warnings
 from spark_zmq.protocols.yamz import ZyreNode, for_connect
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery, reachable
 from spark_zmq.protocols.base import Endpoint
@@ -90,7 +91,7 @@ def test_discovery_resolves_ports_as_peers_announce_and_leave():
         {"name": "tps", "port": {"address": "tcp://0.0.0.0:7001", "type": "PUSH"}},
         {"name": "req", "port": {"address": "tcp://127.0.0.1:7002", "type": "REP"}}]}
     peers = []
-    with package_warnings() as warnings:
+    with logged_warnings() as warnings:
         discovery.start(listener)
         try:
             assert listener.joined["tcp://127.0.0.1:9999"].socket_type == zmq.SUB
