@@ -19,6 +19,25 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v unshare >/dev/null 2>&1; then
     exit 1
   fi
 fi
+# Independent peers for the interop tests: Debian's avahi (the mDNS responder of the C++ ZeroEQ
+# library) with its tools and D-Bus. Installed without starting any service: the tests start
+# their own daemon inside the private network namespace.
+missing=()
+for pair in avahi-daemon:avahi-daemon avahi-browse:avahi-utils dbus-daemon:dbus; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || missing+=("${pair#*:}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    no_start=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [ ! -e "$no_start" ]; then printf '#!/bin/sh\nexit 101\n' > "$no_start"; chmod +x "$no_start"; made_policy=1; fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    if [ "$made_policy" = 1 ]; then rm -f "$no_start"; fi
+  else
+    echo "setup: warning: the interop tests need Debian's ${missing[*]}; not root, so not" \
+         "installed (a root user runs: apt-get install ${missing[*]})" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.spark_zmq-installed
 wanted=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)

@@ -292,8 +292,12 @@ WRITER_OPTIONS: tuple[Option, ...] = (
     Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
            "Largest message sent; a larger row is handled per `mode`."),
     Option("waitForSubscribers", non_negative_float, "a number of seconds", "0",
-           "Before a task sends an event, wait up to this long until `minSubscribers` "
-           "subscriptions match it (seen through XPUB); then send anyway, with a warning."),
+           "Time given to subscribers to connect to a new publisher: before it sends an "
+           "event, a publisher waits until `minSubscribers` subscriptions match it (seen "
+           "through XPUB), but only until this many seconds after its first send; then it "
+           "sends anyway, with a warning. The bound is per publisher (one per executor Python "
+           "worker), so however many events, tasks and batches it sends, it waits no longer "
+           "than this in all."),
     Option("minSubscribers", positive_int, "a positive integer", "1",
            "How many matching subscriptions `waitForSubscribers` waits for."),
     Option("sendHighWaterMark", positive_int, "a positive number of messages", "100000",

@@ -62,6 +62,8 @@ class SendCounts(WriterCommitMessage):
 SOCKET_OPTIONS = ("sendHighWaterMark", "sendTimeout")
 _publishers: dict[tuple, SinkPublisher | Requester] = {}
 _publishers_lock = threading.Lock()
+#: id of a shared publisher -> end of its window for subscribers (see _wait_for_subscribers)
+_wait_deadlines: dict[int, float] = {}
 #: answers written to replyPath
 REPLY_SCHEMA = pa.schema([pa.field("requestId", pa.string()), pa.field("status", pa.string()),
                           pa.field("data", pa.string())])
@@ -82,11 +84,19 @@ def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher 
         return publisher
 
 
+def subscriber_wait_deadline(publisher: SinkPublisher, wait: float) -> float:
+    """When ``publisher``'s window for subscribers to connect ends (``time.monotonic()``):
+    ``wait`` seconds after the first call for it."""
+    with _publishers_lock:
+        return _wait_deadlines.setdefault(id(publisher), time.monotonic() + wait)
+
+
 def close_publishers() -> None:
     with _publishers_lock:
         for publisher in _publishers.values():
             publisher.close()
         _publishers.clear()
+        _wait_deadlines.clear()
 
 
 class ZmqStreamWriter(DataSourceStreamArrowWriter):
@@ -194,14 +204,19 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
 
     def _wait_for_subscribers(self, publisher: SinkPublisher, topic: bytes,
                               names: dict[bytes, str | None]) -> None:
+        """Wait until ``minSubscribers`` subscriptions match ``topic``, but only within the
+        publisher's window: ``waitForSubscribers`` seconds from its first wait. Subscribers
+        get that long to connect after a publisher appears; however many events, tasks and
+        batches follow, a publisher waits no longer than that in all."""
         wait, wanted = self.options["waitForSubscribers"], self.options["minSubscribers"]
         if not wait:
             return
-        deadline = time.monotonic() + wait
+        deadline = subscriber_wait_deadline(publisher, wait)
         while publisher.subscribers(topic) < wanted:
             if time.monotonic() >= deadline:
                 shown = names.get(topic) or topic.hex()
-                logger.warning("%s writer: %s: fewer than %d subscribers to %s after %g s; "
+                logger.warning("%s writer: %s: fewer than %d subscribers to %s when its "
+                               "waitForSubscribers window (%g s from its first send) ended; "
                                "sending anyway", self.protocol.name, publisher.name, wanted,
                                shown, wait)
                 return

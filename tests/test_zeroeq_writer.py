@@ -111,3 +111,22 @@ def test_writer_options_and_input_columns_are_checked(spark, tmp_path):
     with pytest.raises(Exception, match="option 'waitForSubscribers' must be a number"):
         frame.writeStream.format("zeroeq").option("waitForSubscribers", "soon").option(
             "checkpointLocation", str(tmp_path / "c2")).start().awaitTermination(60)
+
+
+def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path):
+    """No subscriber at all: a batch of 5 different events waits `waitForSubscribers` once
+    (the publisher's window), not once per event (which took 5 x the option before)."""
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    write_rows(inbox, "1", [{"event": f"spark::test::Lonely{i}", "payload": "x"}
+                            for i in range(5)])
+    writer = start_writer(spark, tmp_path, inbox, {"availableNow": True},
+                          session="nobody-listens", waitForSubscribers="8")
+    try:
+        writer.awaitTermination(180)
+        assert writer.exception() is None
+        adding = max(progress["durationMs"]["addBatch"] for progress in writer.recentProgress
+                     if "addBatch" in progress["durationMs"])
+    finally:
+        writer.stop()
+    assert 8000 <= adding < 30000, adding          # per event, it was >= 40000

@@ -4,6 +4,9 @@
 TXT keys are read lower-cased (DNS-SD keys are case-insensitive, and the shipped library
 writes ``Session`` where the seed says ``session``). python-zeroconf rejects these service
 names in strict mode, so registration and browsing run with ``strict=False``.
+
+Our records go on the wire as a ZeroEQ peer writes them (the instance name as one DNS label,
+an SRV target host of our own): ``mdns`` says how, and why.
 """
 
 from __future__ import annotations
@@ -14,10 +17,15 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .vocabulary import parse_vocabulary_txt
 from .wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, parse_address, zmq_host
+
+if TYPE_CHECKING:
+    from zeroconf import Zeroconf
+
+    from .mdns import ZeroEQZeroconf
 
 
 @dataclass(frozen=True)
@@ -92,18 +100,21 @@ def resolve_interfaces(names: tuple[str, ...]) -> list[str]:
     return addresses
 
 
-def make_zeroconf(interfaces: tuple[str, ...] | None):
-    """A Zeroconf instance on ``interfaces`` (None = all), IPv4 only.
+def make_zeroconf(interfaces: tuple[str, ...] | None) -> "ZeroEQZeroconf":
+    """A Zeroconf instance on ``interfaces`` (None = all), IPv4 only, that writes instance
+    names as ZeroEQ peers do (see ``ZeroEQZeroconf``).
 
     Made on a thread of its own when this thread runs an asyncio loop (Jupyter's kernel does):
     Zeroconf would attach to that loop, and its blocking calls (registering a service) would
     then wait on the very loop they block. Elsewhere it starts its own loop thread."""
-    from zeroconf import InterfaceChoice, IPVersion, Zeroconf
+    from zeroconf import InterfaceChoice, IPVersion
+
+    from .mdns import ZeroEQZeroconf
 
     chosen = InterfaceChoice.All if not interfaces else resolve_interfaces(interfaces)
 
-    def make():
-        return Zeroconf(interfaces=chosen, ip_version=IPVersion.V4Only)
+    def make() -> "ZeroEQZeroconf":
+        return ZeroEQZeroconf(interfaces=chosen, ip_version=IPVersion.V4Only)
 
     try:
         asyncio.get_running_loop()
@@ -114,20 +125,29 @@ def make_zeroconf(interfaces: tuple[str, ...] | None):
 
 
 class Announcement:
-    """Our own record on ZeroConf: registered once, its TXT keys updated in place."""
+    """Our own record on ZeroConf: registered once, its TXT keys updated in place.
 
-    def __init__(self, zeroconf, service: str, instance_name: str, host: str, port: int,
-                 txt: dict[str, str]) -> None:
+    Its instance name goes on the wire as one label, and its SRV target is a host name of its
+    own (see ``mdns``), so ``zeroconf`` must come from ``make_zeroconf``."""
+
+    def __init__(self, zeroconf: "Zeroconf", service: str, instance_name: str, host: str,
+                 port: int, txt: dict[str, str]) -> None:
         from zeroconf import ServiceInfo
 
+        from .mdns import ZeroEQZeroconf, own_host_name
+
+        if not isinstance(zeroconf, ZeroEQZeroconf):
+            raise TypeError("a ZeroEQ announcement needs a Zeroconf made by make_zeroconf(): "
+                            "a plain one writes the instance name as several DNS labels, "
+                            "which C++ peers (avahi) reject")
         try:
             packed = [socket.inet_aton(socket.gethostbyname(host))]
         except OSError:
             packed = []
+        zeroconf.keep_one_label(instance_name)
         self._zeroconf = zeroconf
         self._info = ServiceInfo(service, f"{instance_name}.{service}", addresses=packed,
-                                 port=port, properties=txt,
-                                 server=f"{socket.gethostname()}.local.")
+                                 port=port, properties=txt, server=own_host_name(port))
         zeroconf.register_service(self._info, strict=False)
         self.txt = dict(txt)
         self._lock = threading.Lock()    # updates come from tasks and discovery threads

@@ -147,6 +147,7 @@ class ZeroEQDiscovery(Discovery):
                 self._known.pop(key, None)
             self._refresh(key)
             return
+        zeroconf.keep_one_label(key)     # our questions about it name it as its owner does
         info = zeroconf.get_service_info(service_type, name, timeout=3000)
         if info is None:
             self._fault(name, "no answer when asked for its record; ignored")
