@@ -53,7 +53,7 @@ from spark_zmq.protocols.goby.manager import (HoldHandshake, ManagerAddress, Man
                                               request_router)
 from spark_zmq.protocols.goby.payloads import (DescriptorSet, PayloadError, bson_json,
                                                cstr_payload, cstr_text, json_bson)
-from spark_zmq.protocols.goby.wire import (ESCAPED_SLASH, MAX_PID, SCHEME_NAMES, SCHEMES,
+from spark_zmq.protocols.goby.wire import (MAX_PID, SCHEME_NAMES, SCHEMES,
                                            Identifier, IdentifierError, identifier,
                                            split_message, subscription_prefix)
 from spark_zmq.protocols.yamz import Yamz
@@ -827,8 +827,9 @@ def test_yamz_encode_then_decode_keeps_every_frame_200_examples(rows, params):
 
 goby = Goby()
 GOBY_WRITER = parse_options("goby", WRITER_OPTIONS + goby.writer_options, {})
-#: names as users give them: anything but the NUL, with 0x1a (Goby's escaped '/') now and then
-goby_names = st.text(st.characters(codec="utf-8", exclude_characters="\0"), min_size=1, max_size=10)
+#: names as users give them: anything but the NUL and the '/' (which no 3.x peer reads back)
+goby_names = st.text(st.characters(codec="utf-8", exclude_characters="\0/"), min_size=1,
+                     max_size=10)
 #: decimal numbers too long for 32 bits, and for int() (over 4300 digits)
 long_digits = st.sampled_from([11, 20, 4300, 4301, 6000]).map(lambda n: "1" * n)
 scheme_texts = st.one_of(
@@ -893,14 +894,12 @@ def test_goby_identifier_round_trips_through_split_message_300_examples(group, t
     number = scheme if isinstance(scheme, int) else SCHEMES.get(scheme, None)
     if number is None:
         number = int(scheme)
-    # 0x1a is how Goby writes a '/' inside a name: the two are the same name on the wire
-    assert ident == Identifier(group.replace(ESCAPED_SLASH, "/"),
-                               SCHEME_NAMES.get(number, str(number)), number,
-                               type_name.replace(ESCAPED_SLASH, "/"), pid, thread)
+    assert ident == Identifier(group, SCHEME_NAMES.get(number, str(number)), number, type_name,
+                               pid, thread)
     assert rest == payload
 
 
-prefix_parts = st.text(st.characters(codec="utf-8", exclude_characters="/\0\x1a"), min_size=1,
+prefix_parts = st.text(st.characters(codec="utf-8", exclude_characters="/\0"), min_size=1,
                        max_size=6).filter(lambda s: s == s.strip())
 
 
@@ -1272,7 +1271,7 @@ def test_goby_decode_classifies_every_message_300_examples(descriptor_file, data
             assert columns["text"][i] == bson_json(payload)
 
 
-#: names with the bytes that matter on the wire: '/', 0x1a (Goby's escaped '/') and the NUL
+#: names with the bytes that matter on the wire: '/' (refused), 0x1a and the NUL
 wire_names = st.text(st.sampled_from("a/\x1a\0é"), min_size=1, max_size=4)
 goby_texts = st.one_of(st.text(max_size=12), json_texts, bson_objects.map(json.dumps))
 goby_rows = st.tuples(st.fixed_dictionaries({
@@ -1321,10 +1320,10 @@ def test_goby_encode_then_decode_round_trips_300_examples(rows):
         type_name = row["type"] or "CSTR"
         assert errors[i] is None or (row["payload"] is not None
                                      and errors[i].startswith("malformed payload"))
-        assert columns["group"][i] == row["group"].replace(ESCAPED_SLASH, "/")
+        assert columns["group"][i] == row["group"]
         assert columns["scheme_id"][i] == scheme_id
         assert columns["scheme"][i] == SCHEME_NAMES.get(scheme_id, str(scheme_id))
-        assert columns["type"][i] == type_name.replace(ESCAPED_SLASH, "/")
+        assert columns["type"][i] == type_name
         assert message[0].endswith(b"\0" + payloads[i])
         if row["payload"] is not None:
             assert payloads[i] == row["payload"]

@@ -15,7 +15,8 @@ from pyspark.errors import StreamingQueryException
 
 from conftest import wait_until
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
-from test_goby_wire import (BSON_DEPTH_5, GOBY_IDENTIFIER, NAV_STATUS, RawClient,
+from spark_zmq.protocols.goby.messages import ManagerRequest
+from test_goby_wire import (BSON_DEPTH_5, GOBY_IDENTIFIER, HOLD_REQUEST, NAV_STATUS, RawClient,
                             write_descriptor_set)
 
 pytestmark = pytest.mark.spark
@@ -99,7 +100,7 @@ def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
             cstr("Foo", "foo"),
             cstr("FooBar", "not Foo"),
             cstr("other", "only for /"),
-            message("a\x1ab", "CSTR", "CSTR", b"newer Goby\0"),
+            b"/a/b/CSTR/CSTR/4321/9af3/\0slash group\0",    # as goby3 3.1.5a writes a/b
             b"/Foo/CSTR/CSTR/notapid/1/\0malformed",
             cstr("log", "last"),
         )
@@ -132,10 +133,61 @@ def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
         "/log/CSTR/", "/nav/PROTOBUF/test.NavStatus/", "/state/JSON/", "/Foo/")}
     # "/": everything, the malformed message dropped (DROPMALFORMED)
     assert sorted((r.group, r.scheme, r.text) for r in every) == [
-        ("Foo", "CSTR", "foo"), ("FooBar", "CSTR", "not Foo"), ("a/b", "CSTR", "newer Goby"),
+        ("Foo", "CSTR", "foo"), ("FooBar", "CSTR", "not Foo"), ("a/b", "CSTR", "slash group"),
         ("log", "CSTR", "hello"), ("log", "CSTR", "last"), ("nav", "PROTOBUF", None),
         ("other", "CSTR", "only for /"), ("state", "JSON", '{"depth": 5}')]
     assert all(r.error is None for r in every)
+
+
+def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them(spark,
+                                                                                 tmp_path):
+    """Messages as goby3 3.x clients send them: schemes 3 and 4 as numbers (a subscription
+    by number reads them), and gobyd's hold handshake, hidden unless includeInternalGroups."""
+    base = str(tmp_path / "g")
+    daemon = GobyDaemon(socket_name=base)
+    queries = {
+        "goby_3": start_reader(spark, tmp_path, "goby_3", socketName=base, subscribe="/raw3/3/"),
+        "goby_every": start_reader(spark, tmp_path, "goby_every", socketName=base,
+                                   subscribe="/"),
+        "goby_internal": start_reader(spark, tmp_path, "goby_internal", socketName=base,
+                                      subscribe="/", includeInternalGroups="true"),
+    }
+    publisher = TestPublisher(ManagerAddress.ipc(socket_name=base))
+    hold_request = ManagerRequest(request=2, client_name="navigator", client_pid=4321,
+                                  ready=True).SerializeToString()
+    not_warm = f"thread != '{WARM}'"
+    try:
+        def every_query_warm():
+            publisher.send(b"/raw3/3/RawString/4321/" + WARM.encode() + b"/\0warm")
+            return all(rows(spark, name, f"thread = '{WARM}'") for name in queries)
+
+        wait_until(every_query_warm, timeout=120, interval=0.5,
+                   what="every query's subscription to reach the publisher")
+        publisher.send(b"/raw3/3/RawString/4321/9af3/\0three",
+                       b"/raw4/4/Packed/4321/9af3/\0four",
+                       HOLD_REQUEST + b"4321/9af3/\0" + hold_request,
+                       cstr("log", "last"))
+        wait_until(lambda: rows(spark, "goby_every", "group = 'log'")
+                   and rows(spark, "goby_internal", "group = 'log'"),
+                   timeout=90, interval=0.5, what="the messages")
+        for query in queries.values():
+            query.processAllAvailable()
+        by_number = rows(spark, "goby_3", not_warm)
+        every = rows(spark, "goby_every", not_warm)
+        internal = rows(spark, "goby_internal", not_warm)
+    finally:
+        for query in queries.values():
+            query.stop()
+        publisher.close()
+        daemon.close()
+    assert [(r.group, r.scheme, r.scheme_id, r.type, bytes(r.payload)) for r in by_number] == [
+        ("raw3", "3", 3, "RawString", b"three")]
+    assert sorted((r.group, r.scheme, r.scheme_id) for r in every) == [
+        ("log", "CSTR", 0), ("raw3", "3", 3), ("raw4", "4", 4)]
+    hidden = [r for r in internal if r.group.startswith("goby::zeromq::_internal")]
+    assert ("goby::zeromq::_internal_manager_request", bytes(hold_request)) in {
+        (r.group, bytes(r.payload)) for r in hidden}
+    assert sorted(r.group for r in internal if r not in hidden) == ["log", "raw3", "raw4"]
 
 
 def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
@@ -153,6 +205,9 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
         {"group": "out", "scheme": "1", "type": "test.NavStatus",
          "payload": NAV_STATUS.hex()},
         {"group": None, "scheme": "CSTR", "text": "no group: skipped"},
+        {"group": "out", "scheme": "3", "type": "RawString", "payload": "0102"},
+        {"group": "out", "scheme": "MSGPACK", "type": "Packed", "payload": "03"},
+        {"group": "out/sub", "scheme": "CSTR", "text": "a slash: skipped"},
         {"group": "out", "scheme": "CSTR", "text": "bye"},
     ]) + "\n")
     writer = (spark.readStream.schema("group STRING, scheme STRING, type STRING, text STRING, "
@@ -164,7 +219,7 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
               .trigger(availableNow=True).start())
     received = []
     try:
-        while len(received) < 4 and subscriber.poll(90_000):
+        while len(received) < 6 and subscriber.poll(90_000):
             received.append(subscriber.recv())
         writer.awaitTermination(60)
         assert writer.exception() is None
@@ -176,9 +231,10 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
     assert all(heads), received
     assert [h.group(1, 2, 3) for h in heads] == [
         (b"out", b"CSTR", b"CSTR"), (b"out", b"JSON", b"nlohmann::json"),
-        (b"out", b"PROTOBUF", b"test.NavStatus"), (b"out", b"CSTR", b"CSTR")]
+        (b"out", b"PROTOBUF", b"test.NavStatus"), (b"out", b"3", b"RawString"),
+        (b"out", b"4", b"Packed"), (b"out", b"CSTR", b"CSTR")]   # 3 and 4: numbers, as 3.x
     assert [frame[h.end():] for frame, h in zip(received, heads)] == [
-        b"hello\0", BSON_DEPTH_5, NAV_STATUS, b"bye\0"]
+        b"hello\0", BSON_DEPTH_5, NAV_STATUS, b"\x01\x02", b"\x03", b"bye\0"]
     pids = {int(h.group(4)) for h in heads}
     assert len(pids) == 1 and pids != {os.getpid()}        # a Python worker's pid
     assert (APP_NAME, pids.pop()) in daemon.clients         # clientName: the application's

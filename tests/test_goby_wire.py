@@ -47,23 +47,56 @@ def test_identifier_has_the_five_parts_a_cpp_client_parses():
         b"/nav/PROTOBUF/goby.Status/1234/7f3a/\0"
     assert identifier("nav", 1, "goby.Status", 7, "a") == b"/nav/PROTOBUF/goby.Status/7/a/\0"
     assert identifier("raw", 42, "T", 7, "a") == b"/raw/42/T/7/a/\0"
-    # newer Goby: a "/" inside a group or type name is written as 0x1a
-    assert identifier("a/b", "CSTR", "x/y", 7, "a") == b"/a\x1ab/CSTR/x\x1ay/7/a/\0"
     with pytest.raises(IdentifierError, match="unknown scheme 'BOGUS'"):
         identifier("g", "BOGUS", "T", 1, "a")
 
 
+@pytest.mark.parametrize("scheme", [3, "3", "CAPTN_PROTO", 4, "4", "MSGPACK"])
+def test_schemes_3_and_4_go_on_the_wire_as_numbers_as_goby3_writes_them(scheme):
+    """goby3 3.x (every release since 3.0.0) writes schemes 3 and 4 as numbers; a 3.x
+    subscriber aborts (stoi) on a name in the scheme part. The pre-release names are taken
+    from users but never written."""
+    number = 3 if str(scheme) in ("3", "CAPTN_PROTO") else 4
+    message = identifier("raw3", scheme, "RawString", 7, "a")
+    assert message == b"/raw3/%d/RawString/7/a/\0" % number
+    assert int(GOBY_IDENTIFIER.match(message).group(2)) == number     # what stoi reads
+
+
+@pytest.mark.parametrize("group, type_name", [("a/b", "T"), ("g", "x/y")])
+def test_a_slash_in_a_group_or_type_is_refused_not_written(group, type_name):
+    """goby3 writes a '/' in a name unescaped, which no 3.x peer reads back (byte 0x1a is no
+    escape in any release): refuse rather than send bytes nobody can read."""
+    with pytest.raises(IdentifierError, match="contains '/'.*no 3.x peer reads"):
+        identifier(group, "CSTR", type_name, 7, "a")
+
+
 def test_split_message_reads_the_parts_and_the_payload():
-    ident, payload = split_message(b"/a\x1ab/JSON/nlohmann::json/99/ff01/\0\x01\x00rest")
+    ident, payload = split_message(b"/ab/JSON/nlohmann::json/99/ff01/\0\x01\x00rest")
     assert (ident.group, ident.scheme, ident.scheme_id, ident.type, ident.process,
-            ident.thread) == ("a/b", "JSON", 7, "nlohmann::json", 99, "ff01")
+            ident.thread) == ("ab", "JSON", 7, "nlohmann::json", 99, "ff01")
     assert payload == b"\x01\x00rest"           # split at the first NUL only
     ident, _ = split_message(b"/g/5/T/1/a/\0")
     assert (ident.scheme, ident.scheme_id) == ("CXX_OBJECT", 5)
     ident, _ = split_message(b"/g/99/T/1/a/\0")
     assert (ident.scheme, ident.scheme_id) == ("99", 99)
-    ident, _ = split_message(b"/g/CSTR/old/style/type/1/a/\0")      # older Goby: "/" as is
+    ident, _ = split_message(b"/g/CSTR/old/style/type/1/a/\0")      # surplus: not a scheme
     assert (ident.group, ident.type) == ("g", "old/style/type")
+    ident, _ = split_message(b"/a\x1ab/CSTR/CSTR/1/a/\0")           # 0x1a: an ordinary byte
+    assert ident.group == "a\x1ab"
+
+
+def test_split_message_reads_what_goby3_writes_for_a_group_with_a_slash():
+    """goby3 3.1.5a writes group ``a/b`` unescaped: the parts from the right still hold a
+    valid scheme, so the group takes the surplus."""
+    ident, _ = split_message(b"/a/b/CSTR/CSTR/12/ff/\0x\0")
+    assert (ident.group, ident.scheme, ident.type, ident.process) == ("a/b", "CSTR", "CSTR", 12)
+
+
+@pytest.mark.parametrize("wire, number", [(b"3", 3), (b"CAPTN_PROTO", 3), (b"4", 4),
+                                          (b"MSGPACK", 4)])
+def test_schemes_3_and_4_are_read_in_both_spellings_and_shown_as_3x_writes_them(wire, number):
+    ident, _ = split_message(b"/raw3/" + wire + b"/RawString/7/a/\0x")
+    assert (ident.scheme, ident.scheme_id) == (str(number), number)
 
 
 @pytest.mark.parametrize("message, fault", [
@@ -83,6 +116,9 @@ def test_subscription_prefixes_are_completed_so_foo_never_matches_foobar():
     assert subscription_prefix("/") == b"/"
     assert subscription_prefix("Foo") == b"/Foo/"
     assert subscription_prefix("/nav/1") == b"/nav/PROTOBUF/"       # numbers as Goby writes
+    assert subscription_prefix("/raw3/3/") == b"/raw3/3/"            # 3 and 4 stay numbers
+    assert subscription_prefix("/raw3/CAPTN_PROTO/") == b"/raw3/3/"
+    assert subscription_prefix("/raw4/MSGPACK/T") == b"/raw4/4/T/"
     assert subscription_prefix("/nav/PROTOBUF/goby.Status/") == b"/nav/PROTOBUF/goby.Status/"
     foo = subscription_prefix("Foo")
     assert identifier("Foo", "CSTR", "CSTR", 1, "a").startswith(foo)
@@ -483,27 +519,31 @@ def test_cli_daemon_publish_and_subscribe(ipc_base):
     run = [sys.executable, "-m", "spark_zmq", "goby"]
     daemon = subprocess.Popen(run + ["daemon", "--socket-name", ipc_base],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    subscriber = None
+    subscriber = internal = None
     try:
         assert f"manager ipc://{ipc_base}.manager" in daemon.stdout.readline()
-        subscriber = subprocess.Popen(run + ["subscribe", "--socket-name", ipc_base,
-                                             "/cli/", "--count", "1", "--timeout", "120"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True)
+        # everything ("/"): gobyd's hold handshake with each publish is hidden unless asked for
+        subscriber, internal = (
+            subprocess.Popen(run + ["subscribe", "--socket-name", ipc_base, "--count", "1",
+                                    "--timeout", "120", *flag],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for flag in ([], ["--include-internal-groups"]))
 
-        def published_to_a_subscriber():
+        def published_to_both_subscribers():
             result = subprocess.run(run + ["publish", "--socket-name", ipc_base, "--group",
                                            "cli", "--text", "hello", "--wait", "2"],
                                     capture_output=True, text=True, timeout=60)
             assert result.returncode == 0, result.stderr
-            return subscriber.poll() is not None
+            return subscriber.poll() is not None and internal.poll() is not None
 
-        wait_until(published_to_a_subscriber, timeout=120, interval=0,
-                   what="the subscriber to print a message")
+        wait_until(published_to_both_subscribers, timeout=120, interval=0,
+                   what="the subscribers to print a message")
         out, err = subscriber.communicate(timeout=30)
         assert subscriber.returncode == 0, err
+        internal_out, _ = internal.communicate(timeout=30)
+        assert json.loads(internal_out)["group"].startswith("goby::zeromq::_internal_manager")
     finally:
-        for process in (subscriber, daemon):
+        for process in (subscriber, internal, daemon):
             if process is not None and process.poll() is None:
                 process.terminate()
                 process.wait(30)

@@ -27,7 +27,7 @@ from ..protocols.goby.format import encode_message
 from ..protocols.goby.manager import DEFAULT_PLATFORM, DEFAULT_TCP_PORT
 from ..protocols.goby.payloads import PayloadError, bson_json, cstr_text
 from ..protocols.goby.publisher import GobyPublisher
-from ..protocols.goby.wire import subscription_prefix, thread_hash
+from ..protocols.goby.wire import INTERNAL_GROUP_PREFIX, subscription_prefix, thread_hash
 from .curve import add_curve_arguments, curve_of
 
 PROG = "python -m spark_zmq goby"
@@ -63,6 +63,10 @@ def add_goby_parser(commands: argparse._SubParsersAction) -> None:
     subscribe.add_argument("--count", type=int, help="stop after this many messages")
     subscribe.add_argument("--timeout", type=float, metavar="SECONDS",
                            help="stop after this long")
+    subscribe.add_argument("--include-internal-groups", action="store_true",
+                           help="also print gobyd's own hold handshake (groups "
+                                f"{INTERNAL_GROUP_PREFIX}...), hidden by default as Goby's "
+                                "tools hide it")
     subscribe.set_defaults(run=run_subscribe)
 
     publish = actions.add_parser("publish", help="send a message as a Goby client")
@@ -143,8 +147,11 @@ def run_subscribe(args: argparse.Namespace) -> int:
             if wait <= 0:
                 break
             if sock.poll(wait):
-                print(json.dumps(message_line(sock.recv())), flush=True)
-                received += 1
+                line = message_line(sock.recv())
+                if args.include_internal_groups or not str(line.get("group", "")).startswith(
+                        INTERNAL_GROUP_PREFIX):
+                    print(json.dumps(line), flush=True)
+                    received += 1
     finally:
         sock.close(0)
     if args.count is not None and received < args.count:

@@ -15,8 +15,8 @@ import os
 
 import pyarrow as pa
 
-from ...options import (Option, OptionError, Options, comma_list, non_negative_float, port,
-                        positive_float, text)
+from ...options import (Option, OptionError, Options, boolean, comma_list, non_negative_float,
+                        port, positive_float, text)
 from ...security import Curve
 from ...spool import Source
 from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
@@ -27,8 +27,8 @@ from .manager import (DEFAULT_PLATFORM, DEFAULT_TCP_PORT, DEFAULT_TIMEOUT, Manag
 from .payloads import (PayloadError, bson_json, cstr_payload, cstr_text, descriptor_set,
                        json_bson)
 from .publisher import GobyPublisher
-from .wire import (CSTR_TYPE, SCHEMES, IdentifierError, identifier, scheme_part, split_message,
-                   subscription_prefix, thread_hash)
+from .wire import (CSTR_TYPE, INTERNAL_GROUP_PREFIX, SCHEMES, IdentifierError, identifier,
+                   scheme_number, scheme_part, split_message, subscription_prefix, thread_hash)
 
 #: the client name of a reader's Manager requests (it runs outside any Spark task)
 READER_CLIENT_NAME = "spark_zmq_reader"
@@ -102,6 +102,9 @@ class Goby(StreamProtocol, SinkProtocol):
                "`/group/scheme/`, `/group/scheme/type/` and deeper; a missing leading or "
                "trailing `/` is added, so `Foo` never matches `FooBar`; `/` reads everything. "
                "One partition per prefix (a message under two prefixes is read by both)."),
+        Option("includeInternalGroups", boolean, "true or false", "false",
+               f"Also read gobyd's own hold handshake (groups `{INTERNAL_GROUP_PREFIX}...`), "
+               "which Goby's own tools hide unless asked to (`include_internal_groups`)."),
         Option("protobufDescriptorSet", text, "a path to a serialized FileDescriptorSet", None,
                "Decode PROTOBUF payloads of the types it holds into the `json` column (build "
                "it with protoc --include_imports --descriptor_set_out); executors read it too."),
@@ -152,8 +155,12 @@ class Goby(StreamProtocol, SinkProtocol):
         names = ("payload", "error") + tuple(self.columns.names)
         values = dict(zip(names, zip(*rows))) if rows else {name: () for name in names}
         columns = {field.name: pa.array(values[field.name], field.type) for field in self.columns}
+        keep = None
+        if not options["includeInternalGroups"]:
+            keep = pa.array([group is None or not group.startswith(INTERNAL_GROUP_PREFIX)
+                             for group in values["group"]], pa.bool_())
         return Decoded(pa.array(values["payload"], pa.binary()),
-                       pa.array(values["error"], pa.string()), columns)
+                       pa.array(values["error"], pa.string()), columns, keep)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -239,7 +246,7 @@ def encode_message(group, scheme, type_name, payload, text_value, *, process: in
     if scheme is None or scheme == "":
         raise ValueError("no scheme: `scheme` is null or empty")
     scheme_name = scheme_part(scheme)
-    scheme_id = SCHEMES.get(scheme_name, int(scheme_name) if scheme_name.isdecimal() else None)
+    scheme_id = scheme_number(scheme_name)
     if scheme_id == CSTR and not type_name:
         type_name = CSTR_TYPE
     if not type_name:
