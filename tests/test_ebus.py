@@ -50,18 +50,27 @@ def decode(messages, **raw):
                            Source("tcp://127.0.0.1:5003", {"prefix": ""}), options)
 
 
+#: the reference broker's announcements, as the fact sheet gives them
+STARTED = [b"ebus/started", pack({"ebusmessage": "broker starting"})]
+SHUTDOWN = [b"ebus/shutdown", pack({"ebusmessage": "broker stopping"})]
+WORKERS_ECHO = [b"ebus/workers", pack({"ebusmessage": "active workers", "workers": ["echo"]})]
+
+
 def test_decode_broadcasts_malformed_ones_and_broker_events():
     decoded = decode([[b"A", pack({"x": 1})], [b"A", b"garbage"], [b"lonely"],
-                      [b"ebus", pack({"ebusmessage": "ebus/started"})], [b"B", b"null"]])
-    assert decoded.columns["channel"].to_pylist() == ["A", "A", None, "ebus", "B"]
-    assert [json.loads(d) if d else d for d in decoded.columns["data"].to_pylist()] == [
-        {"x": 1}, None, None, {"ebusmessage": "ebus/started"}, None]
+                      STARTED, [b"B", b"null"], WORKERS_ECHO, SHUTDOWN, [b"ebus", b"null"],
+                      [b"ebusy", b"null"]])
+    assert decoded.columns["channel"].to_pylist() == [
+        "A", "A", None, "ebus/started", "B", "ebus/workers", "ebus/shutdown", "ebus", "ebusy"]
+    assert [json.loads(d) if d else d for d in decoded.columns["data"].to_pylist()[:4]] == [
+        {"x": 1}, None, None, {"ebusmessage": "broker starting"}]
     errors = decoded.error.to_pylist()
     assert errors[0] is None and errors[3] is None and errors[4] is None
     assert "not zlib-deflated" in errors[1] and "1 frames of 6 bytes" in errors[2]
     assert decoded.payload.to_pylist()[2] == b"lonely"
-    assert decoded.keep.to_pylist() == [True, True, True, False, True]
-    assert decode([[b"ebus", b"null"]], includeBrokerEvents="true").keep is None
+    # the broker's channels (ebus and ebus/...) are hidden; ebusy is a user's channel
+    assert decoded.keep.to_pylist() == [True, True, True, False, True, False, False, False, True]
+    assert decode([[b"ebus", b"null"], WORKERS_ECHO], includeBrokerEvents="true").keep is None
 
 
 @pytest.mark.spark
@@ -72,7 +81,7 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
     publisher.connect(f"tcp://127.0.0.1:{relay.pub_port}")
     queries = {}
     try:
-        for name, options in (("ebus_a", {"channels": "A"}),
+        for name, options in (("ebus_a", {"channels": "A"}), ("ebus_default", {}),
                               ("ebus_all", {"includeBrokerEvents": "true"})):
             stream = spark.readStream.format("ebus").option("subPort", relay.sub_port) \
                 .option("spoolPath", str(tmp_path / f"spool-{name}"))
@@ -91,7 +100,8 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
         for channel, value in ((b"A", 1), (b"AB", {"v": 2}), (b"B", [3])):
             publisher.send_multipart([channel, pack(value)])
         publisher.send_multipart([b"A", b"broken"])
-        relay.announce("ebus/workers", workers=["echo"])
+        publisher.send_multipart(WORKERS_ECHO)       # as the reference broker announces
+        publisher.send_multipart([b"B", pack("last")])
         for query in queries.values():
             query.processAllAvailable()
 
@@ -99,8 +109,8 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
             return [(r.channel, r.data, r.error is not None) for r in spark.sql(
                 f"select * from {name} where channel != 'A/warm' order by offset").collect()]
 
-        wait_until(lambda: len(rows("ebus_a")) == 3 and len(rows("ebus_all")) == 5,
-                   timeout=60, what="the broadcasts")
+        wait_until(lambda: len(rows("ebus_a")) == 3 and len(rows("ebus_all")) == 6
+                   and len(rows("ebus_default")) == 5, timeout=60, what="the broadcasts")
     finally:
         for query in queries.values():
             query.stop()
@@ -108,11 +118,13 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
         relay.close()
     assert rows("ebus_a") == [("A", "1", False), ("AB", '{"v": 2}', False), ("A", None, True)]
     every = sorted(rows("ebus_all"), key=str)
-    assert every[:4] == [("A", "1", False), ("A", None, True), ("AB", '{"v": 2}', False),
-                         ("B", "[3]", False)]
-    broker_event = every[4]
-    assert broker_event[0] == "ebus" and json.loads(broker_event[1]) == {
-        "ebusmessage": "ebus/workers", "workers": ["echo"]}
+    assert every[:5] == [("A", "1", False), ("A", None, True), ("AB", '{"v": 2}', False),
+                         ("B", '"last"', False), ("B", "[3]", False)]
+    broker_event = every[5]
+    assert broker_event[0] == "ebus/workers" and json.loads(broker_event[1]) == {
+        "ebusmessage": "active workers", "workers": ["echo"]}
+    # by default the broker's announcements are not rows, whatever their ebus/ channel
+    assert sorted(rows("ebus_default"), key=str) == every[:5]
 
 
 @pytest.mark.spark

@@ -56,14 +56,18 @@ class EchoWorker:
         self.sock.close(0)
 
 
-def announced_workers(sock: zmq.Socket) -> dict:
-    """The next ``ebus/workers`` announcement, past late probes (payload ``null``) and other
-    broadcasts."""
+def announcement(sock: zmq.Socket, channel: bytes) -> dict:
+    """The next broadcast on ``channel``, past late probes and other broadcasts."""
     while True:
-        channel, payload = receive(sock)[:2]
-        message = unpack(payload) if channel.startswith(b"ebus") else None
-        if isinstance(message, dict) and message.get("ebusmessage") == "ebus/workers":
-            return message
+        frames = receive(sock)
+        if frames[0] == channel:
+            assert len(frames) == 2, frames
+            return unpack(frames[1])
+
+
+def announced_workers(sock: zmq.Socket) -> dict:
+    """The next announcement on ``ebus/workers``, where the reference broker makes it."""
+    return announcement(sock, b"ebus/workers")
 
 
 def subscribed(broker, channel: bytes) -> zmq.Socket:
@@ -100,10 +104,10 @@ def test_requests_go_to_a_worker_and_back(broker):
     worker = EchoWorker(broker.backend_port, "echo")
     client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
     try:
-        def services():
-            client.send_multipart([b"", CLIENT, b"SERVICES", b"s1"])
+        def services():      # as the reference client asks: no id at all
+            client.send_multipart([b"", CLIENT, b"SERVICES"])
             frames = receive(client)
-            return frames[3:4] == [b"s1"] and unpack(frames[4]) == ["echo"]
+            return frames[2:4] == [b"SERVICES", b""] and unpack(frames[4]) == ["echo"]
 
         wait_until(services, timeout=10, what="the worker to register")
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack({"x": 1}), b"3000"])
@@ -112,19 +116,82 @@ def test_requests_go_to_a_worker_and_back(broker):
         # a resend with the same id is answered from the reply cache
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack({"x": 2}), b"3000"])
         assert unpack(receive(client)[4]) == {"x": 1}
-        client.send_multipart([b"", CLIENT, b"REQ", b"nobody", b"r2", b"null", b"3000"])
-        assert receive(client)[:4] == [b"", WORKER, b"REJECT", b"r2"]
-        client.send_multipart([b"", CLIENT, b"WORKERS", b"w1"])
+        client.send_multipart([b"", CLIENT, b"WORKERS"])
         [listed] = unpack(receive(client)[4])
         assert listed["service"] == "echo" and listed["load"] == 0
         client.send_multipart([b"", CLIENT, b"PING"])
         assert receive(client)[2] == b"HEARTBEAT"
-        assert announced_workers(announcements) == {"ebusmessage": "ebus/workers",
+        assert announced_workers(announcements) == {"ebusmessage": "active workers",
                                                     "workers": ["echo"]}
     finally:
         worker.close()
         client.close(0)
         announcements.close(0)
+
+
+def test_frontend_messages_are_read_by_position_as_the_reference_broker_reads_them(broker):
+    """[identity, '', sender, type, service, requestId, ...]: SERVICES and WORKERS answers
+    echo index 5 (our client's id), or an empty id (the reference client sends none)."""
+    worker = EchoWorker(broker.backend_port, "echo")
+    client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
+    try:
+        def listed():
+            client.send_multipart([b"", CLIENT, b"SERVICES", b"", b"q1"])
+            frames = receive(client)
+            return frames[:4] == [b"", WORKER, b"SERVICES", b"q1"] and unpack(frames[4])
+
+        assert wait_until(listed, timeout=10, what="the worker to register") == ["echo"]
+        client.send_multipart([b"", CLIENT, b"WORKERS", b"ignored service", b"q2"])
+        frames = receive(client)
+        assert frames[:4] == [b"", WORKER, b"WORKERS", b"q2"]
+        assert [w["service"] for w in unpack(frames[4])] == ["echo"]
+        client.send_multipart([b"", CLIENT, b"WORKERS"])
+        assert receive(client)[3] == b""
+    finally:
+        worker.close()
+        client.close(0)
+
+
+def test_a_request_for_a_service_with_no_worker_is_held_until_one_registers(broker):
+    client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
+    worker = None
+    try:
+        client.send_multipart([b"", CLIENT, b"REQ", b"late", b"r1", pack("early"), b"20000"])
+        assert not client.poll(1500), "the broker answered before the service had a worker"
+        worker = EchoWorker(broker.backend_port, "late")
+        reply = receive(client, timeout=10)
+        assert reply[:4] == [b"", WORKER, b"REPLY", b"r1"] and unpack(reply[4]) == "early"
+    finally:
+        if worker is not None:
+            worker.close()
+        client.close(0)
+
+
+def test_an_expired_request_gets_a_reject_without_data_never_expired(broker):
+    """The reference broker's expiry is ``REJECT, requestId`` and nothing more; its client
+    does not understand EXPIRED."""
+    client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
+    try:
+        client.send_multipart([b"", CLIENT, b"REQ", b"nobody", b"r2", b"null", b"1500"])
+        assert not client.poll(700), "answered long before its stalesMs: not an expiry"
+        assert receive(client, timeout=5) == [b"", WORKER, b"REJECT", b"r2"]
+    finally:
+        client.close(0)
+
+
+def test_the_broker_announces_on_the_reference_channels(broker):
+    """ebus/workers and ebus/shutdown, each {ebusmessage, ...}, reach a SUB to the prefix
+    ``ebus`` (what reference clients and workers subscribe to). (ebus/started goes out as the
+    broker binds, before any subscription can have reached it.)"""
+    sub = subscribed(broker, b"ebus")
+    worker = EchoWorker(broker.backend_port, "echo")
+    try:
+        assert announced_workers(sub) == {"ebusmessage": "active workers", "workers": ["echo"]}
+    finally:
+        worker.close()
+    broker.close()
+    assert announcement(sub, b"ebus/shutdown") == {"ebusmessage": "broker stopping"}
+    sub.close(0)
 
 
 def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
@@ -143,7 +210,7 @@ def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
         wait_until(registered, timeout=10, what="the silent worker to register")
         client.send_multipart([b"", CLIENT, b"REQ", b"slow", b"r1", b"null", b"300"])
         assert receive(silent)[1:3] == [b"REQ", b"r1"]          # it never answers
-        assert receive(client)[:4] == [b"", WORKER, b"EXPIRED", b"r1"]
+        assert receive(client) == [b"", WORKER, b"REJECT", b"r1"]    # expired: no data
 
         def gone():
             client.send_multipart([b"", CLIENT, b"SERVICES", b"s"])
@@ -209,10 +276,10 @@ def test_cli_runs_a_broker_and_a_worker_and_asks_for_services(tmp_path):
         assert called.returncode == 0, called.stderr
         answer = json.loads(called.stdout)
         assert (answer["status"], answer["data"]) == ("REPLY", {"x": [1, 2]})
-        refused = subprocess.run(cli + ["call", "--service", "nobody", "--frontend-port",
-                                        ports["frontend"]], capture_output=True, text=True,
-                                 timeout=30)
-        assert refused.returncode == 1 and json.loads(refused.stdout)["status"] == "REJECT"
+        held = subprocess.run(cli + ["call", "--service", "nobody", "--frontend-port",
+                                     ports["frontend"]], capture_output=True, text=True,
+                              timeout=30)      # held for a worker that never comes: expired
+        assert held.returncode == 1 and json.loads(held.stdout)["status"] == "EXPIRED"
     finally:
         for process in (worker, broker):
             if process is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 import zmq
@@ -158,6 +159,40 @@ def test_request_expires_after_its_stales_time_and_is_cancelled(fake_broker):
     assert len(fake_broker.messages(b"REQ")) == 2, "sent, then resent once after 1 s"
 
 
+def test_services_and_workers_are_asked_as_the_reference_broker_reads_them(fake_broker):
+    """The fake broker stands for the reference one: it reads the id at index 5 of a frontend
+    message (args[1] here, after the service at index 4) and answers its own client's
+    questions with an empty id, matched by type."""
+    with Client(fake_broker.address) as client:
+        services = Future()
+        threading.Thread(target=lambda: services.set_result(client.ask("SERVICES", 10)),
+                         daemon=True).start()
+        wait_until(lambda: fake_broker.messages(b"SERVICES"), timeout=10, what="SERVICES")
+        identity, args = fake_broker.messages(b"SERVICES")[0]
+        assert len(args) == 2 and args[0] == b"" and args[1], "the id at index 5"
+        fake_broker.send(identity, b"SERVICES", b"", pack(["echo", "double"]))
+        assert services.result(10) == ["echo", "double"]
+        workers = Future()
+        threading.Thread(target=lambda: workers.set_result(client.ask("WORKERS", 10)),
+                         daemon=True).start()
+        wait_until(lambda: fake_broker.messages(b"WORKERS"), timeout=10, what="WORKERS")
+        identity, args = fake_broker.messages(b"WORKERS")[0]
+        fake_broker.send(identity, b"WORKERS", args[1], pack([{"id": "W/echo/1"}]))  # echoed
+        assert workers.result(10) == [{"id": "W/echo/1"}]
+
+
+def test_a_reject_without_data_is_the_brokers_expiry_and_with_data_a_refusal(fake_broker):
+    with Client(fake_broker.address) as client:
+        expired = client.request("late", pack(1), request_id="r-x", stales_ms=60_000)
+        refused = client.request("picky", pack(2), request_id="r-y", stales_ms=60_000)
+        wait_until(lambda: len(fake_broker.messages(b"REQ")) >= 2, timeout=10, what="REQs")
+        identity = fake_broker.messages(b"REQ")[0][0]
+        fake_broker.send(identity, b"REJECT", b"r-x")              # the reference expiry
+        fake_broker.send(identity, b"REJECT", b"r-y", b"null")     # a worker's REJECT
+        assert (expired.result(10).status, expired.result(10).data) == ("EXPIRED", None)
+        assert (refused.result(10).status, refused.result(10).data) == ("REJECT", b"null")
+
+
 def test_client_against_the_package_broker_stays_connected_and_gets_answers():
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
     worker = Worker(f"tcp://127.0.0.1:{broker.backend_port}", "double", lambda x: 2 * x)
@@ -169,8 +204,9 @@ def test_client_against_the_package_broker_stays_connected_and_gets_answers():
             assert client.reconnects == 0, "the broker answers PINGs"
             answers = [client.request("double", pack(n)) for n in range(20)]
             assert [unpack(a.result(10).data) for a in answers] == [2 * n for n in range(20)]
-            refused = client.request("nobody", pack(1)).result(10)
-            assert refused.status == "REJECT"
+            # no worker: the broker holds the request, then expires it (REJECT without data)
+            held = client.request("nobody", pack(1), stales_ms=1000).result(10)
+            assert (held.status, held.data) == ("EXPIRED", None)
             # the same id again while the broker caches its reply: answered from the cache
             again = client.request("double", pack(99), request_id=answers[0].result().request_id)
             assert unpack(again.result(10).data) == 0

@@ -126,6 +126,55 @@ def test_unanswered_requests_fail_the_batch_unless_dropmalformed(spark, tmp_path
     assert [(status, data) for _, status, data, _ in answers] == [("EXPIRED", None)] * 2
 
 
+class ExpiringBroker:
+    """The reference broker's frontend as the fact sheet gives it, for requests that expire:
+    it answers every REQ the way it answers an expired one, ``REJECT, requestId`` with no data
+    frame (never EXPIRED), and PING with HEARTBEAT."""
+
+    def __init__(self) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.frontend_port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            if not self.sock.poll(50):
+                continue
+            frames = self.sock.recv_multipart() + [b""] * 8
+            identity, kind, request_id = frames[0], frames[3], frames[5]
+            if kind == b"REQ":
+                self.sock.send_multipart([identity, b"", b"EBW01", b"REJECT", request_id])
+            elif kind == b"PING":
+                self.sock.send_multipart([identity, b"", b"EBW01", b"HEARTBEAT"])
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.thread.join(2)
+        self.sock.close(0)
+
+
+def test_the_reference_brokers_expiry_is_recorded_as_expired_not_refused(spark, tmp_path):
+    """A REJECT without data is an expiry: with DROPMALFORMED the rows are EXPIRED (at once,
+    well before the client's own stalesMs of 60 s), and without it the batch fails as
+    unanswered, not as refused."""
+    reference = ExpiringBroker()
+    rows = [{"data": json.dumps(n)} for n in range(2)]
+    try:
+        error, answers, _ = run_requests(spark, tmp_path, reference, rows, service="late",
+                                         stalesMs="60000", mode="DROPMALFORMED")
+        assert error is None
+        assert [(status, data) for _, status, data, _ in answers] == [("EXPIRED", None)] * 2
+        error, answers, _ = run_requests(spark, tmp_path, reference, rows, service="late",
+                                         stalesMs="60000")
+        assert error is not None and "no answer within stalesMs=60000" in error
+        assert "refused" not in error
+    finally:
+        reference.close()
+
+
 def test_request_sink_option_and_column_errors(spark, tmp_path, broker):
     inbox = tmp_path / "in"
     inbox.mkdir()

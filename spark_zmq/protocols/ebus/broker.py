@@ -3,7 +3,7 @@
 Broadcasts: an XSUB bound on the pub port and an XPUB on the sub port. Publishers connect a PUB
 to the pub port and subscribers a SUB to the sub port; the relay passes frames 0-1 of each
 broadcast one way and subscriptions the other, as the reference broker does, and carries the
-broker's own announcements on channel ``ebus``.
+broker's own announcements on ``ebus/started``, ``ebus/shutdown`` and ``ebus/workers``.
 
 With a ``Curve`` holding a secret key, every socket the broker binds is a CURVE server (with the
 curve's allow-list of client keys, if any): publishers, subscribers, clients and workers must
@@ -20,7 +20,8 @@ import zmq
 from ...log import logger
 from ...security import NO_CURVE, Curve
 from .routing import RequestRouter
-from .wire import BACKEND_PORT, BROKER_CHANNEL, FRONTEND_PORT, PUB_PORT, SUB_PORT, pack
+from .wire import (BACKEND_PORT, FRONTEND_PORT, PUB_PORT, SHUTDOWN_CHANNEL, STARTED_CHANNEL,
+                   SUB_PORT, WORKERS_CHANNEL, pack)
 
 
 class BroadcastRelay:
@@ -76,10 +77,11 @@ class BroadcastRelay:
             for sock in (self._xsub, self._xpub, self._stop_r):
                 sock.close(0)
 
-    def announce(self, message: str, **fields) -> None:
-        """Send the broker's own broadcast on channel ``ebus`` (e.g. ``ebus/started``)."""
+    def announce(self, channel: str, message: str, **fields) -> None:
+        """Send the broker's own broadcast ``{ebusmessage: message, **fields}`` on ``channel``
+        (one of ``ebus/started``, ``ebus/shutdown``, ``ebus/workers``)."""
         with self._command_lock:
-            self._stop_w.send_multipart([b"announce", BROKER_CHANNEL.encode(),
+            self._stop_w.send_multipart([b"announce", channel.encode(),
                                          pack({"ebusmessage": message, **fields})])
 
     def close(self) -> None:
@@ -128,13 +130,13 @@ class Broker:
         self._thread = threading.Thread(target=self._run, name="spark_zmq ebus broker",
                                         daemon=True)
         self._thread.start()
-        self.relay.announce("ebus/started")
+        self.relay.announce(STARTED_CHANNEL, "broker starting")
         logger.info("ebus broker: frontend tcp://%s:%d, backend tcp://%s:%d%s", host,
                     self.frontend_port, host, self.backend_port,
                     ", CURVE" if curve.serves else "")
 
     def _announce_workers(self, services: list[str]) -> None:
-        self.relay.announce("ebus/workers", workers=services)
+        self.relay.announce(WORKERS_CHANNEL, "active workers", workers=services)
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -155,7 +157,10 @@ class Broker:
                 sock.close(0)
 
     def close(self) -> None:
+        """Stop routing, announce the shutdown on ``ebus/shutdown``, close. Idempotent."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self._thread.join(2)
-        self.relay.announce("ebus/shutdown")
+        self.relay.announce(SHUTDOWN_CHANNEL, "broker stopping")
         self.relay.close()

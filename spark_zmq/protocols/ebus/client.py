@@ -11,7 +11,13 @@ belongs to one thread, and heartbeats must go on while callers wait for answers)
   reply cache or routes the answer to the new identity;
 - an unanswered request is resent after ``resend_after`` seconds, at most ``resends`` times,
   with its id, and expires after its ``stalesMs`` (the broker is told with CANCEL);
-- answers to request ids it does not know are discarded.
+- answers to request ids it does not know are discarded;
+- a REJECT without a data frame is the broker's word for "expired" (the reference broker
+  never sends EXPIRED; a worker's REJECT always has data, ``null`` at least), so it resolves
+  as EXPIRED, like an EXPIRED message and like the client's own expiry;
+- SERVICES and WORKERS go out as the reference broker reads them, with our id at index 5
+  (``['', 'EBC01', 'SERVICES', '', id]``); the reference broker echoes it, but its own client
+  sends none, so an answer with an empty id settles the oldest question of its type.
 
 Callers get ``concurrent.futures.Future`` objects resolved with an ``Answer``. ``ask`` is a
 one-shot SERVICES or WORKERS question, for the CLI.
@@ -36,6 +42,8 @@ from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, RESEN
 
 #: what a broker can answer to a request
 ANSWER_KINDS = (b"REPLY", b"REJECT", b"EXPIRED")
+#: the questions a client can ask the broker about itself
+QUESTION_KINDS = (b"SERVICES", b"WORKERS")
 
 
 class BrokerError(RuntimeError):
@@ -47,8 +55,9 @@ class Answer:
     """What became of one request."""
 
     request_id: str
-    #: REPLY (a worker's result), REJECT (refused: no worker, or the worker said no) or EXPIRED
-    #: (no answer within stalesMs, whether the broker or this client noticed first)
+    #: REPLY (a worker's result), REJECT (the worker said no) or EXPIRED (no answer within
+    #: stalesMs: the broker's REJECT without data, an EXPIRED message, or this client's own
+    #: expiry, whichever came first)
     status: str
     #: the data frame as received (packed, or ``null``); None when none came
     data: bytes | None
@@ -192,7 +201,7 @@ class Client:
         for request in self._requests.values():
             self._send_request(request, spend=False)
         for request_id, (question, _) in self._questions.items():
-            self._send(question, request_id)
+            self._ask(question, request_id)
 
     def _next_due(self) -> float:
         due = min(self._next_ping, self._last_heard + self.heartbeat * self.liveness)
@@ -227,10 +236,8 @@ class Client:
             self._send(b"HEARTBEAT")
         elif kind in ANSWER_KINDS and args:
             self._answered(kind, args)
-        elif kind in (b"SERVICES", b"WORKERS") and len(args) >= 2:
-            question = self._questions.pop(args[0], None)
-            if question is not None:
-                _settle([question[1]], args[1])
+        elif kind in QUESTION_KINDS and len(args) >= 2:
+            self._question_answered(kind, args[0], args[1])
         elif kind == b"DISCONNECT":
             reason = args[0].decode("utf-8", "replace") if args else "no reason given"
             self._reconnect(f"asked it to disconnect ({reason})", warn=True)
@@ -240,8 +247,19 @@ class Client:
         if request is None:
             return                              # not ours, or answered already: discard
         data = args[1] if len(args) > 1 else None
+        status = "EXPIRED" if kind == b"REJECT" and data is None else kind.decode()
         _settle(request.futures, Answer(request.request_id.decode("utf-8", "replace"),
-                                        kind.decode(), data, request.sends))
+                                        status, data, request.sends))
+
+    def _question_answered(self, kind: bytes, request_id: bytes, frame: bytes) -> None:
+        """Settle the question with this id; an answer without one (the reference broker's to
+        its own client's questions) settles the oldest question of its type."""
+        if request_id not in self._questions:
+            request_id = next((key for key, (question, _) in self._questions.items()
+                               if question == kind), b"")
+        question = self._questions.pop(request_id, None)
+        if question is not None:
+            _settle([question[1]], frame)
 
     def _keep_alive(self) -> None:
         now = time.monotonic()
@@ -277,6 +295,10 @@ class Client:
         more = request.resends_left > 0
         request.next_send = time.monotonic() + self.resend_after if more else float("inf")
 
+    def _ask(self, question: bytes, request_id: bytes) -> None:
+        """SERVICES or WORKERS, with the id at index 5 where the reference broker reads it."""
+        self._send(question, b"", request_id)
+
     def _send(self, kind: bytes, *args: bytes) -> bool:
         """Send without blocking; False when zmq's queue to the broker is full (try later)."""
         try:
@@ -292,7 +314,7 @@ class Client:
             elif kind == "ask":
                 question, request_id, future = argument
                 self._questions[request_id] = (question, future)
-                self._send(question, request_id)
+                self._ask(question, request_id)
             else:
                 self._questions.pop(argument, None)
 

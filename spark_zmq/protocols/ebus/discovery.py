@@ -1,8 +1,9 @@
 """``channels=services``: one channel per service registered at the broker, followed live.
 
 At start and every ``REFRESH_SECONDS`` the broker is asked SERVICES on its frontend, through one
-long-lived ``Client`` (heartbeats; a new identity after a silence or a DISCONNECT); between asks, the broker's ``ebus/workers`` announcements on channel ``ebus`` (read on the sub port)
-carry the new list at once. A service that appears joins as a partition reading the channel of
+long-lived ``Client`` (heartbeats; a new identity after a silence or a DISCONNECT); between
+asks, the broker's announcements on channel ``ebus/workers`` (``{ebusmessage: "active
+workers", workers: [...]}``, read on the sub port) carry the new list at once. A service that appears joins as a partition reading the channel of
 its name; one that is gone leaves.
 """
 
@@ -17,7 +18,7 @@ from ...log import logger
 from ...security import NO_CURVE, Curve
 from ..base import Discovery, Endpoint, EndpointListener
 from .client import BrokerError, Client
-from .wire import BROKER_CHANNEL, PayloadError, unpack
+from .wire import WORKERS_CHANNEL, PayloadError, unpack
 
 REFRESH_SECONDS = 10.0
 
@@ -46,7 +47,7 @@ class ServiceChannels(Discovery):
     def _run(self) -> None:
         sock = self.curve.as_client(zmq.Context.instance().socket(zmq.SUB))
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SUBSCRIBE, BROKER_CHANNEL.encode())
+        sock.setsockopt(zmq.SUBSCRIBE, WORKERS_CHANNEL.encode())
         sock.connect(self.sub)
         client = Client(self.frontend, curve=self.curve)
         try:
@@ -78,12 +79,14 @@ class ServiceChannels(Discovery):
             if not sock.poll(100):
                 continue
             frames = sock.recv_multipart()
+            if len(frames) != 2 or frames[0] != WORKERS_CHANNEL.encode():
+                continue
             try:
-                message = unpack(frames[1]) if len(frames) == 2 else None
+                message = unpack(frames[1])
             except PayloadError:
                 continue
-            if isinstance(message, dict) and message.get("ebusmessage") == "ebus/workers":
-                self._update(message.get("workers") or [])
+            if isinstance(message, dict) and "workers" in message:
+                self._update(message["workers"] or [])
 
     def _update(self, services) -> None:
         if not isinstance(services, list):

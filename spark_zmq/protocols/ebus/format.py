@@ -21,8 +21,8 @@ from ..base import (Decoded, Discovery, Encoded, Endpoint, Requester, SinkProtoc
 from ..xpub import XPubSender
 from .discovery import ServiceChannels
 from .requests import ServiceRequester
-from .wire import (BROKER_CHANNEL, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT, SUB_PORT,
-                   PayloadError, from_json, pack, to_json, unpack)
+from .wire import (DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT, SUB_PORT, PayloadError, from_json,
+                   is_broker_channel, pack, to_json, unpack)
 
 
 def _channels(value: str) -> tuple[str, ...]:
@@ -58,8 +58,8 @@ class EBus(StreamProtocol, SinkProtocol):
                "per service registered at the broker, following `ebus/workers` announcements. "
                "Default: every channel."),
         Option("includeBrokerEvents", boolean, "true or false", "false",
-               "Also read the broker's own broadcasts on channel `ebus` (started, shutdown, "
-               "workers)."),
+               "Also read the broker's own broadcasts: channel `ebus` and every channel under "
+               "`ebus/` (`ebus/started`, `ebus/shutdown`, `ebus/workers`)."),
     )
     writer_options = (
         BROKER,
@@ -107,7 +107,7 @@ class EBus(StreamProtocol, SinkProtocol):
             data.append(value)
             payloads.append(payload)
             errors.append(error)
-            keep.append(broker_events or channel != BROKER_CHANNEL)
+            keep.append(broker_events or not is_broker_channel(channel))
         return Decoded(pa.array(payloads, pa.binary()), pa.array(errors, pa.string()),
                        {"channel": pa.array(channels, pa.string()),
                         "data": pa.array(data, pa.string())},

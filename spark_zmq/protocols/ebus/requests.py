@@ -3,7 +3,8 @@
 The requests go through one long-lived ``Client`` per Python worker and option set, so the
 client's heartbeats, resends with the same request id and reconnects serve every task. Each
 answer becomes an ``Outcome`` the generic writer judges under ``mode``: REPLY is answered,
-REJECT refused, EXPIRED (the broker's, or the client's own after ``stalesMs``) unanswered.
+REJECT (a worker's refusal) refused, EXPIRED (the broker's REJECT without data, or the
+client's own expiry after ``stalesMs``) unanswered.
 """
 
 from __future__ import annotations
@@ -47,11 +48,11 @@ class ServiceRequester(Requester):
         data = None if answer.data is None else answer_json(answer.data)
         about = f"request {answer.request_id} to service {self.service!r} at {self.frontend}"
         if answer.status == "REJECT":
-            detail = (f"{about} was refused (REJECT: the service has no worker, or its worker "
-                      f"refused it)")
+            detail = f"{about} was refused by its worker (REJECT)"
         elif answer.status == "EXPIRED":
             detail = (f"{about} got no answer within stalesMs={self.stales_ms} (sent "
-                      f"{answer.sends} times)")
+                      f"{answer.sends} times; a service with no worker holds requests until "
+                      f"one registers or they expire)")
         else:
             detail = f"{about} was answered"
             if data is None and answer.data not in (None, b"null"):

@@ -1,13 +1,22 @@
 """The EBUS broker's request routing: clients on the frontend ROUTER, workers on the backend.
 
-Follows the reference implementation's dialect (``shared/protocols/ebus.md``):
+Follows the reference implementation (``shared/protocols/ebus.md``), so that its clients and
+workers and ours behave the same against either broker:
 
+- Every frontend message is read **by position**, whatever its type:
+  ``[identity, '', sender, type, service, requestId, data, stalesMs]`` (missing frames read as
+  empty). SERVICES and WORKERS answers echo index 5, which the reference client leaves empty.
 - A worker registers first with ``['EBW01', 'READY', 'null', service]``; anything before READY,
   or a second READY, gets it a DISCONNECT. The broker heartbeats workers every 500 ms and drops
   one that stayed silent for 5 heartbeats.
-- A client's ``REQ, service, requestId, data, stalesMs`` goes to the least-loaded worker of the
-  service, or is REJECTed when there is none. A duplicate request id is answered from the reply
-  cache (5 s). A request with no reply after ``stalesMs`` gets EXPIRED.
+- A client's ``REQ`` goes to the least-loaded worker of the service. A request for a service
+  with no worker (yet) is **held** until one registers, then dispatched, in arrival order; the
+  requests of a worker that is dropped are held again. A duplicate request id is answered from
+  the reply cache (5 s).
+- A request still unanswered after ``stalesMs`` gets ``REJECT, requestId`` with **no data
+  frame**: that is how the reference broker says "expired" (it never sends EXPIRED, which its
+  client does not understand). A worker's REJECT always carries a data frame (``null`` at
+  least), so a client tells the two apart.
 - ``PING`` is answered with ``HEARTBEAT``; ``SERVICES`` and ``WORKERS`` with the registered
   service names and ``[{id, service, load}]``, packed.
 
@@ -38,9 +47,19 @@ class _Worker:
 
 @dataclass
 class _Pending:
+    """A request on its way: with a worker, or held (``worker`` None) until one registers."""
+
     client: bytes
-    worker: bytes
+    service: str
+    request_id: bytes
+    data: bytes
+    stales_ms: int
     expires: float
+    worker: bytes | None = None
+
+
+#: positions of a frontend message's frames after the identity, as the reference broker reads
+_SENDER, _TYPE, _SERVICE, _REQUEST_ID, _DATA, _STALES = range(2, 8)
 
 
 class RequestRouter:
@@ -59,35 +78,34 @@ class RequestRouter:
     # -- clients -------------------------------------------------------------------------------
 
     def from_client(self, frames: list[bytes]) -> None:
-        identity, body = frames[0], frames[1:]
-        if body[:1] == [b""]:
-            body = body[1:]
-        if len(body) < 2 or body[0] != CLIENT:
-            logger.warning("ebus broker: malformed message from client %r (%d frames); ignored",
-                           identity, len(frames))
+        """One frontend message, read by position as the reference broker reads it."""
+        identity = frames[0]
+        field = frames + [b""] * (_STALES + 1 - len(frames))
+        if field[_SENDER] != CLIENT:
+            logger.warning("ebus broker: a frontend message from %r whose frame 2 is %r, not "
+                           "%r; ignored", identity, field[_SENDER][:16], CLIENT)
             return
-        kind, args = body[1], body[2:]
-        if kind in (b"REQ", b"REQUEST") and len(args) >= 2:
-            self._request(identity, args)
+        kind, request_id = field[_TYPE], field[_REQUEST_ID]
+        if kind in (b"REQ", b"REQUEST"):
+            self._request(identity, field[_SERVICE], request_id, field[_DATA] or b"null",
+                          _stales_ms(field[_STALES]))
         elif kind == b"PING":
             self._to_client(identity, b"HEARTBEAT")
         elif kind == b"SERVICES":
             names = sorted({w.service for w in self.workers.values()})
-            self._to_client(identity, b"SERVICES", (args or [b""])[0], pack(names))
+            self._to_client(identity, b"SERVICES", request_id, pack(names))
         elif kind == b"WORKERS":
             listing = [{"id": w.identity.decode("utf-8", "replace"), "service": w.service,
                         "load": w.load} for w in self.workers.values()]
-            self._to_client(identity, b"WORKERS", (args or [b""])[0], pack(listing))
-        elif kind == b"CANCEL" and len(args) >= 2:
-            pending = self.pending.pop(args[1], None)
-            if pending is not None:
-                self._to_worker(pending.worker, b"CANCEL", args[1])
+            self._to_client(identity, b"WORKERS", request_id, pack(listing))
+        elif kind == b"CANCEL":
+            pending = self.pending.pop(request_id, None)
+            if pending is not None and pending.worker is not None:
+                self._to_worker(pending.worker, b"CANCEL", request_id)
                 self._unload(pending.worker)
 
-    def _request(self, client: bytes, args: list[bytes]) -> None:
-        service, request_id = args[0], args[1]
-        data = args[2] if len(args) > 2 else b"null"
-        stales = _stales_ms(args[3] if len(args) > 3 else b"")
+    def _request(self, client: bytes, service: bytes, request_id: bytes, data: bytes,
+                 stales: int) -> None:
         cached = self.replies.get(request_id)
         if cached is not None:
             self._to_client(client, *cached[1])
@@ -95,16 +113,23 @@ class RequestRouter:
         if request_id in self.pending:      # a resend of a request still being worked on
             self.pending[request_id].client = client
             return
-        candidates = [w for w in self.workers.values()
-                      if w.service == service.decode("utf-8", "replace")]
+        pending = _Pending(client, service.decode("utf-8", "replace"), request_id, data, stales,
+                           time.monotonic() + stales / 1000.0)
+        self.pending[request_id] = pending
+        self._dispatch(pending)
+
+    def _dispatch(self, pending: _Pending) -> None:
+        """Give a request to the least-loaded worker of its service; without one, it stays
+        held (``worker`` None) until a worker registers or it expires."""
+        candidates = [w for w in self.workers.values() if w.service == pending.service]
         if not candidates:
-            self._to_client(client, b"REJECT", request_id)
+            pending.worker = None
             return
         worker = min(candidates, key=lambda w: w.load)
         worker.load += 1
-        self.pending[request_id] = _Pending(client, worker.identity,
-                                            time.monotonic() + stales / 1000.0)
-        self._to_worker(worker.identity, b"REQ", request_id, data, str(stales).encode())
+        pending.worker = worker.identity
+        self._to_worker(worker.identity, b"REQ", pending.request_id, pending.data,
+                        str(pending.stales_ms).encode())
 
     def _to_client(self, identity: bytes, kind: bytes, *args: bytes) -> None:
         self.frontend.send_multipart([identity, b"", WORKER, kind, *args])
@@ -144,6 +169,9 @@ class RequestRouter:
         logger.info("ebus broker: worker %s registered for service %r",
                     identity.decode("utf-8", "replace"), service)
         self._services_changed()
+        for pending in list(self.pending.values()):      # arrival order: dicts keep it
+            if pending.worker is None and pending.service == service:
+                self._dispatch(pending)
 
     def _answer(self, worker: _Worker, kind: bytes, args: list[bytes]) -> None:
         request_id = args[0]
@@ -169,10 +197,9 @@ class RequestRouter:
             return
         logger.info("ebus broker: worker %s of %r removed: %s",
                     identity.decode("utf-8", "replace"), worker.service, why)
-        for request_id, pending in list(self.pending.items()):
-            if pending.worker == identity:
-                del self.pending[request_id]
-                self._to_client(pending.client, b"REJECT", request_id)
+        for pending in list(self.pending.values()):
+            if pending.worker == identity:           # held again: another worker, or expiry
+                self._dispatch(pending)
         self._services_changed()
 
     def _services_changed(self) -> None:
@@ -191,10 +218,11 @@ class RequestRouter:
             if now - worker.seen > HEARTBEAT_SECONDS * LIVENESS:
                 self._drop(identity, f"silent for {LIVENESS} heartbeats")
         for request_id, pending in list(self.pending.items()):
-            if now >= pending.expires:
+            if now >= pending.expires:               # expired: REJECT with no data frame
                 del self.pending[request_id]
-                self._unload(pending.worker)
-                self._to_client(pending.client, b"EXPIRED", request_id)
+                if pending.worker is not None:
+                    self._unload(pending.worker)
+                self._to_client(pending.client, b"REJECT", request_id)
         for request_id, (until, _) in list(self.replies.items()):
             if now >= until:
                 del self.replies[request_id]

@@ -2,7 +2,9 @@
 
 A broadcast is two frames, ``[channel, pack(data)]``. ``pack(x)`` is
 ``zlib-deflate(BSON({"l": x}))``; the literal frame ``null`` stands for a null payload.
-Subscriptions are zmq prefixes. The broker speaks for itself on the channel ``ebus``.
+Subscriptions are zmq prefixes. The broker speaks for itself on channels under ``ebus/``
+(``ebus/started``, ``ebus/shutdown``, ``ebus/workers``), each ``pack({ebusmessage, ...})``;
+clients and workers subscribe to the prefix ``ebus`` and so get all three.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from bson import json_util
 
 CLIENT = b"EBC01"
 WORKER = b"EBW01"
-#: the channel on which the broker announces its own state
+#: the prefix of the channels on which the broker announces its own state
 BROKER_CHANNEL = "ebus"
+STARTED_CHANNEL = "ebus/started"        # {ebusmessage: "broker starting"}
+SHUTDOWN_CHANNEL = "ebus/shutdown"      # {ebusmessage: "broker stopping"}
+WORKERS_CHANNEL = "ebus/workers"        # {ebusmessage: "active workers", workers: [names]}
 NULL = b"null"
 
 FRONTEND_PORT = 5000
@@ -31,6 +36,12 @@ DEFAULT_STALES_MS = 3000     # a request's lifetime unless it says otherwise
 RESEND_SECONDS = 1.0         # an unanswered request is resent after this long ...
 RESENDS = 3                  # ... at most this many times, with the same request id
 REPLY_CACHE_SECONDS = 5.0    # how long a broker answers a duplicate request id from its cache
+
+
+def is_broker_channel(channel: str | None) -> bool:
+    """A channel the broker speaks on: ``ebus`` itself or one under ``ebus/`` (not ``ebusy``)."""
+    return channel is not None and (channel == BROKER_CHANNEL
+                                    or channel.startswith(BROKER_CHANNEL + "/"))
 
 
 class PayloadError(ValueError):
