@@ -38,6 +38,10 @@ if [ ${#missing[@]} -gt 0 ]; then
          "installed (a root user runs: apt-get install ${missing[*]})" >&2
   fi
 fi
+# and zyre.js (npm), an independent Zyre node for the yamz interop tests
+if ! bash scripts/peers-node.sh; then
+  echo "setup: warning: zyre.js is not installed; the yamz interop tests will fail" >&2
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.spark_zmq-installed
 wanted=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)

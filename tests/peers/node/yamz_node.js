@@ -1,0 +1,134 @@
+// A yamz peer on zyre.js, an independent Zyre implementation, for spark_zmq's interop tests.
+// Written from shared/protocols/yamz.md (the YAMZ header: the seed's tree, or the flat layout
+// of the public yamz code) using zyre.js's and zeromq.js's public APIs only.
+//
+//   node yamz_node.js publish NAME IFACE BEACON_PORT LAYOUT PORT COUNT
+//     binds an XPUB on IFACE's address at PORT, describes it in a YAMZ header (LAYOUT: tree or
+//     flat), joins, and once a subscription arrives sends COUNT messages NAME/0 .. NAME/COUNT-1;
+//     prints "sent COUNT" when done and stays until killed.
+//   node yamz_node.js subscribe NAME IFACE BEACON_PORT TARGET PATH COUNT
+//     joins, waits for node TARGET, reads its YAMZ header (either layout), connects a SUB to the
+//     port at PATH and prints each message as a JSON line {"frames": [base64, ...]}; exits after
+//     COUNT messages.
+'use strict';
+
+const os = require('os');
+const zmq = require('zeromq');
+const Zyre = require('zyre.js');
+
+const [mode, name, iface, beaconPort] = process.argv.slice(2, 6);
+const rest = process.argv.slice(6);
+
+function log(text) {
+  process.stderr.write(`yamz_node ${name}: ${text}\n`);
+}
+
+// The interface's IPv4 address, once the test has given it one.
+function addressOf(ifaceName) {
+  const entries = os.networkInterfaces()[ifaceName] || [];
+  const found = entries.find((e) => e.family === 'IPv4' || e.family === 4);
+  return found ? found.address : undefined;
+}
+
+function waitForAddress(ifaceName, then) {
+  const started = Date.now();
+  const timer = setInterval(() => {
+    const address = addressOf(ifaceName);
+    if (address) {
+      clearInterval(timer);
+      then(address);
+    } else if (Date.now() - started > 60000) {
+      log(`no IPv4 address on ${ifaceName} within 60 s`);
+      process.exit(2);
+    }
+  }, 100);
+}
+
+// The YAMZ header of one bound PUB-like port, in the layout the test asks for.
+function header(layout, address) {
+  if (layout === 'tree') {
+    return {
+      name,
+      params: { site: 'lab' },
+      children: [{ name: 'tps', params: { det: 'tpc' },
+        children: [{ name: 'out', port: { address, type: 'PUB' }, params: { apa: '42' } }] }],
+    };
+  }
+  return {
+    clients: [{ clientid: 'tps', idparms: [{ key: 'det', val: 'tpc' }],
+      ports: [{ addresses: [address], idparms: [{ key: 'apa', val: '42' }], portid: 'out',
+        ztype: 'PUB' }] }],
+    idparms: [{ key: 'site', val: 'lab' }],
+  };
+}
+
+function publish(address, layout, port, count) {
+  const sock = zmq.socket('xpub');
+  const endpoint = `tcp://${address}:${port}`;
+  sock.bindSync(endpoint);
+  let sent = false;
+  sock.on('message', (frame) => {
+    if (sent || frame[0] !== 1) return;        // a subscription (first byte 1), once
+    sent = true;
+    for (let i = 0; i < count; i += 1) sock.send(Buffer.from(`${name}/${i}`));
+    process.stdout.write(`sent ${count}\n`);
+  });
+  const yamz = JSON.stringify(header(layout, endpoint));
+  const zyre = new Zyre({ name, iface, headers: { YAMZ: yamz }, bport: Number(beaconPort) });
+  zyre.start().then(() => log(`joined as ${layout} publisher at ${endpoint}`));
+}
+
+// The concrete address of port PATH in a YAMZ header of either layout.
+function portAddress(yamz, path) {
+  const parts = path.split('/');
+  if (Array.isArray(yamz.clients)) {
+    const client = yamz.clients.find((c) => c.clientid === parts[0]);
+    const port = client && client.ports.find((p) => p.portid === parts[1]);
+    return port && port.addresses[0];
+  }
+  let vertex = yamz;
+  for (const part of parts) {
+    vertex = (vertex.children || []).find((child) => child.name === part);
+    if (!vertex) return undefined;
+  }
+  return vertex.port && vertex.port.address;
+}
+
+function subscribe(target, path, count) {
+  const zyre = new Zyre({ name, iface, headers: { YAMZ: JSON.stringify({ name }) },
+    bport: Number(beaconPort) });
+  const sock = zmq.socket('sub');
+  sock.subscribe('');
+  let received = 0;
+  sock.on('message', (...frames) => {
+    process.stdout.write(`${JSON.stringify({ frames: frames.map((f) => f.toString('base64')) })}\n`);
+    received += 1;
+    if (received >= count) {
+      sock.close();
+      zyre.stop().then(() => process.exit(0));
+    }
+  });
+  zyre.on('connect', (id, peerName, headers) => {
+    if (peerName !== target) return;
+    let address = portAddress(JSON.parse(headers.YAMZ), path);
+    if (!address) {
+      log(`node ${target} has no port ${path} in its YAMZ header`);
+      process.exit(3);
+    }
+    // a port bound on every interface is reached at the peer's own Zyre address
+    const peerHost = zyre.getPeer(id).endpoint.split('://')[1].split(':')[0];
+    address = address.replace(/\/\/(\*|0\.0\.0\.0):/, `//${peerHost}:`);
+    log(`connecting to ${target}'s ${path} at ${address}`);
+    sock.connect(address);
+  });
+  zyre.start().then(() => log(`joined, waiting for ${target}`));
+}
+
+waitForAddress(iface, (address) => {
+  if (mode === 'publish') publish(address, rest[0], Number(rest[1]), Number(rest[2]));
+  else if (mode === 'subscribe') subscribe(rest[0], rest[1], Number(rest[2]));
+  else {
+    log(`unknown mode ${mode}`);
+    process.exit(2);
+  }
+});
