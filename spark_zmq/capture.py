@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +49,8 @@ from .spool import SPOOL_SCHEMA, LeaseLost, Spool, SpoolWriteError
 MAX_SEGMENT_ROWS = 65536
 #: ... or this many bytes of frames (what bounds capture's memory with large messages)
 MAX_SEGMENT_BYTES = 32 << 20
-#: messages taken from one socket before the loop looks at the others
+#: messages taken from one socket before the loop looks at the others (fewer when their bytes
+#: reach MAX_SEGMENT_BYTES first: a burst of large messages is bounded by bytes, not count)
 BURST = 1024
 _MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_DELAYED
               | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
@@ -245,13 +245,22 @@ class Capture:
             self._shutdown()
 
     def _receive(self, conn: _Connection) -> int:
+        """Take one burst from ``conn``'s socket into its buffer, and write the buffer when it
+        is full. Invariant: the buffer never holds more than MAX_SEGMENT_BYTES plus one
+        message (the burst stops at the bound), so a flood of large messages costs at most
+        that, plus zmq's queue (receiveHighWaterMark messages), whatever the message size."""
         recv = conn.socket.recv_multipart
         frames, times, now = conn.frames, conn.times, time.time_ns
         before, empty = len(frames), False
+        buffered = conn.buffered_bytes
         try:
             for _ in range(BURST):
-                frames.append(recv(zmq.NOBLOCK))
+                message = recv(zmq.NOBLOCK)
+                frames.append(message)
                 times.append(now())
+                buffered += sum(map(len, message))
+                if buffered >= MAX_SEGMENT_BYTES:
+                    break
         except zmq.Again:
             empty = True
         count = len(frames) - before
@@ -261,8 +270,8 @@ class Capture:
             self._queue_full(conn)
         if empty:
             conn.run = 0
-        conn.buffered_bytes += sum(map(len, chain.from_iterable(frames[before:])))
-        if len(frames) >= MAX_SEGMENT_ROWS or conn.buffered_bytes >= MAX_SEGMENT_BYTES:
+        conn.buffered_bytes = buffered
+        if len(frames) >= MAX_SEGMENT_ROWS or buffered >= MAX_SEGMENT_BYTES:
             self._flush(conn)
         return count
 
@@ -484,7 +493,7 @@ class Capture:
             return
         frames, times, faults = conn.frames, conn.times, conn.faults
         conn.frames, conn.times, conn.faults, conn.buffered_bytes = [], [], {}, 0
-        if not self.spool.has_room():
+        if not self.spool.has_room(conn.endpoint.key):
             self._drop(conn, frames, times, faults, f"the spool {self.spool.root} reached "
                        f"maxSpoolBytes ({self.spool.max_bytes} bytes)")
             return

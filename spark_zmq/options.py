@@ -240,9 +240,16 @@ READER_OPTIONS: tuple[Option, ...] = (
            "Where captured messages are kept until Spark commits them. Default: a folder under "
            "the local temporary directory derived from the format and options, so a restart with "
            "the same options finds it; its path is logged."),
+    Option("maxBytesPerBatch", byte_size, "a size such as 64m or 1048576", "64m",
+           "Largest Arrow batch a read task hands to Spark (as well as at most 65536 rows): "
+           "it bounds the read-side Python worker's memory and keeps each batch well inside the "
+           "JVM's direct memory (which is the heap size unless set), however large the "
+           "messages. A single larger message goes alone in its batch."),
     Option("maxSpoolBytes", byte_size, "a size such as 4g, 512m or 1048576", "4g",
            "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
-           "and reported as a row with `error` set (a gap)."),
+           "and reported as a row with `error` set (a gap): those of the partitions that hold "
+           "more than their share of the bound (the bound divided among the partitions), so "
+           "that one flooding peer does not cost its neighbours their messages."),
     Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
            "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
            "connection on a larger one; capture reconnects and reports the drop as a row with "

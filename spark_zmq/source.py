@@ -189,8 +189,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options["capture"] == "executors":
             register_executor(partition.spool_path, executor_id())
         schema = output_schema(self.protocol)
+        max_bytes = self.options["maxBytesPerBatch"]
         pending: list[pa.RecordBatch] = []
-        pending_rows = 0
+        pending_rows = pending_bytes = 0
         dropped = 0
         for first, source, table in read_range(partition.spool_path, partition.key,
                                                partition.start, partition.end):
@@ -199,10 +200,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if batch.num_rows:
                 pending.append(batch)
                 pending_rows += batch.num_rows
-            if pending_rows >= BATCH_ROWS:
-                yield from _rebatch(pending, schema)
-                pending, pending_rows = [], 0
-        yield from _rebatch(pending, schema)
+                pending_bytes += batch.nbytes
+            if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
+                yield from _rebatch(pending, schema, max_bytes)
+                pending, pending_rows, pending_bytes = [], 0, 0
+        yield from _rebatch(pending, schema, max_bytes)
         if dropped:
             logger.warning("%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
                            self.protocol.name, dropped, partition.key, partition.start,
@@ -244,12 +246,27 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return batch, 0
 
 
-def _rebatch(batches: list[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Few, large batches of at most BATCH_ROWS rows out of many small ones."""
+def _rebatch(batches: list[pa.RecordBatch], schema: pa.Schema,
+             max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """Few, large batches out of many small ones: at most BATCH_ROWS rows and ``max_bytes``
+    bytes each (a single larger row alone), so that no batch strains the Python worker or the
+    JVM's direct memory that Spark reads it into."""
     if not batches:
         return
     table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
-    yield from table.to_batches(max_chunksize=BATCH_ROWS)
+    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+        yield from _within_bytes(batch, max_bytes)
+
+
+def _within_bytes(batch: pa.RecordBatch, max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` cut into slices of at most ``max_bytes`` (zero-copy), halving the rows of a
+    slice that is still over."""
+    if batch.nbytes <= max_bytes or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, min(batch.num_rows // 2, batch.num_rows * max_bytes // batch.nbytes))
+    for start in range(0, batch.num_rows, rows):
+        yield from _within_bytes(batch.slice(start, rows), max_bytes)
 
 
 _sigterm_installed = False

@@ -489,8 +489,19 @@ class Spool:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def has_room(self) -> bool:
-        return self.nbytes < self.max_bytes
+    def has_room(self, key: str | None = None) -> bool:
+        """Whether more of partition ``key`` may be written: the spool is under its bound, or
+        ``key`` holds less than its share of the bound (the bound divided among the partitions
+        held). So when one peer floods the spool to its bound, its partition is the one that
+        drops, not its neighbours; the spool then holds at most the bound plus what the
+        partitions under their shares add."""
+        if self.nbytes < self.max_bytes:
+            return True
+        if key is None:
+            return False
+        index = self.partitions.get(key)
+        share = self.max_bytes // max(1, len(self.partitions))
+        return index is None or index.nbytes < share
 
     @_locked
     def append(self, key: str, source: Source, table: pa.Table, dropped: int = 0) -> None:

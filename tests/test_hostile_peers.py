@@ -7,6 +7,7 @@ Garbage ZeroConf records are logged once however often they are announced again.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import socket
 import threading
 import time
@@ -32,13 +33,13 @@ RECEIVE_HWM = 200           # messages: zmq's queue holds at most 200 x 64 KiB =
 MAX_MESSAGE = 256 << 10
 
 
-def flood(port: int, go, seconds: float) -> None:
-    """A PUB that, once told to go, sends 64 KiB messages as fast as it can (it drops what it
-    cannot queue)."""
+def flood(port: int, go, seconds: float, size: int = FLOOD_MESSAGE) -> None:
+    """A PUB that, once told to go, sends messages of ``size`` bytes as fast as it can (it
+    drops what it cannot queue)."""
     sock = zmq.Context().socket(zmq.PUB)
     sock.bind(f"tcp://127.0.0.1:{port}")
     go.wait()
-    body, end = b"f" * FLOOD_MESSAGE, time.monotonic() + seconds
+    body, end = b"f" * size, time.monotonic() + seconds
     while time.monotonic() < end:
         for _ in range(64):
             sock.send_multipart([ECHO, body])
@@ -163,6 +164,86 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path)
     # took a capture process past 1.7 GiB in 8 s (receiveHighWaterMark=0).
     assert 0 < peak_rss < 800 << 20, f"peak RSS of a capture process {peak_rss >> 20} MiB"
     print(f"\npeak RSS of a capture process during the flood: {peak_rss >> 20} MiB")
+
+
+#: the processes of a local-mode session (the JVM and its Python workers) and what bounds them
+PYTHON_PEAK_BOUND = 1 << 30
+
+
+def session_processes(exclude: set[int]) -> dict[int, str]:
+    """{pid: command} of this test process's descendants (the driver JVM, the streaming source
+    runner that holds capture, the Python workers that read), but ``exclude``."""
+    import psutil
+
+    found = {}
+    for child in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if child.pid not in exclude:
+                found[child.pid] = " ".join(child.cmdline()[:3])
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.spark
+def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path):
+    """A peer sending 1 MiB messages as fast as it can next to a good publisher (100 msg/s),
+    capture on the driver (local mode: the JVM that would die is the test's own). The query
+    lives through it, the good publisher's messages all arrive exactly once, and no Python
+    process of the session grows past 1 GiB: capture's burst and buffer are bounded by bytes,
+    and so are the Arrow batches that reading hands to the JVM."""
+    good = GoodPublisher(0)
+    good_key = good.sock.getsockopt_string(zmq.LAST_ENDPOINT).split("//")[1]
+    spawn = multiprocessing.get_context("spawn")
+    flood_port, go = free_port(), spawn.Event()
+    flooder = spawn.Process(target=flood, args=(flood_port, go, 8, 1 << 20))
+    flooder.start()
+    flood_key = f"127.0.0.1:{flood_port}"
+    query = (spark.readStream.format("zeroeq")
+             .options(publishers=f"{good_key},{flood_key}", spoolPath=str(tmp_path / "spool"),
+                      receiveHighWaterMark="100", maxMessageBytes="2m", maxSpoolBytes="1g")
+             .load().where(f"partition = '{good_key}'")
+             .writeStream.format("memory").queryName("flood_1m")
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="500 milliseconds").start())
+    peaks: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    try:
+        wait_until(lambda: spark.sql("select * from flood_1m").count() > 0, timeout=120,
+                   what="the good publisher's first rows")
+        go.set()
+        start = time.monotonic()
+        while time.monotonic() - start < 14:
+            assert query.exception() is None, query.exception()
+            for pid, command in session_processes({flooder.pid}).items():
+                commands[pid] = command
+                peaks[pid] = max(peaks.get(pid, 0), rss_bytes(pid))
+            time.sleep(0.2)
+        flooder.join(10)
+        sent = good.close()
+
+        def last_row_in():
+            assert query.exception() is None, query.exception()
+            return spark.sql(f"select * from flood_1m where cast(payload as string) = "
+                             f"'{sent - 1}'").count()
+
+        wait_until(last_row_in, timeout=120, what=f"the good publisher's last row ({sent - 1})")
+        query.processAllAvailable()
+        rows = spark.sql("select * from flood_1m").collect()
+        assert query.isActive
+    finally:
+        query.stop()
+        good.close()
+        if flooder.is_alive():
+            flooder.kill()
+    seqs = [int(r.payload) for r in rows if r.error is None]
+    assert not [r.error for r in rows if r.error is not None]
+    assert sorted(seqs) == list(range(min(seqs), sent)), "every message once, no hole"
+    python = {pid: peak for pid, peak in peaks.items() if "java" not in commands[pid]}
+    assert python, commands
+    shown = {commands[pid]: peak >> 20 for pid, peak in peaks.items()}
+    print(f"\npeak RSS (MiB) during the 1 MiB flood: {shown}")
+    assert max(python.values()) < PYTHON_PEAK_BOUND, shown
 
 
 class Joined:

@@ -67,6 +67,21 @@ def test_fault_rows_and_size_accounting(tmp_path):
     spool.close()
 
 
+def test_at_the_bound_only_a_partition_over_its_share_loses_room(tmp_path):
+    """One partition fills the spool: it has no more room, its neighbours still have theirs
+    (the bound divided among the partitions)."""
+    spool = Spool(str(tmp_path), 64 << 10)
+    spool.append("quiet", SOURCE, messages(0, 1))
+    big = spool_table([[b"x" * (80 << 10)]], [1], {})
+    spool.append("flood", SOURCE, big)
+    assert spool.nbytes >= spool.max_bytes
+    assert not spool.has_room("flood") and not spool.has_room()
+    assert spool.has_room("quiet") and spool.has_room("new")
+    spool.truncate("flood", 1)
+    assert spool.has_room("flood")
+    spool.close()
+
+
 def test_a_claim_fences_the_previous_holder(tmp_path):
     """Two holders of one partition (capture=executors): the second claims the next epoch, and
     from then on every write of the first fails; nothing it writes late reaches a reader."""
