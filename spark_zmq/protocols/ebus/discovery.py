@@ -3,8 +3,8 @@
 At start and every ``REFRESH_SECONDS`` the broker is asked SERVICES on its frontend, through one
 long-lived ``Client`` (heartbeats; a new identity after a silence or a DISCONNECT); between
 asks, the broker's announcements on channel ``ebus/workers`` (``{ebusmessage: "active
-workers", workers: [...]}``, read on the sub port) carry the new list at once. A service that appears joins as a partition reading the channel of
-its name; one that is gone leaves.
+workers", workers: [...]}``, read on the sub port) carry the new list at once. A service that
+appears joins as a partition reading the channel of its name; one that is gone leaves.
 """
 
 from __future__ import annotations
