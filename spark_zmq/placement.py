@@ -10,6 +10,12 @@ executor (``spark_zmq.holder``), started by a *claim* task of that partition and
 spool's epochs. The driver watches every holder's heartbeat; a partition whose holder is gone,
 or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the next micro-batch
 (the reader forces one). Commits go to ``commits.json``; each holder truncates its partition.
+
+A restarted query starts from the previous run's assignment, not from an empty one: right after a
+start, an endpoint discovery has not found yet is *unknown*, not gone. Its holder (which outlives
+a query stopped within its application, for ``captureIdleTimeout``) keeps capturing and is
+adopted; if it has ended, a new holder is claimed at once at the address last known. Discovery confirms such an endpoint (joined) or ends it
+(left); one it has not found within ``RECONFIRM_SECONDS`` leaves then, as any endpoint that left.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ RENEW_SECONDS = 1.0
 CLAIM_RETRY = 3.0
 #: claims a task may decline to spread partitions before it must take the partition anyway
 MAX_DECLINES = 2
+#: seconds a restarted query keeps the previous run's endpoints that discovery has not found again
+RECONFIRM_SECONDS = 30.0
 
 
 class Placement(ABC):
@@ -190,6 +198,9 @@ class ExecutorCapture(Placement):
         self._assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self._commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
         self._endpoints: dict[str, Endpoint] = {}
+        #: endpoints carried over from the previous run, until discovery finds them: key -> the
+        #: time.monotonic() at which they leave if it has not
+        self._unconfirmed: dict[str, float] = {}
         self._lock = threading.Lock()
         self._spool_id = ""
         self._beat = 0
@@ -208,6 +219,7 @@ class ExecutorCapture(Placement):
         self.ends_at_start = {k: s.end for k, s in read_snapshot(self.spool_path).items()}
         previous = self._assignment.load() or {}
         self._spool_id = previous.get("spool_id") or uuid.uuid4().hex
+        self._carry_over(previous)
         self._renew()
         self._renewer = threading.Thread(target=self._renew_forever, daemon=True,
                                          name=f"spark_zmq {self.protocol.name} assignment")
@@ -218,23 +230,51 @@ class ExecutorCapture(Placement):
             self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json")))
         self._discovery.start(self)
 
+    def _carry_over(self, previous: dict) -> None:
+        """Start from the endpoints the previous run assigned, as unconfirmed (module doc)."""
+        if previous.get("format") != self.protocol.name:
+            return
+        carried = {k: Endpoint.from_json(v) for k, v in previous.get("endpoints", {}).items()}
+        if not carried:
+            return
+        deadline = time.monotonic() + RECONFIRM_SECONDS
+        with self._lock:
+            self._endpoints.update(carried)
+            self._unconfirmed.update(dict.fromkeys(carried, deadline))
+        logger.info("%s: %d endpoints of the previous run stay assigned until discovery finds "
+                    "them again (at most %g s): %s", self.protocol.name, len(carried),
+                    RECONFIRM_SECONDS, ", ".join(sorted(carried)))
+
     # -- discovery's listener ------------------------------------------------------------------
 
     def endpoint_joined(self, endpoint: Endpoint) -> None:
         with self._lock:
             self._endpoints[endpoint.key] = endpoint
+            self._unconfirmed.pop(endpoint.key, None)
         self._renew()
 
     def endpoint_left(self, key: str) -> None:
         with self._lock:
             self._endpoints.pop(key, None)
+            self._unconfirmed.pop(key, None)
         self._renew()
+
+    def _expire_unconfirmed(self) -> None:
+        """Carried-over endpoints that discovery has not found in time leave (lock held)."""
+        now = time.monotonic()
+        expired = sorted(k for k, deadline in self._unconfirmed.items() if now >= deadline)
+        for key in expired:
+            del self._unconfirmed[key]
+            self._endpoints.pop(key, None)
+            logger.info("%s: endpoint %s of the previous run was not found again within %g s: "
+                        "it left", self.protocol.name, key, RECONFIRM_SECONDS)
 
     # -- the query's heartbeat -----------------------------------------------------------------
 
     def _renew(self) -> None:
         """Write the assignment with a new beat: holders that see it move know the query lives."""
         with self._lock:
+            self._expire_unconfirmed()
             self._beat += 1
             self._assignment.save({
                 "spool_id": self._spool_id, "beat": self._beat, "format": self.protocol.name,

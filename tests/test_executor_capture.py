@@ -169,6 +169,160 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(spark, cluster
                what="every capture process to end after the query stopped")
 
 
+def offset_rows(spark, path: Path) -> list:
+    try:
+        return (spark.read.parquet(str(path)).select("partition", "offset", "payload", "error")
+                .collect())
+    except Exception:   # nothing committed yet
+        return []
+
+
+def check_every_hole_has_a_gap_row(rows, sent: dict[str, int]) -> dict[str, int]:
+    """In offset order each partition's sequence numbers rise by one, except across a gap row
+    (``error`` set, no payload); none is read twice. Returns the holes per partition."""
+    data: dict[str, list[tuple[int, int]]] = {}
+    gaps: dict[str, list[int]] = {}
+    for row in rows:
+        if row.error is None:
+            data.setdefault(row.partition, []).append((row.offset, int(row.payload)))
+        elif row.payload is None:
+            gaps.setdefault(row.partition, []).append(row.offset)
+    holes = {}
+    for key, n in sent.items():
+        got = sorted(data[key])
+        seqs = [seq for _, seq in got]
+        assert len(seqs) == len(set(seqs)), f"duplicates in {key}"
+        before = [(-1, -1), *got]
+        missing = [(a, b) for a, b in zip(before, got) if b[1] != a[1] + 1]
+        for (offset_a, seq_a), (offset_b, seq_b) in missing:
+            assert seq_b > seq_a, f"{key}: {seq_b} after {seq_a}"
+            assert any(offset_a < g < offset_b for g in gaps.get(key, ())), (
+                f"{key}: messages {seq_a + 1}..{seq_b - 1} missing between offsets {offset_a} "
+                f"and {offset_b} with no gap row (gap rows at {gaps.get(key)})")
+        assert seqs[-1] == n - 1, f"{key}: the last message {n - 1} is missing"
+        holes[key] = len(missing)
+    return holes
+
+
+@pytest.mark.cluster
+def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path, publishers):
+    """Issue 23: a discovery-driven capture=executors query on a cluster, 3 publishers at 200
+    msg/s, stopped and restarted from its checkpoint. Restarted within its application, it finds
+    the stopped run's holders still capturing (their executors live on) and keeps them: no
+    message is lost. Restarted as a new application (the executors, and so the holders, ended
+    with the old one), it claims the partitions at once, and every hole has a gap row."""
+    pubs = [publishers("restart") for _ in range(3)]
+    keys = [p.instance_name for p in pubs]
+    spool, sink = tmp_path / "spool", tmp_path / "table"
+
+    def submit(control: Path, runs: int) -> tuple:
+        control.mkdir()
+        job = cluster.submit(str(ROOT / "tests" / "apps" / "restarting_query.py"), str(control),
+                             str(spool), str(sink), "restart", str(runs), "leaseTimeout=5",
+                             "captureIdleTimeout=30")
+        lines: list[str] = []
+        for stream in (job.stdout, job.stderr):
+            threading.Thread(target=lambda s=stream: lines.extend(s), daemon=True).start()
+        return job, lines
+
+    def printed(lines: list[str], text: str) -> None:
+        wait_until(lambda: f"{text}\n" in lines, timeout=240, what=f"the job to print {text!r}")
+
+    def rows_in_sink() -> int:
+        return len(offset_rows(spark, sink))
+
+    sender = None
+    job, lines = submit(tmp_path / "control1", runs=2)
+    try:
+        first = wait_until(lambda: len(h := holders(spool, keys)) == 3 and h, timeout=240,
+                           what="a holder for each of the 3 partitions")
+        for publisher in pubs:
+            publisher.wait_for_subscribers()
+        sender = Sender(pubs, rate=200)
+        wait_until(lambda: {k for k, v in sequences(offset_rows(spark, sink)).items() if v}
+                   == set(keys), timeout=120, what="rows of every partition in the sink")
+        (tmp_path / "control1" / "stop-0").touch()
+        printed(lines, "started 1")
+        before = rows_in_sink()
+        wait_until(lambda: rows_in_sink() > before + 3000, timeout=120,
+                   what="the restarted query to write rows")
+        assert holders(spool, keys) == first, "the restart replaced holders that were alive"
+        (tmp_path / "control1" / "stop-1").touch()
+        assert job.wait(120) == 0, "".join(lines)[-3000:]
+        job, lines = submit(tmp_path / "control2", runs=1)
+        wait_until(lambda: len(h := holders(spool, keys)) == 3
+                   and all(h[k][0] > first[k][0] for k in keys), timeout=240,
+                   what="a new holder for each partition")
+        time.sleep(3)
+        sent = sender.stop()
+        rows = wait_until(
+            lambda: (r := offset_rows(spark, sink)) and all(
+                max(sequences(r).get(k, [-1])) == n - 1 for k, n in sent.items()) and r,
+            timeout=120, interval=1.0, what="every sent message in the sink")
+        (tmp_path / "control2" / "stop-0").touch()
+        assert job.wait(120) == 0, "".join(lines)[-3000:]
+    finally:
+        if sender is not None:
+            sender.stop()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    holder_logs = "".join(p.read_text() for p in (spool / "@holders").iterdir())
+    assert "its endpoint left" not in holder_logs, holder_logs[-3000:]
+    holes = check_every_hole_has_a_gap_row(rows, sent)
+    print(f"sent {sent}; holes {holes}")
+    # one hole at most, with its gap row: the time without holders between the applications
+    assert all(n <= 1 for n in holes.values()), holes
+
+
+def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
+        tmp_path, publishers, monkeypatch):
+    """Right after a start, an endpoint of the previous run's assignment that discovery has not
+    found yet is unknown, not gone: it stays assigned (its holder keeps capturing) and its
+    partition is not retired. Discovery confirms the one it finds; the other leaves after
+    RECONFIRM_SECONDS."""
+    from spark_zmq import placement
+    from spark_zmq.capture import spool_table
+    from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.spool import JsonState, Spool
+
+    grace = 4.0
+    monkeypatch.setattr(placement, "RECONFIRM_SECONDS", grace)
+    live = publishers("carried")
+    found = Endpoint(live.instance_name, f"tcp://{live.instance_name}")
+    gone = Endpoint("127.0.0.1:9", "tcp://127.0.0.1:9")
+    spool = tmp_path / "spool"
+    with_rows = Spool(str(spool), 1 << 20)
+    for endpoint in (found, gone):
+        with_rows.append(endpoint.key, endpoint.source, spool_table([[b"x"]], [0], {}))
+    with_rows.close()
+    assignment = JsonState(str(spool / "assignment.json"))
+    assignment.save({"spool_id": "previous", "beat": 7, "format": "zeroeq",
+                     "endpoints": {e.key: e.to_json() for e in (found, gone)}})
+    protocol = ZeroEQ()
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
+        "session": "carried", "discoveryInterfaces": "127.0.0.1", "capture": "executors",
+        "spoolPath": str(spool)})
+    capture = placement.make_placement(protocol, options, str(spool))
+    started = time.monotonic()
+    capture.start()
+    try:
+        assert set(assignment.load()["endpoints"]) == {found.key, gone.key}
+        assert not any(s.retired for s in capture.snapshot().values())
+        assert {c.key for c in capture.claims()} == {found.key, gone.key}
+        wait_until(lambda: set(assignment.load()["endpoints"]) == {found.key}, timeout=20,
+                   what="the endpoint discovery did not find to leave")
+        assert time.monotonic() - started >= grace - 0.5
+        assert capture.snapshot()[gone.key].retired
+        assert not capture.snapshot()[found.key].retired
+        # the one discovery found is its endpoint now, with what discovery learned of it
+        assert assignment.load()["endpoints"][found.key]["metadata"] != {}
+        assert assignment.load()["spool_id"] == "previous"
+    finally:
+        capture.close()
+
+
 @pytest.mark.cluster
 def test_a_spool_that_executors_do_not_see_fails_the_query_clearly(cluster, tmp_path,
                                                                    publishers):
