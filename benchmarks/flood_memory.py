@@ -3,7 +3,7 @@ bound, side by side in one run.
 
 A PUB in another process sends messages of each ``--sizes`` (KiB; default 64 and 1024) as fast
 as it can for ``--seconds``; capture
-(``spark_zmq.capture.Capture``, as the driver or a holder runs it, no Spark) reads it into a
+(``spark_zmq.capture.loop.Capture``, as the driver or a holder runs it, no Spark) reads it into a
 spool that a stand-in reader truncates every 0.2 s. For each ``receiveHighWaterMark`` it prints
 the messages captured, the peak RSS of the capturing process, and whether capture logged the
 flood. Run it as ``python benchmarks/flood_memory.py [--seconds 8] [--bounds 200,10000,0]
@@ -21,6 +21,7 @@ import time
 
 from hermetic import ensure_private_network
 
+
 def flood(port: int, seconds: float, size: int) -> None:
     import zmq
 
@@ -36,12 +37,12 @@ def flood(port: int, seconds: float, size: int) -> None:
 
 def trial(bound: int, seconds: float, size: int) -> tuple[int, int, bool]:
     """(messages captured, peak RSS in MiB, flood logged) of one capture under one flood."""
-    from spark_zmq.capture import Capture
-    from spark_zmq.holder import rss_bytes
-    from spark_zmq.log import logged_warnings
+    from spark_zmq.capture.loop import Capture
     from spark_zmq.protocols.base import Endpoint
-    from spark_zmq.spool import Spool
-    from spark_zmq.standalone import free_port
+    from spark_zmq.spool.writer import Spool
+    from spark_zmq.testing.logs import logged_warnings
+    from spark_zmq.testing.processes import rss_bytes
+    from spark_zmq.testing.standalone import free_port
 
     port = free_port()
     flooder = multiprocessing.get_context("spawn").Process(target=flood,

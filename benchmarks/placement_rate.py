@@ -1,7 +1,7 @@
 """Aggregate no-gap rate of capture=driver vs capture=executors, on a 2-worker standalone cluster.
 
 Side by side in one run, on one Spark application of a local standalone cluster (master + 2
-workers of one core each, ``spark_zmq.standalone``), on loopback only:
+workers of one core each, ``spark_zmq.testing.standalone``), on loopback only:
 
 - ``driver``: the zmq sockets of every publisher in the driver-side reader process;
 - ``executors``: one capture process per publisher on the executors (leases in the spool).
@@ -30,11 +30,26 @@ import time
 from pathlib import Path
 
 from hermetic import ensure_private_network
-from zeroeq_rate import (SUBSCRIBE_TIMEOUT, TABLE_HEADER, BatchCollector, PublishPlan,
-                         PublisherProcess, PublishResult, Trial, drain_query, error_text, planned_count,
-                         print_header, print_progress, record_delivery, search, stop_query,
-                         trial_row)
-from spark_zmq.local import LOOPBACK
+from zeroeq_rate import (
+    SUBSCRIBE_TIMEOUT,
+    TABLE_HEADER,
+    BatchCollector,
+    PublisherProcess,
+    PublishPlan,
+    PublishResult,
+    Trial,
+    drain_query,
+    error_text,
+    planned_count,
+    print_header,
+    print_progress,
+    record_delivery,
+    search,
+    stop_query,
+    trial_row,
+)
+
+from spark_zmq.spark.session import LOOPBACK
 
 PUBLISHERS = 4
 PLACEMENTS = ("driver", "executors")
@@ -96,7 +111,7 @@ def run_trial(spark, workdir: Path, placement: str, rate: float, duration: float
 
 
 def wait_for_holders_to_end(timeout: float) -> None:
-    from spark_zmq.holder import running_holders
+    from spark_zmq.testing.processes import running_holders
 
     deadline = time.monotonic() + timeout
     while running_holders() and time.monotonic() < deadline:
@@ -123,7 +138,7 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     ensure_private_network(__file__)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    from spark_zmq.standalone import StandaloneCluster
+    from spark_zmq.testing.standalone import StandaloneCluster
 
     print_header(args, f"placement_rate benchmark: {PUBLISHERS} publishers, a standalone "
                        f"cluster of 2 workers x 1 core, both placements in one application")

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hermetic import ensure_private_network
-from spark_zmq.holder import rss_bytes, running_holders
-from spark_zmq.standalone import free_port
+
+from spark_zmq.testing.processes import rss_bytes, running_holders
+from spark_zmq.testing.standalone import free_port
 
 HERE = Path(__file__).resolve()
 FAULTS = ("publisher", "broker", "query", "capture")
@@ -75,7 +76,7 @@ def run_publisher(args: argparse.Namespace) -> int:
 
 def run_query(args: argparse.Namespace) -> int:
     """The query under test, until SIGTERM."""
-    from spark_zmq.local import loopback_session
+    from spark_zmq.spark.session import loopback_session
 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -236,7 +237,7 @@ def folder_bytes(folder: Path) -> int:
 
 def drain(run: Run, timeout: float) -> None:
     """Until Spark has committed a batch that ends at or after every offset the spool holds."""
-    from spark_zmq.spool import read_snapshot
+    from spark_zmq.spool.reader import read_snapshot
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -261,8 +262,8 @@ def committed_offsets(checkpoint: Path) -> dict[str, int]:
 
 def count(run: Run, sent: dict[int, int]) -> dict[str, int]:
     """The figures, from the table (read by Spark: committed files only) and the spool."""
-    from spark_zmq.local import loopback_session
-    from spark_zmq.spool import read_snapshot
+    from spark_zmq.spark.session import loopback_session
+    from spark_zmq.spool.reader import read_snapshot
 
     spark = loopback_session("soak check", log_level="ERROR")
     try:

@@ -47,12 +47,11 @@ from typing import Any
 
 import numpy as np
 import zmq
-
 from children import Child, report_errors
 from hermetic import ensure_private_network
-from spark_zmq.local import LOOPBACK
-from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 
+from spark_zmq.protocols.zeroeq import MEERKAT, event_id
+from spark_zmq.spark.session import LOOPBACK
 
 TICK_EVENT = "bench::Tick"
 #: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload
@@ -381,7 +380,7 @@ def start_spark() -> Any:
     """One local session for the whole run, bound to loopback, quiet."""
     # capture logs every endpoint join at INFO; the benchmark's output is on stdout
     os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
-    from spark_zmq.local import loopback_session
+    from spark_zmq.spark.session import loopback_session
 
     return loopback_session("zeroeq_rate benchmark", log_level="ERROR")
 
@@ -608,9 +607,9 @@ def capture_memory_main(port: int, count: int, root: str, max_bytes: int, timeou
     """The package's capture alone in a fresh process, receiving ``count`` messages into a spool
     under ``root``; reports its RSS before starting, at each quarter of the data and at peak."""
     def body() -> None:
-        from spark_zmq.capture import Capture
+        from spark_zmq.capture.loop import Capture
         from spark_zmq.protocols.base import Endpoint, StaticDiscovery
-        from spark_zmq.spool import Spool
+        from spark_zmq.spool.writer import Spool
 
         spool = Spool(root, max_bytes=max_bytes)
         capture = Capture(spool, max_message_bytes=64 << 20, flush_interval=0.1, name="bench")

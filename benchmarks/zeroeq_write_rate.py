@@ -50,13 +50,11 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-
 from children import Child, report_errors
 from hermetic import ensure_private_network
-from spark_zmq.local import LOOPBACK
-from spark_zmq.protocols.zeroeq import (MEERKAT, PUBLISHER_SERVICE, Record, event_id,
-                                        make_zeroconf)
 
+from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Record, event_id, make_zeroconf
+from spark_zmq.spark.session import LOOPBACK
 
 EVENT = "bench::Write"
 WIRE_ID = event_id(EVENT)
@@ -542,7 +540,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def start_spark() -> Any:
     """A local[2] session on loopback, quiet; workers log warnings only."""
     os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
-    from spark_zmq.local import loopback_session
+    from spark_zmq.spark.session import loopback_session
 
     return loopback_session("zeroeq_write_rate benchmark", SPARK_CONF, log_level="ERROR")
 

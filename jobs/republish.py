@@ -23,8 +23,8 @@ import sys
 
 from spark_zmq.cli import FORMATS
 from spark_zmq.cli.discover import option_arg
-from spark_zmq.local import job_session
-from spark_zmq.progress import ProgressPrinter, with_gap_count
+from spark_zmq.spark.progress import ProgressPrinter, with_gap_count
+from spark_zmq.spark.session import job_session
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -22,8 +22,8 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_zmq.local import loopback_session
 from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
+from spark_zmq.spark.session import loopback_session
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

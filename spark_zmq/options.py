@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import security
+from spark_zmq import security
 
 
 class OptionError(ValueError):

@@ -25,7 +25,7 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_zmq.local import loopback_session
+    from spark_zmq.spark.session import loopback_session
 
     session = loopback_session("spark_zmq tests", {"spark.sql.session.timeZone": "UTC"})
     yield session

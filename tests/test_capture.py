@@ -10,10 +10,13 @@ import textwrap
 import time
 
 from conftest import wait_until
-from spark_zmq.capture import Capture
+
+from spark_zmq.capture.loop import Capture
 from spark_zmq.protocols.base import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
-from spark_zmq.spool import Spool, load_index, read_range
+from spark_zmq.spool.layout import load_index
+from spark_zmq.spool.reader import read_range
+from spark_zmq.spool.writer import Spool
 
 ECHO = "zeroeq::test::Echo"
 SUBSCRIPTIONS = (b"", event_id(MEERKAT))
@@ -133,7 +136,7 @@ SIGTERM_CHILD = textwrap.dedent("""
     import sys, time
     from spark_zmq.options import READER_OPTIONS, parse_options
     from spark_zmq.protocols.zeroeq import ZeroEQ
-    from spark_zmq.source import ZmqStreamReader
+    from spark_zmq.spark.reader import ZmqStreamReader
     protocol = ZeroEQ()
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
         "publishers": sys.argv[1], "spoolPath": sys.argv[2], "flushIntervalMs": "600000"})
@@ -174,7 +177,7 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
     received before Spark's first offset call."""
     from spark_zmq.options import READER_OPTIONS, parse_options
     from spark_zmq.protocols.zeroeq import ZeroEQ
-    from spark_zmq.source import ZmqStreamReader
+    from spark_zmq.spark.reader import ZmqStreamReader
 
     publisher = Publisher("", announce=False)
     key = publisher.instance_name

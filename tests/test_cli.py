@@ -10,8 +10,8 @@ import threading
 import uuid
 
 import pytest
-
 from conftest import MemoryState, wait_until
+
 from spark_zmq.cli import main
 from spark_zmq.protocols.zeroeq import SUBSCRIBER_SERVICE, event_id, event_id_text
 from spark_zmq.protocols.zeroeq.announce import Announcement

@@ -11,21 +11,20 @@ import sys
 import pytest
 import zmq
 import zmq.auth
-
 from conftest import MemoryState, wait_until
-from spark_zmq.capture import Capture
-from spark_zmq.log import logged_warnings
-from spark_zmq.options import OptionError, READER_OPTIONS, parse_options
+from test_ebus_requests import run_requests
+
+from spark_zmq.capture.loop import Capture
+from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
-from spark_zmq.protocols.goby import (GobyDaemon, ManagerAddress, ManagerUnreachable,
-                                      request_router)
+from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, ManagerUnreachable, request_router
 from spark_zmq.protocols.zeroeq import Publisher, event_id
 from spark_zmq.protocols.zeroeq.management import LIST, ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
-from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import Curve
-from spark_zmq.spool import Spool
-from test_ebus_requests import run_requests
+from spark_zmq.spool.writer import Spool
+from spark_zmq.testing.logs import logged_warnings
 
 ECHO = "zeroeq::test::Echo"
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_jobs import Lines, spark_submit
 
 RUN = [sys.executable, "-m", "spark_zmq"]

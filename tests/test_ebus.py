@@ -10,12 +10,19 @@ import zlib
 import pyarrow as pa
 import pytest
 import zmq
-
 from conftest import wait_until
+
 from spark_zmq.options import READER_OPTIONS, parse_options
-from spark_zmq.protocols.ebus import (BroadcastRelay, Broker, EBus, PayloadError, Worker, pack,
-                                     unpack)
-from spark_zmq.spool import Source
+from spark_zmq.protocols.ebus import (
+    BroadcastRelay,
+    Broker,
+    EBus,
+    PayloadError,
+    Worker,
+    pack,
+    unpack,
+)
+from spark_zmq.spool.layout import Source
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
 BSON_L_42 = bytes.fromhex("0c000000" "10" "6c00" "2a000000" "00")

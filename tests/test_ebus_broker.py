@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 import zmq
-
 from conftest import wait_until
+
 from spark_zmq.protocols.ebus import Broker, pack, unpack
 
 CLIENT, WORKER = b"EBC01", b"EBW01"

@@ -11,8 +11,8 @@ from concurrent.futures import Future
 
 import pytest
 import zmq
-
 from conftest import wait_until
+
 from spark_zmq.log import logger
 from spark_zmq.protocols.ebus import Broker, Client, Worker, pack, unpack
 

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import wait_until
-from spark_zmq.holder import running_holders
-from spark_zmq.spool import load_lease
-from spark_zmq.standalone import StandaloneCluster
+
+from spark_zmq.spool.leases import load_lease
+from spark_zmq.testing.processes import running_holders
+from spark_zmq.testing.standalone import StandaloneCluster
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,15 +280,17 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     found yet is unknown, not gone: it stays assigned (its holder keeps capturing) and its
     partition is not retired. Discovery confirms the one it finds; the other leaves after
     RECONFIRM_SECONDS."""
-    from spark_zmq import placement
-    from spark_zmq.capture import spool_table
+    from spark_zmq.capture.loop import spool_table
     from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.planning import executors
+    from spark_zmq.planning.placement import make_placement
     from spark_zmq.protocols.base import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
-    from spark_zmq.spool import JsonState, Spool
+    from spark_zmq.spool.layout import JsonState
+    from spark_zmq.spool.writer import Spool
 
     grace = 4.0
-    monkeypatch.setattr(placement, "RECONFIRM_SECONDS", grace)
+    monkeypatch.setattr(executors, "RECONFIRM_SECONDS", grace)
     live = publishers("carried")
     found = Endpoint(live.instance_name, f"tcp://{live.instance_name}")
     gone = Endpoint("127.0.0.1:9", "tcp://127.0.0.1:9")
@@ -304,7 +306,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
         "session": "carried", "discoveryInterfaces": "127.0.0.1", "capture": "executors",
         "spoolPath": str(spool)})
-    capture = placement.make_placement(protocol, options, str(spool))
+    capture = make_placement(protocol, options, str(spool))
     started = time.monotonic()
     capture.start()
     try:

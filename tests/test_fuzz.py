@@ -35,37 +35,63 @@ from urllib.parse import quote
 import bson
 import pyarrow as pa
 import pytest
+from conftest import MemoryState
 from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.message import DecodeError
-from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
-from conftest import MemoryState
 from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus import client as ebus_client
 from spark_zmq.protocols.ebus.requests import ServiceRequester
 from spark_zmq.protocols.ebus.routing import RequestRouter
-from spark_zmq.protocols.ebus.wire import (CLIENT, WORKER, PayloadError as EBusPayloadError,
-                                           from_json, pack, to_json, unpack)
+from spark_zmq.protocols.ebus.wire import CLIENT, WORKER, from_json, pack, to_json, unpack
+from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError
 from spark_zmq.protocols.ebus.worker import Worker
-from spark_zmq.protocols.goby import Goby, messages as goby_messages
-from spark_zmq.protocols.goby.manager import (HoldHandshake, ManagerAddress, ManagerError, ask,
-                                              request_router)
-from spark_zmq.protocols.goby.payloads import (DescriptorSet, PayloadError, bson_json,
-                                               cstr_payload, cstr_text, json_bson)
-from spark_zmq.protocols.goby.wire import (MAX_PID, SCHEME_NAMES, SCHEMES,
-                                           Identifier, IdentifierError, identifier,
-                                           split_message, subscription_prefix)
+from spark_zmq.protocols.goby import Goby
+from spark_zmq.protocols.goby import messages as goby_messages
+from spark_zmq.protocols.goby.manager import (
+    HoldHandshake,
+    ManagerAddress,
+    ManagerError,
+    ask,
+    request_router,
+)
+from spark_zmq.protocols.goby.payloads import (
+    DescriptorSet,
+    PayloadError,
+    bson_json,
+    cstr_payload,
+    cstr_text,
+    json_bson,
+)
+from spark_zmq.protocols.goby.wire import (
+    MAX_PID,
+    SCHEME_NAMES,
+    SCHEMES,
+    Identifier,
+    IdentifierError,
+    identifier,
+    split_message,
+    subscription_prefix,
+)
 from spark_zmq.protocols.yamz import Yamz
 from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
-from spark_zmq.protocols.yamz.uri import (AddressError, Category, for_bind, for_connect, parse)
+from spark_zmq.protocols.yamz.uri import AddressError, Category, for_bind, for_connect, parse
 from spark_zmq.protocols.zeroeq import ZeroEQ, event_id, event_id_text, parse_address
 from spark_zmq.protocols.zeroeq import vocabulary as zeroeq_vocabulary
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, Record
-from spark_zmq.protocols.zeroeq.management import (ALL, ERROR, REPLY, ManagementPort, Overrides,
-                                                   parse_request)
+from spark_zmq.protocols.zeroeq.management import (
+    ALL,
+    ERROR,
+    REPLY,
+    ManagementPort,
+    Overrides,
+    parse_request,
+)
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE
-from spark_zmq.spool import Source
+from spark_zmq.spool.layout import Source
 
 #: no example may take longer than this (generous: the machine is small and shared)
 DEADLINE = timedelta(seconds=2)

@@ -11,13 +11,19 @@ import time
 
 import pytest
 import zmq
-from pyspark.errors import StreamingQueryException
-
 from conftest import wait_until
+from pyspark.errors import StreamingQueryException
+from test_goby_wire import (
+    BSON_DEPTH_5,
+    GOBY_IDENTIFIER,
+    HOLD_REQUEST,
+    NAV_STATUS,
+    RawClient,
+    write_descriptor_set,
+)
+
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
 from spark_zmq.protocols.goby.messages import ManagerRequest
-from test_goby_wire import (BSON_DEPTH_5, GOBY_IDENTIFIER, HOLD_REQUEST, NAV_STATUS, RawClient,
-                            write_descriptor_set)
 
 pytestmark = pytest.mark.spark
 APP_NAME = "spark_zmq tests"          # conftest's session

@@ -15,18 +15,26 @@ import time
 import pyarrow as pa
 import pytest
 import zmq
+from conftest import wait_until
 from google.protobuf import descriptor_pb2
 
-from conftest import wait_until
 from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, OptionError, parse_options
-from spark_zmq.protocols.goby import (Goby, GobyDaemon, HoldTimeout, IdentifierError,
-                                      ManagerAddress, ManagerUnreachable, identifier,
-                                      request_router, split_message)
+from spark_zmq.protocols.goby import (
+    Goby,
+    GobyDaemon,
+    HoldTimeout,
+    IdentifierError,
+    ManagerAddress,
+    ManagerUnreachable,
+    identifier,
+    request_router,
+    split_message,
+)
 from spark_zmq.protocols.goby.format import manager_address
 from spark_zmq.protocols.goby.messages import ManagerRequest, ManagerResponse, Socket
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
-from spark_zmq.spool import Source
+from spark_zmq.spool.layout import Source
 
 #: what a C++ Goby client parses: /group/scheme/type/decimal pid/hex thread/ NUL
 GOBY_IDENTIFIER = re.compile(rb"^/([^/]+)/([^/]+)/([^/]+)/(\d+)/([0-9a-f]+)/\x00")

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 import zmq
-
+from conftest import MemoryState, wait_until
 from zeroconf import ServiceInfo
 
-from conftest import MemoryState, wait_until
-from spark_zmq.holder import holder_log, rss_bytes, running_holders
-from spark_zmq.log import logged_warnings
+from spark_zmq.capture.holder import holder_log
 from spark_zmq.protocols.zeroeq import event_id
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
-from spark_zmq.standalone import free_port
+from spark_zmq.testing.logs import logged_warnings
+from spark_zmq.testing.processes import rss_bytes, running_holders
+from spark_zmq.testing.standalone import free_port
 
 ECHO = event_id("zeroeq::test::Echo")
 FLOOD_SECONDS = 12

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import zmq
-
 from conftest import wait_until
+
 from spark_zmq.protocols.ebus import Broker, pack
 
 pytestmark = pytest.mark.spark

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_zmq.offsets import admit, ranges
 from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ
+from spark_zmq.spark.offsets import admit, ranges
 
 SPECS = READER_OPTIONS + ZeroEQ.reader_options
 

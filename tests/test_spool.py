@@ -5,9 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_zmq.capture import spool_table
-from spark_zmq.spool import (LeaseLost, Source, Spool, SpoolError, epochs, load_index, load_lease,
-                             partition_dir, read_range)
+from spark_zmq.capture.loop import spool_table
+from spark_zmq.spool.layout import LeaseLost, Source, SpoolError, epochs, load_index, partition_dir
+from spark_zmq.spool.leases import load_lease
+from spark_zmq.spool.reader import read_range
+from spark_zmq.spool.writer import Spool
 
 SOURCE = Source("tcp://127.0.0.1:1", {"publisher": "p"})
 

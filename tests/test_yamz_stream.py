@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 import zmq
-from pyre import Pyre
-
 from conftest import wait_until
+from pyre import Pyre
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).resolve().parent

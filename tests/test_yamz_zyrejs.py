@@ -17,7 +17,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import wait_until
 from test_yamz_stream import payloads, start_reader
 

@@ -11,11 +11,11 @@ from contextlib import contextmanager
 
 import pytest
 import zmq
-
 from avahi_daemon import Avahi, Resolved
-from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Publisher, event_id
 from test_zeroeq_stream import start_query, wait_for_rows
 from test_zeroeq_writer import start_writer, write_rows
+
+from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Publisher, event_id
 
 SERVICE = PUBLISHER_SERVICE.removesuffix(".local.")        # avahi's spelling
 ECHO = "zeroeq::test::Echo"

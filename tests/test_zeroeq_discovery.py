@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import wait_until
-from spark_zmq.protocols.zeroeq import (SUBSCRIBER_SERVICE, ManagementError, event_id, manage,
-                                        request_vocabulary)
-from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 from test_zeroeq_stream import rows_of, start_query, wait_for_rows
 from zeroeq_peers import announced
+
+from spark_zmq.protocols.zeroeq import (
+    SUBSCRIBER_SERVICE,
+    ManagementError,
+    event_id,
+    manage,
+    request_vocabulary,
+)
+from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 
 pytestmark = pytest.mark.spark
 ECHO, OTHER = "zeroeq::test::Echo", "zeroeq::test::Other"

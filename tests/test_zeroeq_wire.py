@@ -8,9 +8,17 @@ import pyarrow as pa
 import pytest
 
 from spark_zmq.options import READER_OPTIONS, parse_options
-from spark_zmq.protocols.zeroeq import (MEERKAT, PublisherRecord, ZeroEQ, event_id, event_id_text,
-                                        in_session, parse_address, parse_event)
-from spark_zmq.spool import Source
+from spark_zmq.protocols.zeroeq import (
+    MEERKAT,
+    PublisherRecord,
+    ZeroEQ,
+    event_id,
+    event_id_text,
+    in_session,
+    parse_address,
+    parse_event,
+)
+from spark_zmq.spool.layout import Source
 
 ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from spark_zmq.protocols.zeroeq import PUBLISHER_SERVICE, event_id
 from test_zeroeq_stream import start_query, wait_for_rows
 from zeroeq_peers import WireSubscriber, announced
+
+from spark_zmq.protocols.zeroeq import PUBLISHER_SERVICE, event_id
 
 pytestmark = pytest.mark.spark
 A, B = "spark::test::A", "spark::test::B"

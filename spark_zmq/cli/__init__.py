@@ -13,14 +13,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..datasource import EBusDataSource, GobyDataSource, YamzDataSource, ZeroEQDataSource
-from ..options import READER_OPTIONS, WRITER_OPTIONS, option_table
-from ..protocols.base import SinkProtocol
-from .demo import add_demo_parser, run_demo
-from .discover import add_discover_parser, run_discover
-from .ebus import add_ebus_parser, run_ebus
-from .goby import add_goby_parser, run_goby
-from .zeroeq import add_zeroeq_parser, run_zeroeq
+from spark_zmq.cli.demo import add_demo_parser, run_demo
+from spark_zmq.cli.discover import add_discover_parser, run_discover
+from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
+from spark_zmq.cli.goby import add_goby_parser, run_goby
+from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
+from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, option_table
+from spark_zmq.protocols.base import SinkProtocol
+from spark_zmq.spark.datasource import (
+    EBusDataSource,
+    GobyDataSource,
+    YamzDataSource,
+    ZeroEQDataSource,
+)
 
 FORMATS = {source.name(): source.protocol
            for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)}

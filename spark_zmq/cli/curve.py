@@ -11,8 +11,8 @@ import argparse
 import re
 from typing import Any, Callable
 
-from ..options import CURVE_OPTIONS, Option
-from ..security import NO_CURVE, Curve
+from spark_zmq.options import CURVE_OPTIONS, Option
+from spark_zmq.security import NO_CURVE, Curve
 
 
 def flag(option: Option) -> str:

@@ -12,7 +12,7 @@ import shlex
 import signal
 import threading
 
-from ..demo import DEMOS, run
+from spark_zmq.testing.demo import DEMOS, run
 
 PROG = "python -m spark_zmq demo"
 

@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Mapping
 
-from ..options import READER_OPTIONS, OptionError, parse_options
-from ..protocols.base import Endpoint, StreamProtocol
+from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
+from spark_zmq.protocols.base import Endpoint, StreamProtocol
 
 PROG = "python -m spark_zmq discover"
 #: what discover reads of yamz when no address is given: every port one to three levels deep

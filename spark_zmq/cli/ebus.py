@@ -15,10 +15,18 @@ import signal
 import sys
 import threading
 
-from ..protocols.ebus import Broker, BrokerError, Client, Worker, ask
-from ..protocols.ebus.wire import (BACKEND_PORT, DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT,
-                                   SUB_PORT, answer_json, from_json, pack)
-from .curve import add_curve_arguments, curve_of
+from spark_zmq.cli.curve import add_curve_arguments, curve_of
+from spark_zmq.protocols.ebus import Broker, BrokerError, Client, Worker, ask
+from spark_zmq.protocols.ebus.wire import (
+    BACKEND_PORT,
+    DEFAULT_STALES_MS,
+    FRONTEND_PORT,
+    PUB_PORT,
+    SUB_PORT,
+    answer_json,
+    from_json,
+    pack,
+)
 
 
 def add_ebus_parser(commands: argparse._SubParsersAction) -> None:

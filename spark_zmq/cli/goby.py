@@ -21,14 +21,21 @@ import time
 
 import zmq
 
-from ..protocols.goby import (GobyDaemon, HoldTimeout, IdentifierError, ManagerAddress,
-                              ManagerError, request_router, split_message)
-from ..protocols.goby.format import encode_message
-from ..protocols.goby.manager import DEFAULT_PLATFORM, DEFAULT_TCP_PORT
-from ..protocols.goby.payloads import PayloadError, bson_json, cstr_text
-from ..protocols.goby.publisher import GobyPublisher
-from ..protocols.goby.wire import INTERNAL_GROUP_PREFIX, subscription_prefix, thread_hash
-from .curve import add_curve_arguments, curve_of
+from spark_zmq.cli.curve import add_curve_arguments, curve_of
+from spark_zmq.protocols.goby import (
+    GobyDaemon,
+    HoldTimeout,
+    IdentifierError,
+    ManagerAddress,
+    ManagerError,
+    request_router,
+    split_message,
+)
+from spark_zmq.protocols.goby.format import encode_message
+from spark_zmq.protocols.goby.manager import DEFAULT_PLATFORM, DEFAULT_TCP_PORT
+from spark_zmq.protocols.goby.payloads import PayloadError, bson_json, cstr_text
+from spark_zmq.protocols.goby.publisher import GobyPublisher
+from spark_zmq.protocols.goby.wire import INTERNAL_GROUP_PREFIX, subscription_prefix, thread_hash
 
 PROG = "python -m spark_zmq goby"
 CLIENT_NAME = "spark_zmq_cli"

@@ -17,13 +17,28 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from ..options import comma_list
-from ..protocols.zeroeq import (MEERKAT, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, ManagementError,
-                                Publisher, PublisherRecord, Record, default_session, event_id,
-                                event_id_text, in_session, make_zeroconf, manage, parse_address,
-                                parse_event, request_vocabulary, resolve_interfaces)
-from ..protocols.zeroeq.reqrep import RequestError
-from ..protocols.zeroeq.wire import EVENT_ID_BYTES, zmq_host
+from spark_zmq.options import comma_list
+from spark_zmq.protocols.zeroeq import (
+    MEERKAT,
+    PUBLISHER_SERVICE,
+    SUBSCRIBER_SERVICE,
+    ManagementError,
+    Publisher,
+    PublisherRecord,
+    Record,
+    default_session,
+    event_id,
+    event_id_text,
+    in_session,
+    make_zeroconf,
+    manage,
+    parse_address,
+    parse_event,
+    request_vocabulary,
+    resolve_interfaces,
+)
+from spark_zmq.protocols.zeroeq.reqrep import RequestError
+from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, zmq_host
 
 if TYPE_CHECKING:
     from zeroconf import ServiceStateChange, Zeroconf

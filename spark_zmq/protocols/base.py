@@ -1,7 +1,7 @@
 """What a protocol module provides to the generic reader: discovery, its columns, and decoding.
 
 A protocol module knows its wire format and how its endpoints are found; it knows nothing of
-Spark's streaming machinery. The generic reader (``spark_zmq.source``) and the data plane
+Spark's streaming machinery. The generic reader (``spark_zmq.spark.reader``) and the data plane
 (``spark_zmq.capture``, ``spark_zmq.spool``) know nothing of any one wire format.
 """
 
@@ -10,13 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol as TypingProtocol, Sequence
+from typing import Mapping, Sequence
+from typing import Protocol as TypingProtocol
 
 import pyarrow as pa
 import zmq
 
-from ..options import Option, Options
-from ..spool import Source
+from spark_zmq.options import Option, Options
+from spark_zmq.spool.layout import Source
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from collections import Counter
 
 import zmq
 
-from ..security import NO_CURVE, Curve
-from .base import SinkPublisher
+from spark_zmq.protocols.base import SinkPublisher
+from spark_zmq.security import NO_CURVE, Curve
 
 
 class Subscriptions:

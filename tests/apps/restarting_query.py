@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from spark_zmq.local import job_session
+from spark_zmq.spark.session import job_session
 
 
 def main(control: str, spool: str, table: str, session: str, runs: str, *extra: str) -> int:

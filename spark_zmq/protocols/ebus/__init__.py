@@ -9,11 +9,11 @@
 ``format``     what the generic stream reader and writer need (options, columns, decode, encode)
 """
 
-from .broker import BroadcastRelay, Broker
-from .client import Answer, BrokerError, Client, ask
-from .format import EBus
-from .wire import BROKER_CHANNEL, PayloadError, pack, unpack
-from .worker import Worker
+from spark_zmq.protocols.ebus.broker import BroadcastRelay, Broker
+from spark_zmq.protocols.ebus.client import Answer, BrokerError, Client, ask
+from spark_zmq.protocols.ebus.format import EBus
+from spark_zmq.protocols.ebus.wire import BROKER_CHANNEL, PayloadError, pack, unpack
+from spark_zmq.protocols.ebus.worker import Worker
 
 __all__ = ["Answer", "BROKER_CHANNEL", "BroadcastRelay", "Broker", "BrokerError", "Client",
            "EBus", "PayloadError", "Worker", "ask", "pack", "unpack"]

@@ -17,11 +17,19 @@ import time
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from .routing import RequestRouter
-from .wire import (BACKEND_PORT, FRONTEND_PORT, PUB_PORT, SHUTDOWN_CHANNEL, STARTED_CHANNEL,
-                   SUB_PORT, WORKERS_CHANNEL, pack)
+from spark_zmq.log import logger
+from spark_zmq.protocols.ebus.routing import RequestRouter
+from spark_zmq.protocols.ebus.wire import (
+    BACKEND_PORT,
+    FRONTEND_PORT,
+    PUB_PORT,
+    SHUTDOWN_CHANNEL,
+    STARTED_CHANNEL,
+    SUB_PORT,
+    WORKERS_CHANNEL,
+    pack,
+)
+from spark_zmq.security import NO_CURVE, Curve
 
 
 class BroadcastRelay:

@@ -28,17 +28,27 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from concurrent.futures import Future, InvalidStateError, TimeoutError as FutureTimeout
+from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 import zmq
 
-from ...log import logger
-from ...mailbox import Mailbox
-from ...security import NO_CURVE, Curve
-from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, RESEND_SECONDS,
-                   RESENDS, WORKER, PayloadError, unpack)
+from spark_zmq.capture.mailbox import Mailbox
+from spark_zmq.log import logger
+from spark_zmq.protocols.ebus.wire import (
+    CLIENT,
+    DEFAULT_STALES_MS,
+    HEARTBEAT_SECONDS,
+    LIVENESS,
+    RESEND_SECONDS,
+    RESENDS,
+    WORKER,
+    PayloadError,
+    unpack,
+)
+from spark_zmq.security import NO_CURVE, Curve
 
 #: what a broker can answer to a request
 ANSWER_KINDS = (b"REPLY", b"REJECT", b"EXPIRED")

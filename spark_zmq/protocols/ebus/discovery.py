@@ -14,11 +14,11 @@ from typing import Callable
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from ..base import Discovery, Endpoint, EndpointListener
-from .client import BrokerError, Client
-from .wire import WORKERS_CHANNEL, PayloadError, unpack
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
+from spark_zmq.protocols.ebus.client import BrokerError, Client
+from spark_zmq.protocols.ebus.wire import WORKERS_CHANNEL, PayloadError, unpack
+from spark_zmq.security import NO_CURVE, Curve
 
 REFRESH_SECONDS = 10.0
 

@@ -12,17 +12,46 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ...options import (REQUEST_WRITER_OPTIONS, Option, Options, boolean, comma_list, port,
-                        positive_int, text)
-from ...security import Curve
-from ...spool import Source
-from ..base import (Decoded, Discovery, Encoded, Endpoint, Requester, SinkProtocol,
-                    SinkPublisher, StateStore, StaticDiscovery, StreamProtocol, column_values)
-from ..xpub import XPubSender
-from .discovery import ServiceChannels
-from .requests import ServiceRequester
-from .wire import (DEFAULT_STALES_MS, FRONTEND_PORT, PUB_PORT, SUB_PORT, PayloadError, from_json,
-                   is_broker_channel, pack, to_json, unpack)
+from spark_zmq.options import (
+    REQUEST_WRITER_OPTIONS,
+    Option,
+    Options,
+    boolean,
+    comma_list,
+    port,
+    positive_int,
+    text,
+)
+from spark_zmq.protocols.base import (
+    Decoded,
+    Discovery,
+    Encoded,
+    Endpoint,
+    Requester,
+    SinkProtocol,
+    SinkPublisher,
+    StateStore,
+    StaticDiscovery,
+    StreamProtocol,
+    column_values,
+)
+from spark_zmq.protocols.ebus.discovery import ServiceChannels
+from spark_zmq.protocols.ebus.requests import ServiceRequester
+from spark_zmq.protocols.ebus.wire import (
+    DEFAULT_STALES_MS,
+    FRONTEND_PORT,
+    PUB_PORT,
+    SUB_PORT,
+    PayloadError,
+    from_json,
+    is_broker_channel,
+    pack,
+    to_json,
+    unpack,
+)
+from spark_zmq.protocols.xpub import XPubSender
+from spark_zmq.security import Curve
+from spark_zmq.spool.layout import Source
 
 
 def _channels(value: str) -> tuple[str, ...]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from ...security import NO_CURVE, Curve
-from ..base import ANSWERED, REFUSED, UNANSWERED, Outcome, Requester
-from .client import Answer, Client
-from .wire import answer_json
+from spark_zmq.protocols.base import ANSWERED, REFUSED, UNANSWERED, Outcome, Requester
+from spark_zmq.protocols.ebus.client import Answer, Client
+from spark_zmq.protocols.ebus.wire import answer_json
+from spark_zmq.security import NO_CURVE, Curve
 
 _KINDS = {"REPLY": ANSWERED, "REJECT": REFUSED, "EXPIRED": UNANSWERED}
 

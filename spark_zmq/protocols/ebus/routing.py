@@ -32,9 +32,16 @@ from typing import Callable
 
 import zmq
 
-from ...log import logger
-from .wire import (CLIENT, DEFAULT_STALES_MS, HEARTBEAT_SECONDS, LIVENESS, REPLY_CACHE_SECONDS,
-                   WORKER, pack)
+from spark_zmq.log import logger
+from spark_zmq.protocols.ebus.wire import (
+    CLIENT,
+    DEFAULT_STALES_MS,
+    HEARTBEAT_SECONDS,
+    LIVENESS,
+    REPLY_CACHE_SECONDS,
+    WORKER,
+    pack,
+)
 
 
 @dataclass

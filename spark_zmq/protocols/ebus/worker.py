@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from .wire import HEARTBEAT_SECONDS, WORKER, pack, unpack
+from spark_zmq.log import logger
+from spark_zmq.protocols.ebus.wire import HEARTBEAT_SECONDS, WORKER, pack, unpack
+from spark_zmq.security import NO_CURVE, Curve
 
 
 class Worker:

@@ -10,11 +10,24 @@
 ``format``     what the generic stream reader and writer need (options, columns, decode, encode)
 """
 
-from .daemon import GobyDaemon
-from .format import Goby
-from .manager import (HoldHandshake, HoldTimeout, ManagerAddress, ManagerError,
-                      ManagerUnreachable, Router, request_router)
-from .wire import SCHEMES, Identifier, IdentifierError, identifier, split_message
+from spark_zmq.protocols.goby.daemon import GobyDaemon
+from spark_zmq.protocols.goby.format import Goby
+from spark_zmq.protocols.goby.manager import (
+                      HoldHandshake,
+                      HoldTimeout,
+                      ManagerAddress,
+                      ManagerError,
+                      ManagerUnreachable,
+                      Router,
+                      request_router,
+)
+from spark_zmq.protocols.goby.wire import (
+                      SCHEMES,
+                      Identifier,
+                      IdentifierError,
+                      identifier,
+                      split_message,
+)
 
 __all__ = ["GobyDaemon", "Goby", "HoldHandshake", "HoldTimeout", "Identifier", "IdentifierError",
            "ManagerAddress", "ManagerError", "ManagerUnreachable", "Router", "SCHEMES",

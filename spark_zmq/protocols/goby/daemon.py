@@ -24,12 +24,19 @@ from typing import Iterable
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from .manager import DEFAULT_PLATFORM, ipc_base
-from .messages import (HOLD_REQUEST_PREFIX, HOLD_RESPONSE_PREFIX, PROVIDE_HOLD_STATE,
-                       PROVIDE_PUB_SUB_SOCKETS, ManagerRequest, ManagerResponse, Socket)
-from .wire import thread_hash
+from spark_zmq.log import logger
+from spark_zmq.protocols.goby.manager import DEFAULT_PLATFORM, ipc_base
+from spark_zmq.protocols.goby.messages import (
+    HOLD_REQUEST_PREFIX,
+    HOLD_RESPONSE_PREFIX,
+    PROVIDE_HOLD_STATE,
+    PROVIDE_PUB_SUB_SOCKETS,
+    ManagerRequest,
+    ManagerResponse,
+    Socket,
+)
+from spark_zmq.protocols.goby.wire import thread_hash
+from spark_zmq.security import NO_CURVE, Curve
 
 #: messages the Router queues per peer before it drops (zmq's pub/sub never blocks)
 ROUTER_HIGH_WATER_MARK = 100_000

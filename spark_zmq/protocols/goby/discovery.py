@@ -15,10 +15,10 @@ import os
 import threading
 from typing import Callable
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from ..base import Discovery, Endpoint, EndpointListener
-from .manager import ManagerAddress, ManagerError, Router, request_router
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
+from spark_zmq.protocols.goby.manager import ManagerAddress, ManagerError, Router, request_router
+from spark_zmq.security import NO_CURVE, Curve
 
 #: how often the Manager is asked whether the Router moved
 POLL_SECONDS = 1.0

@@ -15,20 +15,59 @@ import os
 
 import pyarrow as pa
 
-from ...options import (Option, OptionError, Options, boolean, comma_list, non_negative_float,
-                        port, positive_float, text)
-from ...security import Curve
-from ...spool import Source
-from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
-                    StateStore, StreamProtocol, column_values)
-from .discovery import ManagerDiscovery
-from .manager import (DEFAULT_PLATFORM, DEFAULT_TCP_PORT, DEFAULT_TIMEOUT, ManagerAddress,
-                      Router)
-from .payloads import (PayloadError, bson_json, cstr_payload, cstr_text, descriptor_set,
-                       json_bson)
-from .publisher import GobyPublisher
-from .wire import (CSTR_TYPE, INTERNAL_GROUP_PREFIX, SCHEMES, IdentifierError, identifier,
-                   scheme_number, scheme_part, split_message, subscription_prefix, thread_hash)
+from spark_zmq.options import (
+    Option,
+    OptionError,
+    Options,
+    boolean,
+    comma_list,
+    non_negative_float,
+    port,
+    positive_float,
+    text,
+)
+from spark_zmq.protocols.base import (
+    Decoded,
+    Discovery,
+    Encoded,
+    Endpoint,
+    SinkProtocol,
+    SinkPublisher,
+    StateStore,
+    StreamProtocol,
+    column_values,
+)
+from spark_zmq.protocols.goby.discovery import ManagerDiscovery
+from spark_zmq.protocols.goby.manager import (
+    DEFAULT_PLATFORM,
+    DEFAULT_TCP_PORT,
+    DEFAULT_TIMEOUT,
+    ManagerAddress,
+    Router,
+)
+from spark_zmq.protocols.goby.payloads import (
+    PayloadError,
+    bson_json,
+    cstr_payload,
+    cstr_text,
+    descriptor_set,
+    json_bson,
+)
+from spark_zmq.protocols.goby.publisher import GobyPublisher
+from spark_zmq.protocols.goby.wire import (
+    CSTR_TYPE,
+    INTERNAL_GROUP_PREFIX,
+    SCHEMES,
+    IdentifierError,
+    identifier,
+    scheme_number,
+    scheme_part,
+    split_message,
+    subscription_prefix,
+    thread_hash,
+)
+from spark_zmq.security import Curve
+from spark_zmq.spool.layout import Source
 
 #: the client name of a reader's Manager requests (it runs outside any Spark task)
 READER_CLIENT_NAME = "spark_zmq_reader"

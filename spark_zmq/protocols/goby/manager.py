@@ -14,11 +14,18 @@ from typing import Callable
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from .messages import (HOLD_REQUEST_PREFIX, HOLD_RESPONSE_PREFIX, PROVIDE_HOLD_STATE,
-                       PROVIDE_PUB_SUB_SOCKETS, ManagerRequest, ManagerResponse, Socket)
-from .wire import thread_hash
+from spark_zmq.log import logger
+from spark_zmq.protocols.goby.messages import (
+    HOLD_REQUEST_PREFIX,
+    HOLD_RESPONSE_PREFIX,
+    PROVIDE_HOLD_STATE,
+    PROVIDE_PUB_SUB_SOCKETS,
+    ManagerRequest,
+    ManagerResponse,
+    Socket,
+)
+from spark_zmq.protocols.goby.wire import thread_hash
+from spark_zmq.security import NO_CURVE, Curve
 
 DEFAULT_PLATFORM = "default_goby_platform"
 DEFAULT_TCP_PORT = 11144

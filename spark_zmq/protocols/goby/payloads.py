@@ -14,7 +14,7 @@ import threading
 import bson
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
-from ..ebus.wire import from_json, to_json
+from spark_zmq.protocols.ebus.wire import from_json, to_json
 
 
 class PayloadError(ValueError):

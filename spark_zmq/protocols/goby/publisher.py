@@ -19,11 +19,11 @@ import os
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from ..base import SinkPublisher
-from ..xpub import XPubSender
-from .manager import HoldHandshake, ManagerAddress, Router, request_router
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import SinkPublisher
+from spark_zmq.protocols.goby.manager import HoldHandshake, ManagerAddress, Router, request_router
+from spark_zmq.protocols.xpub import XPubSender
+from spark_zmq.security import NO_CURVE, Curve
 
 
 class GobyPublisher(SinkPublisher):

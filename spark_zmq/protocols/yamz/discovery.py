@@ -17,11 +17,11 @@ from urllib.parse import urlsplit
 
 import zmq
 
-from ...log import logger
-from ..base import Discovery, Endpoint, EndpointListener
-from .tree import HeaderError, Port, matches, ports_of
-from .uri import Address, Category
-from .zyre import Peer, ZyreError, ZyreNode
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
+from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
+from spark_zmq.protocols.yamz.uri import Address, Category
+from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
 
 HEADER = "YAMZ"
 #: the socket a reader opens to read each kind of announced port

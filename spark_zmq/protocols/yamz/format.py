@@ -18,16 +18,25 @@ import uuid
 import pyarrow as pa
 import zmq
 
-from ...options import Option, OptionError, Options, comma_list, port, text
-from ...security import Curve
-from ...spool import Source
-from ..base import (Decoded, Discovery, Encoded, Endpoint, SinkProtocol, SinkPublisher,
-                    StateStore, StreamProtocol, column_values)
-from .discovery import ZyreDiscovery
-from .publisher import YamzPublisher
-from .tree import Port
-from .uri import Address, AddressError, Category, for_bind, for_connect
-from .zyre import DEFAULT_BEACON_PORT
+from spark_zmq.options import Option, OptionError, Options, comma_list, port, text
+from spark_zmq.protocols.base import (
+    Decoded,
+    Discovery,
+    Encoded,
+    Endpoint,
+    SinkProtocol,
+    SinkPublisher,
+    StateStore,
+    StreamProtocol,
+    column_values,
+)
+from spark_zmq.protocols.yamz.discovery import ZyreDiscovery
+from spark_zmq.protocols.yamz.publisher import YamzPublisher
+from spark_zmq.protocols.yamz.tree import Port
+from spark_zmq.protocols.yamz.uri import Address, AddressError, Category, for_bind, for_connect
+from spark_zmq.protocols.yamz.zyre import DEFAULT_BEACON_PORT
+from spark_zmq.security import Curve
+from spark_zmq.spool.layout import Source
 
 #: addresses in option ``address`` are separated by commas or blanks before the next scheme
 #: (a regex in a query may hold a comma, as in ``{1,2}``)

@@ -9,13 +9,13 @@ headers are fixed once a node starts, so each publisher runs a node of its own.
 
 from __future__ import annotations
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from ..base import SinkPublisher
-from ..xpub import XPubSender
-from .discovery import HEADER, own_header
-from .uri import Address
-from .zyre import Peer, ZyreError, ZyreNode
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import SinkPublisher
+from spark_zmq.protocols.xpub import XPubSender
+from spark_zmq.protocols.yamz.discovery import HEADER, own_header
+from spark_zmq.protocols.yamz.uri import Address
+from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
+from spark_zmq.security import NO_CURVE, Curve
 
 
 def port_tree(path: tuple[str, ...], address: str, params: dict[str, str]) -> list[dict]:

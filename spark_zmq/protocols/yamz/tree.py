@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from .uri import WILDCARD, Address
+from spark_zmq.protocols.yamz.uri import WILDCARD, Address
 
 Params = Mapping[str, tuple[str, ...]]
 

@@ -28,7 +28,7 @@ from typing import Callable, Mapping
 import zmq
 from pyre import Pyre, PyreEvent
 
-from ...log import logger
+from spark_zmq.log import logger
 
 DEFAULT_BEACON_PORT = 5670
 #: how often the node's thread checks that pyre's beacon thread is alive

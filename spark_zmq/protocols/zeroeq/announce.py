@@ -19,13 +19,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from .vocabulary import parse_vocabulary_txt
-from .wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, parse_address, zmq_host
+from spark_zmq.protocols.zeroeq.vocabulary import parse_vocabulary_txt
+from spark_zmq.protocols.zeroeq.wire import (
+    PUBLISHER_SERVICE,
+    SUBSCRIBER_SERVICE,
+    parse_address,
+    zmq_host,
+)
 
 if TYPE_CHECKING:
     from zeroconf import Zeroconf
 
-    from .mdns import ZeroEQZeroconf
+    from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,7 @@ def make_zeroconf(interfaces: tuple[str, ...] | None) -> "ZeroEQZeroconf":
     then wait on the very loop they block. Elsewhere it starts its own loop thread."""
     from zeroconf import InterfaceChoice, IPVersion
 
-    from .mdns import ZeroEQZeroconf
+    from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf
 
     chosen = InterfaceChoice.All if not interfaces else resolve_interfaces(interfaces)
 
@@ -134,7 +139,7 @@ class Announcement:
                  port: int, txt: dict[str, str]) -> None:
         from zeroconf import ServiceInfo
 
-        from .mdns import ZeroEQZeroconf, own_host_name
+        from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf, own_host_name
 
         if not isinstance(zeroconf, ZeroEQZeroconf):
             raise TypeError("a ZeroEQ announcement needs a Zeroconf made by make_zeroconf(): "

@@ -19,15 +19,22 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from ..base import Discovery, Endpoint, EndpointListener, StateStore
-from .announce import Announcement, PublisherRecord, make_zeroconf
-from .management import ALL, ManagementPort
-from .reqrep import RequestError
-from .vocabulary import Vocabulary, request_vocabulary
-from .wire import (MEERKAT, PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, event_id, event_id_text,
-                   in_session, zmq_host)
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
+from spark_zmq.protocols.zeroeq.announce import Announcement, PublisherRecord, make_zeroconf
+from spark_zmq.protocols.zeroeq.management import ALL, ManagementPort
+from spark_zmq.protocols.zeroeq.reqrep import RequestError
+from spark_zmq.protocols.zeroeq.vocabulary import Vocabulary, request_vocabulary
+from spark_zmq.protocols.zeroeq.wire import (
+    MEERKAT,
+    PUBLISHER_SERVICE,
+    SUBSCRIBER_SERVICE,
+    event_id,
+    event_id_text,
+    in_session,
+    zmq_host,
+)
+from spark_zmq.security import NO_CURVE, Curve
 
 #: seconds to wait for a publisher's vocabulary reply
 VOCABULARY_TIMEOUT = 1.0

@@ -13,15 +13,30 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...options import Option, OptionError, Options, boolean, comma_list, text
-from ...security import Curve
-from ...spool import Source
-from ..base import (Decoded, Discovery, Encoded, SinkProtocol, SinkPublisher, StateStore,
-                    StreamProtocol, column_values)
-from .discovery import ZeroEQDiscovery
-from .publisher import Publisher
-from .wire import (_WIRE_HEX, EVENT_ID_BYTES, default_session, event_id, events_option,
-                   parse_event, publisher_addresses)
+from spark_zmq.options import Option, OptionError, Options, boolean, comma_list, text
+from spark_zmq.protocols.base import (
+    Decoded,
+    Discovery,
+    Encoded,
+    SinkProtocol,
+    SinkPublisher,
+    StateStore,
+    StreamProtocol,
+    column_values,
+)
+from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
+from spark_zmq.protocols.zeroeq.publisher import Publisher
+from spark_zmq.protocols.zeroeq.wire import (
+    _WIRE_HEX,
+    EVENT_ID_BYTES,
+    default_session,
+    event_id,
+    events_option,
+    parse_event,
+    publisher_addresses,
+)
+from spark_zmq.security import Curve
+from spark_zmq.spool.layout import Source
 
 
 def _interfaces_option(value: str) -> tuple[str, ...] | None:

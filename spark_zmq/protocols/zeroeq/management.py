@@ -25,10 +25,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ...security import NO_CURVE, Curve
-from ..base import StateStore
-from .reqrep import ReplyServer, RequestError, request
-from .wire import event_id, parse_address, parse_event
+from spark_zmq.protocols.base import StateStore
+from spark_zmq.protocols.zeroeq.reqrep import ReplyServer, RequestError, request
+from spark_zmq.protocols.zeroeq.wire import event_id, parse_address, parse_event
+from spark_zmq.security import NO_CURVE, Curve
 
 SUBSCRIBE = event_id("zeroeq::management::Subscribe")
 UNSUBSCRIBE = event_id("zeroeq::management::Unsubscribe")

@@ -16,13 +16,20 @@ import socket
 import sys
 import time
 import uuid
+
 import zmq
 
-from ...security import NO_CURVE, Curve
-from ..xpub import SendTimeout, Subscriptions
-from .announce import Announcement, make_zeroconf
-from .vocabulary import Vocabulary
-from .wire import MEERKAT, PUBLISHER_SERVICE, default_session, event_id, zmq_host
+from spark_zmq.protocols.xpub import SendTimeout, Subscriptions
+from spark_zmq.protocols.zeroeq.announce import Announcement, make_zeroconf
+from spark_zmq.protocols.zeroeq.vocabulary import Vocabulary
+from spark_zmq.protocols.zeroeq.wire import (
+    MEERKAT,
+    PUBLISHER_SERVICE,
+    default_session,
+    event_id,
+    zmq_host,
+)
+from spark_zmq.security import NO_CURVE, Curve
 
 
 class Publisher:

@@ -13,9 +13,9 @@ from typing import Callable
 
 import zmq
 
-from ...log import logger
-from ...security import NO_CURVE, Curve
-from .wire import EVENT_ID_BYTES, NO_REPLY_TYPE
+from spark_zmq.log import logger
+from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, NO_REPLY_TYPE
+from spark_zmq.security import NO_CURVE, Curve
 
 #: a handler gets the request payload and returns (reply type id, reply payload)
 Handler = Callable[[bytes], "tuple[bytes, bytes]"]

@@ -17,9 +17,9 @@ import json
 import threading
 from typing import Callable
 
-from ...security import NO_CURVE, Curve
-from .reqrep import ReplyServer, request
-from .wire import _WIRE_HEX, event_id, event_id_text, parse_event
+from spark_zmq.protocols.zeroeq.reqrep import ReplyServer, request
+from spark_zmq.protocols.zeroeq.wire import _WIRE_HEX, event_id, event_id_text, parse_event
+from spark_zmq.security import NO_CURVE, Curve
 
 VOCABULARY_REQUEST = event_id("zeroeq::vocabulary::Request")
 VOCABULARY_REPLY = event_id("zeroeq::vocabulary::Reply")

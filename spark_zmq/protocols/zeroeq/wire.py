@@ -14,7 +14,7 @@ import hashlib
 import os
 import re
 
-from ...options import comma_list
+from spark_zmq.options import comma_list
 
 PUBLISHER_SERVICE = "_zeroeq_pub._tcp.local."
 SUBSCRIBER_SERVICE = "_zeroeq_sub._tcp.local."

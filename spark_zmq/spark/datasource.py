@@ -11,14 +11,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from .options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse_options
-from .protocols.base import SinkProtocol, StreamProtocol
-from .protocols.ebus import EBus
-from .protocols.goby import Goby
-from .protocols.yamz import Yamz
-from .protocols.zeroeq import ZeroEQ
-from .sink import ZmqStreamWriter
-from .source import ZmqStreamReader, output_schema
+from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse_options
+from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
+from spark_zmq.protocols.ebus import EBus
+from spark_zmq.protocols.goby import Goby
+from spark_zmq.protocols.yamz import Yamz
+from spark_zmq.protocols.zeroeq import ZeroEQ
+from spark_zmq.spark.reader import ZmqStreamReader, output_schema
+from spark_zmq.spark.writer import ZmqStreamWriter
 
 
 class ZmqDataSource(DataSource):

@@ -1,7 +1,7 @@
 """Capture on an executor: the process that holds one partition's lease (``capture=executors``).
 
 A claim task (``take_partition``, run by the stream reader's ``read`` on an executor) starts
-``python -m spark_zmq.holder`` on its host, detached from the Python worker, and waits until it
+``python -m spark_zmq.capture.holder`` on its host, detached from the Python worker, and waits until it
 has claimed the partition's next epoch in the spool. The holder then runs the same ``Capture``
 as the driver would, on one endpoint, and once per ``TICK``:
 
@@ -29,11 +29,13 @@ import time
 import urllib.parse
 from dataclasses import asdict
 
-from .capture import Capture, utc_text, spool_table
-from .log import logger
-from .placement import ASSIGNMENT, COMMITS, Claim, HolderSettings
-from .protocols.base import Endpoint
-from .spool import JsonState, LeaseLost, Spool, SpoolError, load_lease, partition_keys
+from spark_zmq.capture.loop import Capture, spool_table, utc_text
+from spark_zmq.log import logger
+from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
+from spark_zmq.protocols.base import Endpoint
+from spark_zmq.spool.layout import JsonState, LeaseLost, SpoolError, partition_keys
+from spark_zmq.spool.leases import load_lease
+from spark_zmq.spool.writer import Spool
 
 #: seconds between a holder's heartbeats and checks
 TICK = 0.5
@@ -123,7 +125,7 @@ def _start_holder(claim: Claim) -> None:
                        "expect_epoch": claim.expect_epoch, "settings": asdict(claim.settings)})
     log_path = holder_log(claim.spool_path, claim.key)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "spark_zmq.holder"],
+        process = subprocess.Popen([sys.executable, "-m", "spark_zmq.capture.holder"],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                    start_new_session=True)
     try:
@@ -198,32 +200,6 @@ def _is_java(pid: int) -> bool:
             return f.read().strip() == "java"
     except OSError:
         return False
-
-
-def running_holders() -> dict[int, str]:
-    """pid -> command line of every holder process this host runs (for tests and for an
-    operator looking for capture processes)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "-m spark_zmq.holder " in cmdline:
-            found[int(entry)] = cmdline
-    return found
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process, 0 once it is gone (for watching capture processes)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
 
 
 # -- the holder process ----------------------------------------------------------------------

@@ -29,10 +29,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from .log import logger
-from .options import Options
-from .protocols.base import (ANSWERED, REFUSED, UNANSWERED, Encoded, Outcome, Requester,
-                             SinkProtocol, SinkPublisher)
+from spark_zmq.log import logger
+from spark_zmq.options import Options
+from spark_zmq.protocols.base import (
+    ANSWERED,
+    REFUSED,
+    UNANSWERED,
+    Encoded,
+    Outcome,
+    Requester,
+    SinkProtocol,
+    SinkPublisher,
+)
 
 
 class UnsendableRowError(RuntimeError):

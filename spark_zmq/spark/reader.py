@@ -2,10 +2,10 @@
 
 Driver side (one long-lived process per query run): on the first offset call the reader starts
 discovery and capture for the protocol where the option ``capture`` places them
-(``spark_zmq.placement``), then plans offsets from what capture has written to the spool.
+(``spark_zmq.planning``), then plans offsets from what capture has written to the spool.
 Executor side: ``read`` gets a ``SpoolRange`` and the options, reads that range from the spool,
 lets the protocol decode it and yields Arrow record batches in the exact Spark schema; or it
-gets a ``Claim`` and makes sure a capture process holds that partition (``spark_zmq.holder``).
+gets a ``Claim`` and makes sure a capture process holds that partition (``spark_zmq.capture.holder``).
 """
 
 from __future__ import annotations
@@ -24,16 +24,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
-from .holder import executor_id, register_executor, take_partition
-from .log import logger
-from .offsets import PartitionOffsets, admit, ranges
-from .options import Options
-from .placement import Claim, Placement, make_placement
-from .protocols.base import StreamProtocol
-from .spool import read_range
+from spark_zmq.capture.holder import executor_id, register_executor, take_partition
+from spark_zmq.log import logger
+from spark_zmq.options import Options
+from spark_zmq.planning.assignment import Claim
+from spark_zmq.planning.placement import Placement, make_placement
+from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.spark.offsets import PartitionOffsets, admit, ranges
+from spark_zmq.spool.reader import read_range
 
 #: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
 BATCH_ROWS = 65536

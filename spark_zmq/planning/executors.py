@@ -1,12 +1,7 @@
-"""Where capture runs, behind one interface the stream reader plans offsets with.
-
-``DriverCapture`` (option ``capture=driver``, the embedded default): discovery and every zmq
-socket live in the driver-side reader process, which writes the spool itself.
-
-``ExecutorCapture`` (``capture=executors``), after Flink's split enumerator: the driver only
+"""``ExecutorCapture`` (``capture=executors``), after Flink's split enumerator: the driver only
 discovers, assigns and plans. It publishes the live endpoints in ``assignment.json`` in the spool
 and renews that document every second. Each partition is captured by one holder process on an
-executor (``spark_zmq.holder``), started by a *claim* task of that partition and fenced by the
+executor (``spark_zmq.capture.holder``), started by a *claim* task of that partition and fenced by the
 spool's epochs. The driver watches every holder's heartbeat; a partition whose holder is gone,
 or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the next micro-batch
 (the reader forces one). Commits go to ``commits.json``; each holder truncates its partition.
@@ -24,22 +19,17 @@ import os
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import InputPartition
+from spark_zmq.log import logger
+from spark_zmq.options import Options
+from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
+from spark_zmq.planning.placement import DISCOVERY, Placement
+from spark_zmq.protocols.base import Endpoint, StreamProtocol
+from spark_zmq.spool.layout import JsonState, PartitionState, partition_keys
+from spark_zmq.spool.leases import Lease, load_lease
+from spark_zmq.spool.reader import read_snapshot
 
-from .capture import Capture
-from .log import logger
-from .options import Options
-from .protocols.base import Endpoint, StreamProtocol
-from .security import Curve
-from .spool import (JsonState, Lease, PartitionState, Spool, load_lease, partition_keys,
-                    read_snapshot)
-
-ASSIGNMENT = "assignment"
-COMMITS = "commits"
-DISCOVERY = "discovery"
 #: seconds between renewals of the assignment (the query's heartbeat to its holders)
 RENEW_SECONDS = 1.0
 #: seconds before a partition whose claim did not lead to a holder is claimed again
@@ -48,133 +38,6 @@ CLAIM_RETRY = 3.0
 MAX_DECLINES = 2
 #: seconds a restarted query keeps the previous run's endpoints that discovery has not found again
 RECONFIRM_SECONDS = 30.0
-
-
-class Placement(ABC):
-    """Runs discovery and capture for a query somewhere; tells the reader what is spooled."""
-
-    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
-        self.protocol = protocol
-        self.options = options
-        self.spool_path = spool_path
-        #: each partition's end when this run started (for startingOffsets=latest)
-        self.ends_at_start: dict[str, int] = {}
-
-    @abstractmethod
-    def start(self) -> None:
-        """Begin discovering and capturing."""
-
-    @abstractmethod
-    def snapshot(self) -> dict[str, PartitionState]:
-        """Every partition's retained range, including everything captured before this call."""
-
-    def claims(self, retry_now: bool = False) -> list["Claim"]:
-        """Partitions that need a holder now, as claim tasks; none when capture is local."""
-        return []
-
-    def requested(self, claims: list["Claim"]) -> None:
-        """The claims went out in a micro-batch."""
-
-    @abstractmethod
-    def commit(self, end: dict[str, int]) -> None:
-        """Spark committed everything below ``end``: the spool may let it go."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Stop discovering and, where this process captures, capturing."""
-
-
-def make_placement(protocol: StreamProtocol, options: Options, spool_path: str) -> Placement:
-    kind = ExecutorCapture if options["capture"] == "executors" else DriverCapture
-    return kind(protocol, options, spool_path)
-
-
-class DriverCapture(Placement):
-    """Discovery, capture and the spool's writer all in this (driver-side) process."""
-
-    _spool: Spool | None = None
-    _capture: Capture | None = None
-    _discovery = None
-
-    def start(self) -> None:
-        self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
-        # "latest" means after what the spool held before this run's capture started:
-        # everything this run receives is delivered (taken later, it would skip messages
-        # received between the first connection and the first offset call).
-        self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
-        self._capture = Capture(
-            self._spool, max_message_bytes=self.options["maxMessageBytes"],
-            flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name,
-            drop_on_write_error=self.options["onSpoolWriteError"] == "drop",
-            curve=Curve.of(self.options), receive_hwm=self.options["receiveHighWaterMark"])
-        self._capture.start()
-        logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
-                    self.spool_path)
-        self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
-        self._discovery.start(self._capture)
-
-    def snapshot(self) -> dict[str, PartitionState]:
-        self._capture.sync()
-        self._discovery.check()
-        return self._spool.snapshot()
-
-    def commit(self, end: dict[str, int]) -> None:
-        for key, offset in end.items():
-            self._spool.truncate(key, offset)
-
-    def close(self) -> None:
-        if self._discovery is not None:
-            self._discovery.close()
-            self._discovery = None
-        if self._capture is not None:
-            self._capture.close()
-            self._capture = None
-        if self._spool is not None:
-            self._spool.close()
-            self._spool = None
-
-
-@dataclass(frozen=True)
-class HolderSettings:
-    """What a holder process needs besides its partition: from the query's options."""
-
-    format_name: str
-    max_spool_bytes: int
-    max_message_bytes: int
-    flush_interval: float
-    lease_timeout: float
-    idle_timeout: float
-    drop_on_write_error: bool
-    receive_hwm: int
-    #: CURVE client keys (Z85 text), handed to the holder on its stdin, never on its command line
-    curve: tuple[str | None, str | None, str | None] = (None, None, None)
-
-    @classmethod
-    def of(cls, options: Options) -> "HolderSettings":
-        curve = Curve.of(options)
-        keys = tuple(k.decode() if k else None
-                     for k in (curve.server_key, curve.public_key, curve.secret_key))
-        return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
-                   options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
-                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop",
-                   options["receiveHighWaterMark"], keys)
-
-    def curve_keys(self) -> Curve:
-        server, public, secret = (k.encode() if k else None for k in self.curve)
-        return Curve(server, public, secret)
-
-
-@dataclass(frozen=True)
-class Claim(InputPartition):
-    """A task's instruction: make sure ``key`` has a live holder, starting one here if its
-    highest epoch is still ``expect_epoch`` (0: never claimed)."""
-
-    spool_path: str
-    spool_id: str          # the driver's assignment names it: proves the executor sees the spool
-    key: str
-    expect_epoch: int
-    declines_left: int     # how many times the task may leave it to a less loaded executor
-    settings: HolderSettings
 
 
 @dataclass

@@ -23,15 +23,15 @@ from typing import Callable
 
 import zmq
 
-from .protocols.ebus import Broker, Worker, pack
-from .protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
-from .protocols.goby.payloads import json_bson
-from .protocols.goby.wire import thread_hash
-from .protocols.yamz import ZyreNode
-from .protocols.yamz.discovery import HEADER, own_header
-from .protocols.yamz.publisher import port_tree
-from .protocols.yamz.zyre import DEFAULT_BEACON_PORT
-from .protocols.zeroeq import Publisher, make_zeroconf
+from spark_zmq.protocols.ebus import Broker, Worker, pack
+from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
+from spark_zmq.protocols.goby.payloads import json_bson
+from spark_zmq.protocols.goby.wire import thread_hash
+from spark_zmq.protocols.yamz import ZyreNode
+from spark_zmq.protocols.yamz.discovery import HEADER, own_header
+from spark_zmq.protocols.yamz.publisher import port_tree
+from spark_zmq.protocols.yamz.zyre import DEFAULT_BEACON_PORT
+from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
 
 SESSION = "demo"
 EVENT = "demo::Temperature"

@@ -39,11 +39,12 @@ import pyarrow as pa
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from .log import logger
-from .mailbox import Mailbox
-from .protocols.base import Endpoint
-from .security import NO_CURVE, Curve
-from .spool import SPOOL_SCHEMA, LeaseLost, Spool, SpoolWriteError
+from spark_zmq.capture.mailbox import Mailbox
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import Endpoint
+from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.spool.layout import SPOOL_SCHEMA, LeaseLost, SpoolWriteError
+from spark_zmq.spool.writer import Spool
 
 #: a partition's buffer is written to the spool when it holds this many messages
 MAX_SEGMENT_ROWS = 65536

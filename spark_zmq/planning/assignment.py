@@ -1,0 +1,58 @@
+"""What the driver hands to capture on executors: the files it shares in the spool, each
+holder's settings, and the claim tasks that start holders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from spark_zmq.options import Options
+from spark_zmq.security import Curve
+
+ASSIGNMENT = "assignment"
+COMMITS = "commits"
+
+
+@dataclass(frozen=True)
+class HolderSettings:
+    """What a holder process needs besides its partition: from the query's options."""
+
+    format_name: str
+    max_spool_bytes: int
+    max_message_bytes: int
+    flush_interval: float
+    lease_timeout: float
+    idle_timeout: float
+    drop_on_write_error: bool
+    receive_hwm: int
+    #: CURVE client keys (Z85 text), handed to the holder on its stdin, never on its command line
+    curve: tuple[str | None, str | None, str | None] = (None, None, None)
+
+    @classmethod
+    def of(cls, options: Options) -> "HolderSettings":
+        curve = Curve.of(options)
+        keys = tuple(k.decode() if k else None
+                     for k in (curve.server_key, curve.public_key, curve.secret_key))
+        return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
+                   options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
+                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop",
+                   options["receiveHighWaterMark"], keys)
+
+    def curve_keys(self) -> Curve:
+        server, public, secret = (k.encode() if k else None for k in self.curve)
+        return Curve(server, public, secret)
+
+
+@dataclass(frozen=True)
+class Claim(InputPartition):
+    """A task's instruction: make sure ``key`` has a live holder, starting one here if its
+    highest epoch is still ``expect_epoch`` (0: never claimed)."""
+
+    spool_path: str
+    spool_id: str          # the driver's assignment names it: proves the executor sees the spool
+    key: str
+    expect_epoch: int
+    declines_left: int     # how many times the task may leave it to a less loaded executor
+    settings: HolderSettings

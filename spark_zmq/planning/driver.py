@@ -1,0 +1,57 @@
+"""``DriverCapture`` (option ``capture=driver``, the embedded default): discovery and every zmq
+socket live in the driver-side reader process, which writes the spool itself.
+"""
+
+from __future__ import annotations
+
+from spark_zmq.capture.loop import Capture
+from spark_zmq.log import logger
+from spark_zmq.planning.placement import DISCOVERY, Placement
+from spark_zmq.security import Curve
+from spark_zmq.spool.layout import PartitionState
+from spark_zmq.spool.writer import Spool
+
+
+class DriverCapture(Placement):
+    """Discovery, capture and the spool's writer all in this (driver-side) process."""
+
+    _spool: Spool | None = None
+    _capture: Capture | None = None
+    _discovery = None
+
+    def start(self) -> None:
+        self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
+        # "latest" means after what the spool held before this run's capture started:
+        # everything this run receives is delivered (taken later, it would skip messages
+        # received between the first connection and the first offset call).
+        self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
+        self._capture = Capture(
+            self._spool, max_message_bytes=self.options["maxMessageBytes"],
+            flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name,
+            drop_on_write_error=self.options["onSpoolWriteError"] == "drop",
+            curve=Curve.of(self.options), receive_hwm=self.options["receiveHighWaterMark"])
+        self._capture.start()
+        logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
+                    self.spool_path)
+        self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
+        self._discovery.start(self._capture)
+
+    def snapshot(self) -> dict[str, PartitionState]:
+        self._capture.sync()
+        self._discovery.check()
+        return self._spool.snapshot()
+
+    def commit(self, end: dict[str, int]) -> None:
+        for key, offset in end.items():
+            self._spool.truncate(key, offset)
+
+    def close(self) -> None:
+        if self._discovery is not None:
+            self._discovery.close()
+            self._discovery = None
+        if self._capture is not None:
+            self._capture.close()
+            self._capture = None
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None

@@ -1,0 +1,233 @@
+"""Durability: an append-only, segmented log per partition, re-readable by offset range.
+
+Layout of a spool folder::
+
+    LOCK                         held (flock) by a capture on the driver (capture=driver)
+    discovery.json ...           small JSON documents of the driver (see ``state``)
+    <quoted partition key>/
+        e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
+        e00000004/               the current holder's folder
+            index.json           replaced atomically after every change
+            lease.json           the holder and its heartbeat
+            00000000000000000000.arrow   one Arrow IPC file per flush, named by its first offset
+
+Offsets are per-partition sequence numbers: a message's offset never changes, so a micro-batch
+replayed after a failure reads the same rows. A segment records the endpoint it came from and that
+endpoint's metadata (schema metadata), so rows decode the same way whenever they are read.
+``truncate(end)`` deletes whole segments below ``end`` once Spark has committed them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple
+
+import pyarrow as pa
+
+SPOOL_SCHEMA = pa.schema([
+    pa.field("received_at", pa.timestamp("us", tz="UTC")),
+    pa.field("frames", pa.list_(pa.binary())),
+    # A fault that capture itself observed (a gap: spool full, connection dropped); frames empty.
+    pa.field("fault", pa.string()),
+])
+
+#: rows per record batch in a segment file
+BATCH_ROWS = 4096
+INDEX_NAME = "index.json"
+LEASE_NAME = "lease.json"
+LOCK_NAME = "LOCK"
+SEALED = ".sealed"
+_EPOCH_DIR = re.compile(r"e(\d{8,})(\.sealed)?")
+
+
+class SpoolError(RuntimeError):
+    """The spool folder is unusable (locked by another query, missing a range, corrupt)."""
+
+
+class LeaseLost(SpoolError):
+    """Another writer claimed the partition: this one may not write to it any more."""
+
+
+class SpoolWriteError(SpoolError):
+    """The spool's storage refused a write (full, read-only, I/O error). Nothing already in the
+    spool is changed by the failed write: segments and indexes are replaced atomically."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a segment's messages came from: the zmq endpoint and the discovery metadata."""
+
+    endpoint: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"endpoint": self.endpoint, "metadata": dict(self.metadata)})
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> "Source":
+        obj = json.loads(data)
+        return cls(obj["endpoint"], obj["metadata"])
+
+
+class PartitionState(NamedTuple):
+    start: int     # first offset still retained
+    end: int       # next offset to be written
+    retired: bool  # the endpoint left
+
+
+@dataclass
+class Segment:
+    first: int
+    count: int
+    nbytes: int
+    epoch: int = 0   # the epoch whose folder holds the file
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.first:020d}.arrow"
+
+
+@dataclass
+class PartitionIndex:
+    """What index.json holds for one partition."""
+
+    key: str
+    start: int = 0            # first offset still retained
+    end: int = 0              # next offset to be written
+    segments: list[Segment] = field(default_factory=list)
+    dropped: int = 0          # messages dropped at the spool bound, ever
+    retired: bool = False     # the endpoint left; no more appends expected
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "key": self.key, "start": self.start, "end": self.end, "dropped": self.dropped,
+            "retired": self.retired,
+            "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in self.segments],
+        })
+
+    @classmethod
+    def from_json(cls, text: str) -> "PartitionIndex":
+        obj = json.loads(text)
+        return cls(obj["key"], obj["start"], obj["end"],
+                   [Segment(*s) for s in obj["segments"]], obj["dropped"], obj["retired"])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.segments)
+
+
+def partition_dir(root: str, key: str) -> str:
+    return os.path.join(root, urllib.parse.quote(key, safe=""))
+
+
+def partition_keys(root: str) -> list[str]:
+    """Keys of every partition the spool folder holds."""
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    return [urllib.parse.unquote(n) for n in names
+            if os.path.isdir(os.path.join(root, n)) and epochs(os.path.join(root, n))]
+
+
+def epochs(folder: str) -> list[tuple[int, bool]]:
+    """(epoch, sealed) of every epoch folder of a partition folder, oldest first."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        match = _EPOCH_DIR.fullmatch(name)
+        if match:
+            found.append((int(match.group(1)), bool(match.group(2))))
+    return sorted(found)
+
+
+def epoch_name(epoch: int) -> str:
+    return f"e{epoch:08d}"
+
+
+def read_in_epoch(folder: str, epoch: int, name: str) -> tuple[str, bool] | None:
+    """(text, sealed) of a file of an epoch folder, found whether or not it has been sealed
+    meanwhile (a holder seals by renaming its folder); None if it has no such file."""
+    base = os.path.join(folder, epoch_name(epoch))
+    for path, sealed in ((os.path.join(base, name), False),
+                         (os.path.join(base + SEALED, name), True)):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), sealed
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def load_index(root: str, key: str) -> PartitionIndex | None:
+    """The partition's index: the one of the highest epoch that has written one."""
+    folder = partition_dir(root, key)
+    for epoch, _ in reversed(epochs(folder)):
+        found = read_in_epoch(folder, epoch, INDEX_NAME)
+        if found is not None:
+            return PartitionIndex.from_json(found[0])
+    return None
+
+
+def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
+    """Where a segment's file is: in its epoch folder, or in that folder once sealed."""
+    base = os.path.join(partition_dir(root, key), epoch_name(segment.epoch))
+    return os.path.join(base, segment.file_name), os.path.join(base + SEALED, segment.file_name)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        remove_quietly(tmp)
+        raise
+
+
+def os_cause(exc: OSError) -> str:
+    """``No space left on device`` rather than pyarrow's ``Error writing bytes to file. Detail:
+    [errno 28] No space left on device``."""
+    number = exc.errno
+    if number is None:
+        match = re.search(r"\[errno (\d+)\]", str(exc))
+        number = int(match.group(1)) if match else None
+    return os.strerror(number) if number else str(exc)
+
+
+def remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+class JsonState:
+    """One JSON document in a spool folder, replaced atomically on every save."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def load(self) -> dict | None:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            raise SpoolError(f"{self.path} is not valid JSON ({exc}); remove it to start over")
+
+    def save(self, data: dict) -> None:
+        write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())

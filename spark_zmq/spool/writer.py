@@ -1,0 +1,339 @@
+"""The writer side of a spool folder: claims partitions, appends segments, truncates.
+
+**One writer per partition, fenced by epochs.** A writer (a capture on the driver, or a holder
+process on an executor) owns a partition by *claiming* the next epoch: ``mkdir e<n+1>``, which
+exactly one claimant wins, also on a shared filesystem. It then *seals* the folders of earlier
+epochs by renaming them to ``e<n>.sealed``, reads the sealed index (final from then on) and goes
+on from its end. Every write of a holder goes through a path inside its own epoch folder, so once
+that folder is sealed the writes fail (``LeaseLost``): a holder that was paused and resumed after
+a takeover cannot append, even if it never noticed it lost the lease. A holder that stops cleanly
+seals its own folder, which marks the partition free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import functools
+import os
+import shutil
+import threading
+import time
+
+import pyarrow as pa
+
+from spark_zmq.log import logger
+from spark_zmq.spool.layout import (
+    BATCH_ROWS,
+    INDEX_NAME,
+    LEASE_NAME,
+    LOCK_NAME,
+    SEALED,
+    SPOOL_SCHEMA,
+    JsonState,
+    LeaseLost,
+    PartitionIndex,
+    PartitionState,
+    Segment,
+    Source,
+    SpoolError,
+    SpoolWriteError,
+    epoch_name,
+    epochs,
+    load_index,
+    os_cause,
+    partition_dir,
+    partition_keys,
+    remove_quietly,
+    segment_paths,
+    write_atomically,
+)
+from spark_zmq.spool.leases import Lease, lease_of, process_id
+
+
+def _locked(method):
+    """Run a Spool method under its mutex."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._mutex:
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class Spool:
+    """The writer side of a spool folder.
+
+    ``exclusive`` (capture on the driver): one process writes every partition of the folder; a
+    LOCK file keeps a second query off it, and a partition is claimed from whoever had it
+    before. Not exclusive (a holder on an executor): the process writes only the partitions it
+    claims with ``open_partition(key, expect_epoch=...)``.
+    """
+
+    def __init__(self, root: str, max_bytes: int, lock_wait: float = 15.0,
+                 exclusive: bool = True, executor: str = "") -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.exclusive = exclusive
+        self.executor = executor or process_id()
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:
+            raise SpoolError(f"cannot use {root!r} as a spool folder (option spoolPath): "
+                             f"{exc.strerror or exc}") from None
+        self._lock_file = self._take_lock(lock_wait) if exclusive else None
+        self._mutex = threading.RLock()  # capture thread appends while the reader truncates
+        self.partitions: dict[str, PartitionIndex] = {}
+        self.epochs: dict[str, int] = {}    # partitions this process holds -> its epoch
+        self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
+        self._beats: dict[str, int] = {}
+        if exclusive:
+            for key in partition_keys(root):
+                index = load_index(root, key)
+                if index is not None:
+                    self.partitions[key] = index
+        self.nbytes = sum(p.nbytes for p in self.partitions.values())
+
+    def _take_lock(self, wait: float):
+        """Exclusive use of the folder. Waits a little: a query restarted in the same session
+        may start before the process of its previous run has released the lock."""
+        lock = open(os.path.join(self.root, LOCK_NAME), "a+")
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    lock.close()
+                    raise
+                if time.monotonic() > deadline:
+                    lock.close()
+                    raise SpoolError(
+                        f"spool folder {self.root} is in use by another running query; give "
+                        f"each query its own option spoolPath") from None
+                time.sleep(0.2)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        return lock
+
+    def close(self) -> None:
+        """Let go of every partition held (seal) and of the folder."""
+        with self._mutex:
+            for key in list(self.epochs):
+                self.release(key)
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    @_locked
+    def snapshot(self) -> dict[str, PartitionState]:
+        """Every partition's retained range, for planning offsets."""
+        return {key: PartitionState(index.start, index.end, index.retired)
+                for key, index in self.partitions.items()}
+
+    # -- ownership -----------------------------------------------------------------------------
+
+    @_locked
+    def open_partition(self, key: str, expect_epoch: int | None = None) -> PartitionIndex:
+        """The partition's index, claimed for this process if it does not hold it yet.
+
+        ``expect_epoch``: claim only if the partition's highest epoch is still that one (0: never
+        claimed); otherwise LeaseLost. An exclusive spool claims whatever the epoch.
+        A retired partition that comes back reopens.
+        """
+        if key not in self.epochs:
+            if not self.exclusive and expect_epoch is None:
+                raise LeaseLost(f"partition {key!r} is not held by this process")
+            self._claim(key, expect_epoch)
+        index = self.partitions[key]
+        if index.retired:
+            index.retired = False
+            self._save(index)
+        return index
+
+    def _claim(self, key: str, expect_epoch: int | None) -> None:
+        folder = partition_dir(self.root, key)
+        os.makedirs(folder, exist_ok=True)
+        claimed = epochs(folder)
+        current = claimed[-1][0] if claimed else 0
+        if expect_epoch is not None and current != expect_epoch:
+            raise LeaseLost(f"partition {key!r} is held by epoch {current}, not {expect_epoch}")
+        mine = current + 1
+        try:
+            os.mkdir(os.path.join(folder, epoch_name(mine)))
+        except FileExistsError:
+            raise LeaseLost(f"partition {key!r}: epoch {mine} was claimed by another holder "
+                            f"first") from None
+        for epoch, sealed in claimed:
+            if not sealed:
+                self._seal(folder, epoch)
+        previous = lease_of(folder, current, True) if claimed else None
+        index = load_index(self.root, key) or PartitionIndex(key)
+        old = self.partitions.get(key)
+        self.nbytes += index.nbytes - (old.nbytes if old else 0)
+        self.partitions[key] = index
+        self.epochs[key] = mine
+        self.inherited[key] = previous if previous and previous.holder else None
+        self._beats[key] = 0
+        self._save(index)
+        self.heartbeat(key)
+
+    @staticmethod
+    def _seal(folder: str, epoch: int) -> None:
+        base = os.path.join(folder, epoch_name(epoch))
+        try:
+            os.rename(base, base + SEALED)
+        except FileNotFoundError:   # sealed by its holder meanwhile
+            pass
+
+    @_locked
+    def heartbeat(self, key: str, failure: str = "") -> None:
+        """Renew the lease of a held partition; LeaseLost if it was taken over."""
+        if key not in self.epochs:
+            raise LeaseLost(f"partition {key!r} is not held by this process")
+        self._beats[key] += 1
+        lease = Lease(self.epochs[key], process_id(), self.executor, self._beats[key],
+                      time.time(), failure=failure)
+        self._write(key, LEASE_NAME, lease.to_json().encode())
+
+    @_locked
+    def release(self, key: str, failure: str = "") -> None:
+        """Stop holding a partition: seal its folder so that the next claimant needs no wait.
+        ``failure`` (capture failed) is left in the lease for the driver to raise."""
+        if failure and key in self.epochs:
+            try:
+                self.heartbeat(key, failure)
+            except SpoolError:
+                pass
+        epoch = self.epochs.pop(key, None)
+        if epoch is not None:
+            self._seal(partition_dir(self.root, key), epoch)
+            if not self.exclusive:
+                self.partitions.pop(key, None)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def has_room(self, key: str | None = None) -> bool:
+        """Whether more of partition ``key`` may be written: the spool is under its bound, or
+        ``key`` holds less than its share of the bound (the bound divided among the partitions
+        held). So when one peer floods the spool to its bound, its partition is the one that
+        drops, not its neighbours; the spool then holds at most the bound plus what the
+        partitions under their shares add."""
+        if self.nbytes < self.max_bytes:
+            return True
+        if key is None:
+            return False
+        index = self.partitions.get(key)
+        share = self.max_bytes // max(1, len(self.partitions))
+        return index is None or index.nbytes < share
+
+    @_locked
+    def append(self, key: str, source: Source, table: pa.Table, dropped: int = 0) -> None:
+        """Write one segment of rows (SPOOL_SCHEMA) and publish it in the index; ``dropped``
+        adds to the partition's count of dropped messages in the same index update.
+
+        SpoolWriteError if the storage refuses; the spool is then as it was before the call.
+        """
+        index = self.open_partition(key)
+        if table.num_rows == 0:
+            return
+        segment = Segment(index.end, table.num_rows, 0, self.epochs[key])
+        path = self._path(key, segment.file_name)
+        schema = SPOOL_SCHEMA.with_metadata({"source": source.to_json()})
+        tmp = path + ".tmp"
+        try:
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
+                writer.write_table(table.replace_schema_metadata(schema.metadata), BATCH_ROWS)
+            os.replace(tmp, path)
+            segment.nbytes = os.path.getsize(path)
+        except OSError as exc:
+            remove_quietly(tmp)
+            raise self._write_failed(key, path, exc) from None
+        updated = dataclasses.replace(index, segments=[*index.segments, segment],
+                                      end=segment.end, dropped=index.dropped + dropped)
+        self._save(updated)     # a file not in the index is never read, and replaced later
+        self.partitions[key] = updated
+        self.nbytes += segment.nbytes
+
+    @_locked
+    def retire(self, key: str) -> None:
+        index = self.partitions.get(key)
+        if index is not None and not index.retired and key in self.epochs:
+            index.retired = True
+            self._save(index)
+
+    @_locked
+    def truncate(self, key: str, end: int) -> None:
+        """Drop whole segments that end at or before ``end`` (Spark committed them)."""
+        index = self.partitions.get(key)
+        if index is None:
+            return
+        keep = [s for s in index.segments if s.end > end]
+        gone = index.segments[:len(index.segments) - len(keep)]
+        if not gone:
+            return
+        if key not in self.epochs:
+            if not self.exclusive:
+                return
+            index = self.open_partition(key)
+        index.segments = keep
+        index.start = keep[0].first if keep else index.end
+        try:   # publish first, then delete: a reader never sees a missing file listed
+            self._save(index)
+        except SpoolWriteError as exc:
+            # A full disk cannot take the new index, and only deleting frees space: delete
+            # anyway (Spark never reads committed segments again); the next write publishes it.
+            logger.warning("spool: %s; deleting the committed segments first", exc)
+        for segment in gone:
+            self.nbytes -= segment.nbytes
+            for path in segment_paths(self.root, key, segment):
+                try:
+                    os.remove(path)
+                    break
+                except FileNotFoundError:
+                    continue
+        self._remove_unused_epochs(key, index)
+
+    def _remove_unused_epochs(self, key: str, index: PartitionIndex) -> None:
+        """Sealed folders of earlier epochs whose segments are all committed."""
+        folder = partition_dir(self.root, key)
+        used = {s.epoch for s in index.segments} | {self.epochs[key]}
+        for epoch, sealed in epochs(folder):
+            if sealed and epoch not in used and epoch < self.epochs[key]:
+                shutil.rmtree(os.path.join(folder, epoch_name(epoch) + SEALED),
+                              ignore_errors=True)
+
+    def state(self, name: str) -> "JsonState":
+        """A small JSON document kept beside the partitions (discovery's durable state)."""
+        return JsonState(os.path.join(self.root, f"{name}.json"))
+
+    def _path(self, key: str, name: str) -> str:
+        return os.path.join(partition_dir(self.root, key), epoch_name(self.epochs[key]), name)
+
+    def _save(self, index: PartitionIndex) -> None:
+        self._write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
+
+    def _write(self, key: str, name: str, data: bytes) -> None:
+        path = self._path(key, name)
+        try:
+            write_atomically(path, data)
+        except OSError as exc:
+            raise self._write_failed(key, path, exc) from None
+
+    def _write_failed(self, key: str, path: str, exc: OSError) -> SpoolError:
+        """LeaseLost if the epoch folder was sealed (someone claimed the partition), else a
+        SpoolWriteError naming the file, the partition and the cause."""
+        mine = self.epochs.get(key, 0)
+        newer = [e for e, _ in epochs(partition_dir(self.root, key)) if e > mine]
+        if isinstance(exc, FileNotFoundError) and newer:
+            epoch = self.epochs.pop(key, None)
+            if not self.exclusive:
+                self.partitions.pop(key, None)
+            return LeaseLost(f"partition {key!r}: epoch {epoch} was taken over by a newer "
+                             f"holder; this process may no longer write to it")
+        return SpoolWriteError(f"cannot write {path} (spool {self.root}, partition {key}): "
+                               f"{os_cause(exc)}")

@@ -1,0 +1,32 @@
+"""Capture processes seen from outside: for tests, benchmarks and an operator looking for them.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def running_holders() -> dict[int, str]:
+    """pid -> command line of every holder process this host runs (for tests and for an
+    operator looking for capture processes)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "-m spark_zmq.capture.holder " in cmdline:
+            found[int(entry)] = cmdline
+    return found
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process, 0 once it is gone (for watching capture processes)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
