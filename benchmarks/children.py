@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing.connection
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Child:
@@ -24,8 +25,9 @@ class Child:
                 raise TimeoutError(f"{self.process.name}: no {kind!r} within {timeout:.0f} s")
             got, value = self.conn.recv()
         except EOFError:
-            raise RuntimeError(f"{self.process.name} exited ({self.process.exitcode}) before "
-                               f"reporting {kind!r}") from None
+            raise RuntimeError(
+                f"{self.process.name} exited ({self.process.exitcode}) before reporting {kind!r}"
+            ) from None
         if got != kind:
             raise RuntimeError(f"{self.process.name}: {value}")
         return value

@@ -27,7 +27,7 @@ def flood(port: int, seconds: float, size: int) -> None:
 
     sock = zmq.Context().socket(zmq.PUB)
     sock.bind(f"tcp://127.0.0.1:{port}")
-    time.sleep(1.0)                               # the subscriber connects
+    time.sleep(1.0)  # the subscriber connects
     body, end = b"f" * size, time.monotonic() + seconds
     while time.monotonic() < end:
         for _ in range(64):
@@ -45,20 +45,24 @@ def trial(bound: int, seconds: float, size: int) -> tuple[int, int, bool]:
     from spark_zmq.testing.standalone import free_port
 
     port = free_port()
-    flooder = multiprocessing.get_context("spawn").Process(target=flood,
-                                                           args=(port, seconds, size))
+    flooder = multiprocessing.get_context("spawn").Process(target=flood, args=(port, seconds, size))
     flooder.start()
     peak = 0
     with logged_warnings() as warnings, tempfile.TemporaryDirectory() as folder:
         spool = Spool(folder, 64 << 30)
-        capture = Capture(spool, max_message_bytes=2 * size + 1024, flush_interval=0.1,
-                          receive_hwm=bound, name=f"bound {bound}")
+        capture = Capture(
+            spool,
+            max_message_bytes=2 * size + 1024,
+            flush_interval=0.1,
+            receive_hwm=bound,
+            name=f"bound {bound}",
+        )
         capture.start()
         capture.endpoint_joined(Endpoint("flood", f"tcp://127.0.0.1:{port}", {}, (b"",)))
         while flooder.is_alive():
             time.sleep(0.2)
             peak = max(peak, rss_bytes(os.getpid()) >> 20)
-            for key, state in spool.snapshot().items():     # a reader committing as it goes
+            for key, state in spool.snapshot().items():  # a reader committing as it goes
                 spool.truncate(key, state.end)
         received = sum(capture.received().values())
         capture.close()
@@ -84,22 +88,30 @@ def in_fresh_process(bound: int, seconds: float, size: int) -> tuple[int, int, b
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="flood length (default 8)")
-    parser.add_argument("--bounds", default="200,10000,0",
-                        help="receiveHighWaterMark values, comma-separated (default 200,10000,0)")
-    parser.add_argument("--sizes", default="64,1024",
-                        help="message sizes in KiB, comma-separated (default 64,1024)")
+    parser.add_argument(
+        "--bounds",
+        default="200,10000,0",
+        help="receiveHighWaterMark values, comma-separated (default 200,10000,0)",
+    )
+    parser.add_argument(
+        "--sizes", default="64,1024", help="message sizes in KiB, comma-separated (default 64,1024)"
+    )
     args = parser.parse_args()
     ensure_private_network(__file__)
     for size in (int(kib) << 10 for kib in args.sizes.split(",")):
-        print(f"flood of {size >> 10} KiB messages for {args.seconds:g} s per trial; each trial "
-              f"in a fresh process")
+        print(
+            f"flood of {size >> 10} KiB messages for {args.seconds:g} s per trial; each trial "
+            f"in a fresh process"
+        )
         print(f"{'receiveHighWaterMark':>22} {'captured':>10} {'peak RSS':>10}  flood logged")
         results = {}
         for bound in (int(b) for b in args.bounds.split(",")):
             received, peak, logged = in_fresh_process(bound, args.seconds, size)
             results[bound] = peak
-            print(f"{bound:>22,} {received:>10,} {peak:>8,} MiB  {'yes' if logged else 'no'}",
-                  flush=True)
+            print(
+                f"{bound:>22,} {received:>10,} {peak:>8,} MiB  {'yes' if logged else 'no'}",
+                flush=True,
+            )
         if 0 in results and len(results) > 1:
             bounded = min(v for k, v in results.items() if k)
             print(f"peak RSS, unbounded / smallest bound: {results[0] / bounded:.1f}")

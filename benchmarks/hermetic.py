@@ -17,9 +17,13 @@ def ensure_private_network(script: str) -> None:
     if os.environ.get("SPARK_ZMQ_NETNS") != "1":
         bash = shutil.which("bash") or "/bin/bash"
         sys.stdout.flush()
-        os.execv(bash, [bash, str(NETNS_SCRIPT), sys.executable, str(Path(script).resolve()),
-                        *sys.argv[1:]])
+        os.execv(
+            bash,
+            [bash, str(NETNS_SCRIPT), sys.executable, str(Path(script).resolve()), *sys.argv[1:]],
+        )
     interfaces = sorted(name for _, name in socket.if_nameindex())
     if interfaces != ["lo"]:
-        sys.exit(f"refusing to run: interfaces {interfaces} are visible; expected only lo "
-                 f"(run through {NETNS_SCRIPT})")
+        sys.exit(
+            f"refusing to run: interfaces {interfaces} are visible; expected only lo "
+            f"(run through {NETNS_SCRIPT})"
+        )

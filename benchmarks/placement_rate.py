@@ -71,8 +71,15 @@ def cluster_session(cluster):
     return spark
 
 
-def run_trial(spark, workdir: Path, placement: str, rate: float, duration: float,
-              trigger_ms: int, label: str | None = None) -> Trial:
+def run_trial(
+    spark,
+    workdir: Path,
+    placement: str,
+    rate: float,
+    duration: float,
+    trigger_ms: int,
+    label: str | None = None,
+) -> Trial:
     """PUBLISHERS publisher processes -> format("zeroeq") with ``capture=placement``."""
     context = multiprocessing.get_context("spawn")
     per = planned_count(rate / PUBLISHERS, duration)
@@ -82,19 +89,32 @@ def run_trial(spark, workdir: Path, placement: str, rate: float, duration: float
     publishers, query = [], None
     try:
         for n in range(PUBLISHERS):
-            publishers.append(PublisherProcess(context, PublishPlan(per, rate / PUBLISHERS,
-                                                                    first=n * per)))
+            publishers.append(
+                PublisherProcess(context, PublishPlan(per, rate / PUBLISHERS, first=n * per))
+            )
         addresses = ",".join(f"{LOOPBACK}:{p.port}" for p in publishers)
-        query = (spark.readStream.format("zeroeq")
-                 .options(publishers=addresses, capture=placement,
-                          spoolPath=str(folder / "spool"), captureIdleTimeout=IDLE_TIMEOUT)
-                 .load().writeStream.foreachBatch(collector)
-                 .option("checkpointLocation", str(folder / "checkpoint"))
-                 .trigger(processingTime=f"{trigger_ms} milliseconds").start())
+        query = (
+            spark.readStream.format("zeroeq")
+            .options(
+                publishers=addresses,
+                capture=placement,
+                spoolPath=str(folder / "spool"),
+                captureIdleTimeout=IDLE_TIMEOUT,
+            )
+            .load()
+            .writeStream.foreachBatch(collector)
+            .option("checkpointLocation", str(folder / "checkpoint"))
+            .trigger(processingTime=f"{trigger_ms} milliseconds")
+            .start()
+        )
         results = [p.result(SUBSCRIBE_TIMEOUT + 10 * duration + 60) for p in publishers]
-        trial.record_publisher(PublishResult(
-            sum(r.sent for r in results), max(r.seconds for r in results),
-            sum(r.dropped for r in results)))
+        trial.record_publisher(
+            PublishResult(
+                sum(r.sent for r in results),
+                max(r.seconds for r in results),
+                sum(r.dropped for r in results),
+            )
+        )
         time.sleep(0.5)
         drain_query(query, collector, 60.0 + 5 * duration)
     except Exception as exc:  # a failed query or child is a trial result, not a crash
@@ -122,8 +142,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="short trials, coarse steps")
     parser.add_argument("--duration", type=float, help="seconds per trial (default 4; quick 2)")
-    parser.add_argument("--start-rate", type=float, default=16_000.0,
-                        help="first aggregate rate tried, msg/s (default 16000)")
+    parser.add_argument(
+        "--start-rate",
+        type=float,
+        default=16_000.0,
+        help="first aggregate rate tried, msg/s (default 16000)",
+    )
     parser.add_argument("--factor", type=float, help="rate step (default 1.5; quick 2)")
     parser.add_argument("--max-steps", type=int, help="trials per search (default 6; quick 3)")
     parser.add_argument("--trigger-ms", type=int, default=500, help="trigger (default 500)")
@@ -140,8 +164,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from spark_zmq.testing.standalone import StandaloneCluster
 
-    print_header(args, f"placement_rate benchmark: {PUBLISHERS} publishers, a standalone "
-                       f"cluster of 2 workers x 1 core, both placements in one application")
+    print_header(
+        args,
+        f"placement_rate benchmark: {PUBLISHERS} publishers, a standalone "
+        f"cluster of 2 workers x 1 core, both placements in one application",
+    )
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="placement_rate-"))
     cluster = StandaloneCluster(workdir / "cluster", workers=2)
@@ -153,10 +180,18 @@ def main() -> int:
             print(f"capture={placement}:", flush=True)
             warm = run_trial(spark, workdir, placement, 2_000, 1.0, args.trigger_ms, "warm-up")
             print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
-            outcomes.append(search(
-                placement, lambda rate, p=placement: run_trial(
-                    spark, workdir, p, rate, args.duration, args.trigger_ms),
-                args.start_rate, args.factor, args.max_steps, print_progress))
+            outcomes.append(
+                search(
+                    placement,
+                    lambda rate, p=placement: run_trial(
+                        spark, workdir, p, rate, args.duration, args.trigger_ms
+                    ),
+                    args.start_rate,
+                    args.factor,
+                    args.max_steps,
+                    print_progress,
+                )
+            )
     finally:
         if spark is not None:
             spark.stop()
@@ -171,8 +206,11 @@ def main() -> int:
     best = {o.receiver: (o.best.rate if o.best else 0.0) for o in outcomes}
     for outcome in outcomes:
         bound = outcome.bound
-        limit = (f"; {bound.rate:,.0f} msg/s failed ({bound.verdict})" if bound else
-                 "; no failing rate found (raise --start-rate or --max-steps)")
+        limit = (
+            f"; {bound.rate:,.0f} msg/s failed ({bound.verdict})"
+            if bound
+            else "; no failing rate found (raise --start-rate or --max-steps)"
+        )
         print(f"  capture={outcome.receiver:<9} {best[outcome.receiver]:>9,.0f} msg/s{limit}")
     if best.get("driver"):
         print(f"  ratio executors/driver: {best['executors'] / best['driver']:.2f}")

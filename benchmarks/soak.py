@@ -47,6 +47,7 @@ CHANNEL = "soak/"
 
 # -- the parts, each run as ``soak.py <part> ...`` in a process of its own --------------------
 
+
 def run_publisher(args: argparse.Namespace) -> int:
     """Broadcast at ``--rate``; the next sequence number survives restarts in ``--state``."""
     import zmq
@@ -81,14 +82,25 @@ def run_query(args: argparse.Namespace) -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     spark = loopback_session("soak", {"spark.sql.session.timeZone": "UTC"}, log_level="ERROR")
-    query = (spark.readStream.format("ebus")
-             .options(subPort=str(args.sub_port), channels=CHANNEL, capture="executors",
-                      spoolPath=args.spool, leaseTimeout="3", captureIdleTimeout="30")
-             .load().select("partition", "offset", "channel", "data", "error")
-             .writeStream.format("parquet").option("path", args.sink)
-             .option("checkpointLocation", args.checkpoint)
-             .trigger(processingTime="1 second").start())
-    while query.isActive and not stopping:    # a py4j call would not see the signal
+    query = (
+        spark.readStream.format("ebus")
+        .options(
+            subPort=str(args.sub_port),
+            channels=CHANNEL,
+            capture="executors",
+            spoolPath=args.spool,
+            leaseTimeout="3",
+            captureIdleTimeout="30",
+        )
+        .load()
+        .select("partition", "offset", "channel", "data", "error")
+        .writeStream.format("parquet")
+        .option("path", args.sink)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    while query.isActive and not stopping:  # a py4j call would not see the signal
         time.sleep(0.2)
     failure = query.exception()
     query.stop()
@@ -99,6 +111,7 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 # -- the run ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Run:
@@ -121,27 +134,57 @@ class Run:
 
     def part(self, *args: str) -> subprocess.Popen:
         log = open(self.folder / "parts.log", "ab")
-        return subprocess.Popen([sys.executable, str(HERE), *args], stdout=log, stderr=log,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, str(HERE), *args], stdout=log, stderr=log, start_new_session=True
+        )
 
     def start_broker(self) -> None:
         self.broker = subprocess.Popen(
-            [sys.executable, "-m", "spark_zmq", "ebus", "broker",
-             "--frontend-port", str(self.frontend_port), "--backend-port",
-             str(self.backend_port), "--pub-port", str(self.pub_port),
-             "--sub-port", str(self.sub_port)],
-            stdout=subprocess.DEVNULL, stderr=open(self.folder / "broker.log", "ab"),
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "spark_zmq",
+                "ebus",
+                "broker",
+                "--frontend-port",
+                str(self.frontend_port),
+                "--backend-port",
+                str(self.backend_port),
+                "--pub-port",
+                str(self.pub_port),
+                "--sub-port",
+                str(self.sub_port),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.folder / "broker.log", "ab"),
+            start_new_session=True,
+        )
 
     def start_publisher(self, index: int) -> None:
         self.senders[index] = self.part(
-            "publisher", "--index", str(index), "--pub-port", str(self.pub_port),
-            "--rate", str(self.rate), "--state", str(self.folder / f"publisher-{index}.json"))
+            "publisher",
+            "--index",
+            str(index),
+            "--pub-port",
+            str(self.pub_port),
+            "--rate",
+            str(self.rate),
+            "--state",
+            str(self.folder / f"publisher-{index}.json"),
+        )
 
     def start_query(self) -> None:
-        self.query = self.part("query", "--sub-port", str(self.sub_port), "--spool",
-                               str(self.spool), "--checkpoint", str(self.folder / "checkpoint"),
-                               "--sink", str(self.sink))
+        self.query = self.part(
+            "query",
+            "--sub-port",
+            str(self.sub_port),
+            "--spool",
+            str(self.spool),
+            "--checkpoint",
+            str(self.folder / "checkpoint"),
+            "--sink",
+            str(self.sink),
+        )
 
     @property
     def spool(self) -> Path:
@@ -172,8 +215,9 @@ class Run:
         return f"capture process {victim} killed"
 
     def sample(self) -> None:
-        self.peak_capture_rss = max([self.peak_capture_rss]
-                                    + [rss_bytes(pid) for pid in running_holders()])
+        self.peak_capture_rss = max(
+            [self.peak_capture_rss] + [rss_bytes(pid) for pid in running_holders()]
+        )
         if self.query is not None:
             self.peak_query_rss = max(self.peak_query_rss, tree_rss_bytes(self.query.pid))
         self.peak_spool = max(self.peak_spool, folder_bytes(self.spool))
@@ -215,7 +259,7 @@ def tree_rss_bytes(root: int) -> int:
                     stat = f.read()
             except OSError:
                 continue
-            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry))
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
@@ -267,8 +311,11 @@ def count(run: Run, sent: dict[int, int]) -> dict[str, int]:
 
     spark = loopback_session("soak check", log_level="ERROR")
     try:
-        rows = spark.read.parquet(str(run.sink)).select(
-            "partition", "offset", "data", "error").collect()
+        rows = (
+            spark.read.parquet(str(run.sink))
+            .select("partition", "offset", "data", "error")
+            .collect()
+        )
     finally:
         spark.stop()
     spooled = sum(s.end for s in read_snapshot(str(run.spool)).values())
@@ -293,8 +340,11 @@ def soak(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     folder = Path(tempfile.mkdtemp(prefix="soak-"))
     run = Run(folder, args.publishers, args.rate, *(free_port() for _ in range(4)))
-    print(f"soak: {args.minutes:g} min, {args.publishers} publishers x {args.rate:g} msg/s, a "
-          f"fault every {args.fault_every:g} s (seed {args.seed}); logs in {folder}", flush=True)
+    print(
+        f"soak: {args.minutes:g} min, {args.publishers} publishers x {args.rate:g} msg/s, a "
+        f"fault every {args.fault_every:g} s (seed {args.seed}); logs in {folder}",
+        flush=True,
+    )
     started = time.monotonic()
     try:
         run.start_broker()
@@ -315,8 +365,10 @@ def soak(args: argparse.Namespace) -> int:
             time.sleep(0.5)
         for process in run.senders.values():
             stop(process)
-        sent = {i: json.loads((folder / f"publisher-{i}.json").read_text())["next"]
-                for i in range(args.publishers)}
+        sent = {
+            i: json.loads((folder / f"publisher-{i}.json").read_text())["next"]
+            for i in range(args.publishers)
+        }
         print("  publishers stopped; draining the spool into the table", flush=True)
         drain(run, timeout=180)
         run.sample()
@@ -349,10 +401,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         query.add_argument(name, required=True)
     query.add_argument("--sub-port", type=int, required=True)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long (default 10)")
-    parser.add_argument("--short", action="store_true",
-                        help="the CI version: 1 minute, a fault every 8 s")
-    parser.add_argument("--rate", type=float, default=200.0,
-                        help="messages per second per publisher (default 200)")
+    parser.add_argument(
+        "--short", action="store_true", help="the CI version: 1 minute, a fault every 8 s"
+    )
+    parser.add_argument(
+        "--rate", type=float, default=200.0, help="messages per second per publisher (default 200)"
+    )
     parser.add_argument("--publishers", type=int, default=2)
     parser.add_argument("--fault-every", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument("--seed", type=int, default=1)

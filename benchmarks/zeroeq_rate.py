@@ -73,6 +73,7 @@ MS = 1e6
 
 # -- plans and results ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PublishPlan:
     """What one publisher process sends. ``rate`` 0 means as fast as it can."""
@@ -81,7 +82,7 @@ class PublishPlan:
     rate: float
     payload_bytes: int = PAYLOAD_BYTES
     send_hwm: int = SEND_HWM
-    first: int = 0          # sequence number of the first message (several publishers, one count)
+    first: int = 0  # sequence number of the first message (several publishers, one count)
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,8 @@ class Trial:
     received: int = 0
     duplicates: int = 0
     invalid: int = 0
-    latency_ms: tuple[float, float] | None = None   # (p50, p99), connector only
-    missing: str = ""                                 # where the gaps are, e.g. "0-5, 2800-2807"
+    latency_ms: tuple[float, float] | None = None  # (p50, p99), connector only
+    missing: str = ""  # where the gaps are, e.g. "0-5, 2800-2807"
     error: str = ""
 
     def record_publisher(self, result: PublishResult) -> None:
@@ -139,8 +140,13 @@ class Trial:
 
     @property
     def success(self) -> bool:
-        return (not self.error and self.publisher_kept_up and self.gaps == 0
-                and self.duplicates == 0 and self.invalid == 0)
+        return (
+            not self.error
+            and self.publisher_kept_up
+            and self.gaps == 0
+            and self.duplicates == 0
+            and self.invalid == 0
+        )
 
     @property
     def verdict(self) -> str:
@@ -178,11 +184,14 @@ class SearchOutcome:
 
 # -- publisher process ----------------------------------------------------------------------------
 
-def publisher_main(plan: PublishPlan, release: Any, conn: multiprocessing.connection.Connection
-                   ) -> None:
+
+def publisher_main(
+    plan: PublishPlan, release: Any, conn: multiprocessing.connection.Connection
+) -> None:
     """Bind an XPUB on a random loopback port, report it, wait for a subscriber to everything,
     send ``plan``, report, then keep the socket open until released so nothing queued is lost
     at close."""
+
     def body() -> None:
         context = zmq.Context()
         sock = context.socket(zmq.XPUB)
@@ -242,10 +251,13 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
 
 # -- bare SUB receiver process --------------------------------------------------------------------
 
-def bare_receiver_main(port: int, count: int, timeout: float,
-                       conn: multiprocessing.connection.Connection) -> None:
+
+def bare_receiver_main(
+    port: int, count: int, timeout: float, conn: multiprocessing.connection.Connection
+) -> None:
     """A plain SUB loop (receive high-water mark 0, as capture uses) that checks sequence
     numbers: the reference the connector is measured against."""
+
     def body() -> None:
         context = zmq.Context()
         sock = context.socket(zmq.SUB)
@@ -293,8 +305,9 @@ def _receive_sequence(sock: zmq.Socket, count: int, timeout: float) -> ReceiveRe
             unique += 1
             if seq == last:
                 break
-    return ReceiveResult(unique, duplicates, foreign,
-                         describe_missing(np.frombuffer(seen, dtype=np.uint8) > 0))
+    return ReceiveResult(
+        unique, duplicates, foreign, describe_missing(np.frombuffer(seen, dtype=np.uint8) > 0)
+    )
 
 
 def describe_missing(present: np.ndarray, shown: int = 2) -> str:
@@ -314,6 +327,7 @@ def describe_missing(present: np.ndarray, shown: int = 2) -> str:
 
 
 # -- one bare trial and the publisher's handle ----------------------------------------------------
+
 
 class PublisherProcess:
     """The parent's handle on a publisher process: its port, its result, and its release."""
@@ -344,11 +358,11 @@ def planned_count(rate: float, duration: float) -> int:
 class Bench:
     """What every trial of one run shares."""
 
-    context: Any            # multiprocessing "spawn" context
-    workdir: Path           # the run's temporary folder, deleted at the end
-    duration: float         # seconds of publishing per trial
-    trigger_ms: int         # the connector query's processingTime trigger
-    spark: Any = None       # the run's SparkSession, if the connector is measured
+    context: Any  # multiprocessing "spawn" context
+    workdir: Path  # the run's temporary folder, deleted at the end
+    duration: float  # seconds of publishing per trial
+    trigger_ms: int  # the connector query's processingTime trigger
+    spark: Any = None  # the run's SparkSession, if the connector is measured
 
 
 def run_bare_trial(bench: Bench, rate: float) -> Trial:
@@ -358,8 +372,13 @@ def run_bare_trial(bench: Bench, rate: float) -> Trial:
     publisher = receiver = None
     try:
         publisher = PublisherProcess(context, PublishPlan(trial.planned, rate))
-        receiver = Child(context, bare_receiver_main, publisher.port, trial.planned,
-                         SUBSCRIBE_TIMEOUT + 2 * duration + 30)
+        receiver = Child(
+            context,
+            bare_receiver_main,
+            publisher.port,
+            trial.planned,
+            SUBSCRIBE_TIMEOUT + 2 * duration + 30,
+        )
         trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
         got: ReceiveResult = receiver.expect("received", SUBSCRIBE_TIMEOUT + 2 * duration + 60)
         trial.received, trial.duplicates, trial.invalid = got.unique, got.duplicates, got.foreign
@@ -375,6 +394,7 @@ def run_bare_trial(bench: Bench, rate: float) -> Trial:
 
 
 # -- connector into a Spark sink ------------------------------------------------------------------
+
 
 def start_spark() -> Any:
     """One local session for the whole run, bound to loopback, quiet."""
@@ -401,7 +421,9 @@ def payload_heads(payload: Any) -> tuple[np.ndarray, np.ndarray, int]:
         if not len(kept):
             continue
         width = np.int64 if pa.types.is_large_binary(kept.type) else np.int32
-        starts = np.frombuffer(kept.buffers()[1], dtype=width)[kept.offset:kept.offset + len(kept)]
+        starts = np.frombuffer(kept.buffers()[1], dtype=width)[
+            kept.offset : kept.offset + len(kept)
+        ]
         data = np.frombuffer(kept.buffers()[2], dtype=np.uint8)
         heads: np.ndarray = data[starts.astype(np.int64)[:, None] + np.arange(HEAD.size)]
         words = heads.view(">u8")  # (rows, 2): sequence number, send time
@@ -491,8 +513,9 @@ def drain_query(query: Any, collector: BatchCollector, timeout: float) -> None:
         rows_before = collector.rows
 
 
-def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
-                        duration: float | None = None) -> Trial:
+def run_connector_trial(
+    bench: Bench, rate: float, receiver: str = "connector", duration: float | None = None
+) -> Trial:
     """Publisher process -> ``format("zeroeq")`` -> ``foreachBatch``. The publisher binds first
     (the query needs its port) but sends nothing until the query's capture has subscribed."""
     duration = duration or bench.duration
@@ -502,12 +525,16 @@ def run_connector_trial(bench: Bench, rate: float, receiver: str = "connector",
     publisher = query = None
     try:
         publisher = PublisherProcess(bench.context, PublishPlan(trial.planned, rate))
-        query = (bench.spark.readStream.format("zeroeq")
-                 .option("publishers", f"{LOOPBACK}:{publisher.port}")
-                 .option("spoolPath", str(folder / "spool")).load()
-                 .writeStream.foreachBatch(collector)
-                 .option("checkpointLocation", str(folder / "checkpoint"))
-                 .trigger(processingTime=f"{bench.trigger_ms} milliseconds").start())
+        query = (
+            bench.spark.readStream.format("zeroeq")
+            .option("publishers", f"{LOOPBACK}:{publisher.port}")
+            .option("spoolPath", str(folder / "spool"))
+            .load()
+            .writeStream.foreachBatch(collector)
+            .option("checkpointLocation", str(folder / "checkpoint"))
+            .trigger(processingTime=f"{bench.trigger_ms} milliseconds")
+            .start()
+        )
         trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
         time.sleep(0.5)
         drain_query(query, collector, 60.0 + 5 * duration)
@@ -544,8 +571,15 @@ def stop_query(query: Any) -> None:
 
 # -- the search -----------------------------------------------------------------------------------
 
-def search(receiver: str, run: Callable[[float], Trial], start: float, factor: float,
-           max_steps: int, on_trial: Callable[[Trial], None]) -> SearchOutcome:
+
+def search(
+    receiver: str,
+    run: Callable[[float], Trial],
+    start: float,
+    factor: float,
+    max_steps: int,
+    on_trial: Callable[[Trial], None],
+) -> SearchOutcome:
     """Step the rate by ``factor`` (up while trials succeed, down while they fail) until one
     good and one bad rate bracket the limit, then try their midpoint once."""
     outcome = SearchOutcome(receiver)
@@ -576,6 +610,7 @@ def search(receiver: str, run: Callable[[float], Trial], start: float, factor: f
 
 # -- capture's memory with a full spool -----------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class MemoryResult:
     """What the capture subprocess reports: counts, bytes on disk, and its memory."""
@@ -602,10 +637,17 @@ def rss_kib() -> int:
     return 0
 
 
-def capture_memory_main(port: int, count: int, root: str, max_bytes: int, timeout: float,
-                        conn: multiprocessing.connection.Connection) -> None:
+def capture_memory_main(
+    port: int,
+    count: int,
+    root: str,
+    max_bytes: int,
+    timeout: float,
+    conn: multiprocessing.connection.Connection,
+) -> None:
     """The package's capture alone in a fresh process, receiving ``count`` messages into a spool
     under ``root``; reports its RSS before starting, at each quarter of the data and at peak."""
+
     def body() -> None:
         from spark_zmq.capture.loop import Capture
         from spark_zmq.protocols.base import Endpoint, StaticDiscovery
@@ -616,16 +658,23 @@ def capture_memory_main(port: int, count: int, root: str, max_bytes: int, timeou
         baseline = rss_kib()
         capture.start()
         key = f"{LOOPBACK}:{port}"
-        StaticDiscovery([Endpoint(key, f"tcp://{key}", {"publisher": key},
-                                  (b"", event_id(MEERKAT)))]).start(capture)
+        StaticDiscovery(
+            [Endpoint(key, f"tcp://{key}", {"publisher": key}, (b"", event_id(MEERKAT)))]
+        ).start(capture)
         try:
             first, quarters = _watch_capture(capture, count, timeout)
             capture.sync(timeout=300)
             seconds = time.monotonic() - first if first else 0.0
             held = sum(state.end - state.start for state in spool.snapshot().values())
-            result = MemoryResult(sum(capture.received().values()), held, spool.nbytes,
-                                  baseline, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                                  quarters, seconds)
+            result = MemoryResult(
+                sum(capture.received().values()),
+                held,
+                spool.nbytes,
+                baseline,
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                quarters,
+                seconds,
+            )
         finally:
             capture.close()
             spool.close()
@@ -654,8 +703,9 @@ def _watch_capture(capture: Any, count: int, timeout: float) -> tuple[float, tup
     return first, tuple(quarters)
 
 
-def run_memory_trial(context: Any, workdir: Path, gib: float, rate: float
-                     ) -> tuple[MemoryResult | None, PublishResult | None, str]:
+def run_memory_trial(
+    context: Any, workdir: Path, gib: float, rate: float
+) -> tuple[MemoryResult | None, PublishResult | None, str]:
     """~``gib`` GiB of 1 KiB events (send high-water mark 0: nothing dropped) into a capture
     subprocess; the spool is deleted afterwards."""
     count = max(1, round(gib * (1 << 30) / MEMORY_PAYLOAD_BYTES))
@@ -665,8 +715,15 @@ def run_memory_trial(context: Any, workdir: Path, gib: float, rate: float
     publisher = capture = None
     try:
         publisher = PublisherProcess(context, plan)
-        capture = Child(context, capture_memory_main, publisher.port, count, str(root / "spool"),
-                        max_bytes, SUBSCRIBE_TIMEOUT + 600.0)
+        capture = Child(
+            context,
+            capture_memory_main,
+            publisher.port,
+            count,
+            str(root / "spool"),
+            max_bytes,
+            SUBSCRIBE_TIMEOUT + 600.0,
+        )
         sent = publisher.result(SUBSCRIBE_TIMEOUT + 900.0)
         memory: MemoryResult = capture.expect("memory", 900.0)
         return memory, sent, ""
@@ -682,43 +739,57 @@ def run_memory_trial(context: Any, workdir: Path, gib: float, rate: float
 
 # -- report ---------------------------------------------------------------------------------------
 
+
 def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark") -> None:
     import pyarrow
     import pyspark
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-    java_line = (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) \
-        else "unknown"
+    java_line = (
+        (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) else "unknown"
+    )
     print(title)
     print(f"  command   : {shlex.join([sys.executable, *sys.argv])}")
-    print(f"  machine   : nproc={len(os.sched_getaffinity(0))} ({platform.machine()}, "
-          f"{platform.platform()})")
+    print(
+        f"  machine   : nproc={len(os.sched_getaffinity(0))} ({platform.machine()}, "
+        f"{platform.platform()})"
+    )
     print(f"  python    : {platform.python_version()} ({sys.executable})")
     print(f"  zmq       : pyzmq {zmq.pyzmq_version()}, libzmq {zmq.zmq_version()}")
-    print(f"  spark     : pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}, "
-          f"numpy {np.__version__}, {java_line}")
-    print(f"  network   : private namespace (interfaces: "
-          f"{', '.join(n for _, n in socket.if_nameindex())}), {LOOPBACK} only")
-    print(f"  settings  : trial {args.duration:g} s, trigger {args.trigger_ms} ms, "
-          f"start {args.start_rate:,.0f} msg/s, "
-          f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
-          f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate")
+    print(
+        f"  spark     : pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}, "
+        f"numpy {np.__version__}, {java_line}"
+    )
+    print(
+        f"  network   : private namespace (interfaces: "
+        f"{', '.join(n for _, n in socket.if_nameindex())}), {LOOPBACK} only"
+    )
+    print(
+        f"  settings  : trial {args.duration:g} s, trigger {args.trigger_ms} ms, "
+        f"start {args.start_rate:,.0f} msg/s, "
+        f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
+        f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate"
+    )
     print(flush=True)
 
 
-TABLE_HEADER = (f"{'receiver':<10} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
-                f"{'dups':>5} {'bad':>4} {'pub rate/s':>10} {'HWM drop':>8} {'p50 ms':>8} "
-                f"{'p99 ms':>8}  result")
+TABLE_HEADER = (
+    f"{'receiver':<10} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
+    f"{'dups':>5} {'bad':>4} {'pub rate/s':>10} {'HWM drop':>8} {'p50 ms':>8} "
+    f"{'p99 ms':>8}  result"
+)
 
 
 def trial_row(trial: Trial) -> str:
     p50, p99 = (f"{v:8.1f}" for v in trial.latency_ms) if trial.latency_ms else ("       -",) * 2
     note = f" ({trial.error[:90]})" if trial.error else ""
     note += f"  missing: {trial.missing}" if trial.missing else ""
-    return (f"{trial.receiver:<10} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
-            f"{trial.gaps:>8,} {trial.duplicates:>5} {trial.invalid:>4} "
-            f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99}  "
-            f"{trial.verdict}{note}")
+    return (
+        f"{trial.receiver:<10} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
+        f"{trial.gaps:>8,} {trial.duplicates:>5} {trial.invalid:>4} "
+        f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99}  "
+        f"{trial.verdict}{note}"
+    )
 
 
 def print_progress(trial: Trial) -> None:
@@ -732,14 +803,20 @@ def describe_limit(outcome: SearchOutcome) -> str:
     if bound.error:
         return f"trial at {bound.rate:,.0f} msg/s failed: {bound.error[:120]}"
     if not bound.publisher_kept_up and bound.gaps == 0:
-        return (f"the publisher: asked for {bound.rate:,.0f} msg/s it sent "
-                f"{bound.publisher_rate:,.0f} msg/s (< {KEEP_UP:.0%}); the receiver lost nothing")
+        return (
+            f"the publisher: asked for {bound.rate:,.0f} msg/s it sent "
+            f"{bound.publisher_rate:,.0f} msg/s (< {KEEP_UP:.0%}); the receiver lost nothing"
+        )
     if not bound.publisher_kept_up:
-        return (f"the publisher fell behind ({bound.publisher_rate:,.0f} of {bound.rate:,.0f} "
-                f"msg/s) and {bound.gaps:,} messages were lost")
-    return (f"gaps: at {bound.rate:,.0f} msg/s {bound.gaps:,} of {bound.planned:,} messages were "
-            f"lost ({bound.publisher_dropped:,} of them at the publisher's send HWM), "
-            f"{bound.duplicates} duplicated")
+        return (
+            f"the publisher fell behind ({bound.publisher_rate:,.0f} of {bound.rate:,.0f} "
+            f"msg/s) and {bound.gaps:,} messages were lost"
+        )
+    return (
+        f"gaps: at {bound.rate:,.0f} msg/s {bound.gaps:,} of {bound.planned:,} messages were "
+        f"lost ({bound.publisher_dropped:,} of them at the publisher's send HWM), "
+        f"{bound.duplicates} duplicated"
+    )
 
 
 def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
@@ -754,8 +831,10 @@ def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
         lost = sum(t.gaps for t in counted)
         if lost:
             at_hwm = sum(t.publisher_dropped for t in counted)
-            print(f"  over all its trials {lost:,} messages were lost: {at_hwm:,} dropped by the "
-                  f"publisher's send HWM, {lost - at_hwm:,} after leaving the publisher")
+            print(
+                f"  over all its trials {lost:,} messages were lost: {at_hwm:,} dropped by the "
+                f"publisher's send HWM, {lost - at_hwm:,} after leaving the publisher"
+            )
     by_name = {outcome.receiver: outcome for outcome in outcomes}
     bare, connector = by_name.get("bare"), by_name.get("connector")
     if bare is None or connector is None:
@@ -767,12 +846,16 @@ def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
     else:
         print("ratio connector / bare      : n/a")
     if bare.limited_by_publisher:
-        print("NOTE: even the bare SUB loop was limited by the publisher, not by receiving. The "
-              "ratio therefore has an upper bound of 1 and means 'the connector keeps up with what "
-              "a Python publisher can send on this machine', not a receive-side ceiling.")
+        print(
+            "NOTE: even the bare SUB loop was limited by the publisher, not by receiving. The "
+            "ratio therefore has an upper bound of 1 and means 'the connector keeps up with what "
+            "a Python publisher can send on this machine', not a receive-side ceiling."
+        )
     if connector.limited_by_publisher:
-        print("NOTE: the connector's search ended because the publisher fell behind (it shares "
-              "the cores with Spark, capture and the sink), not because of a gap.")
+        print(
+            "NOTE: the connector's search ended because the publisher fell behind (it shares "
+            "the cores with Spark, capture and the sink), not because of a gap."
+        )
 
 
 def print_latency(connector: SearchOutcome, modest: Trial | None, trigger_ms: int) -> None:
@@ -782,54 +865,89 @@ def print_latency(connector: SearchOutcome, modest: Trial | None, trigger_ms: in
             print(f"{label:<24}: n/a")
             continue
         p50, p99 = trial.latency_ms
-        print(f"{label:<24}: {trial.rate:>9,.0f} msg/s  p50 {p50:8.1f} ms  p99 {p99:8.1f} ms"
-              f"{'' if trial.success else '  (that trial had gaps or errors)'}")
-    print(f"  (processingTime trigger of {trigger_ms} ms: a row waits ~{trigger_ms // 2} ms for a "
-          f"trigger on average)")
+        print(
+            f"{label:<24}: {trial.rate:>9,.0f} msg/s  p50 {p50:8.1f} ms  p99 {p99:8.1f} ms"
+            f"{'' if trial.success else '  (that trial had gaps or errors)'}"
+        )
+    print(
+        f"  (processingTime trigger of {trigger_ms} ms: a row waits ~{trigger_ms // 2} ms for a "
+        f"trigger on average)"
+    )
 
 
-def print_memory(label: str, result: MemoryResult | None, sent: PublishResult | None,
-                 error: str) -> None:
+def print_memory(
+    label: str, result: MemoryResult | None, sent: PublishResult | None, error: str
+) -> None:
     print(f"-- {label}")
     if result is None or sent is None:
         print(f"   failed: {error}")
         return
     quarters = ", ".join(f"{q / 1024:,.0f}" for q in result.rss_at_quarters_kib)
     print(f"   publisher        : {sent.sent:,} messages at {sent.rate:,.0f} msg/s (SNDHWM 0)")
-    print(f"   captured         : {result.messages:,} messages, {result.rows_held:,} rows held; "
-          f"{result.rate:,.0f} msg/s (first message -> all in the spool)")
-    print(f"   spool bytes held : {result.spool_bytes:,} "
-          f"({result.spool_bytes / (1 << 30):.2f} GiB)")
-    print(f"   baseline RSS     : {result.baseline_rss_kib / 1024:,.1f} MiB "
-          f"(after imports, before capture started)")
+    print(
+        f"   captured         : {result.messages:,} messages, {result.rows_held:,} rows held; "
+        f"{result.rate:,.0f} msg/s (first message -> all in the spool)"
+    )
+    print(
+        f"   spool bytes held : {result.spool_bytes:,} ({result.spool_bytes / (1 << 30):.2f} GiB)"
+    )
+    print(
+        f"   baseline RSS     : {result.baseline_rss_kib / 1024:,.1f} MiB "
+        f"(after imports, before capture started)"
+    )
     print(f"   peak RSS         : {result.peak_rss_kib / 1024:,.1f} MiB (ru_maxrss)")
     print(f"   RSS as 25/50/75/100% had arrived: {quarters} MiB")
 
 
 # -- main -----------------------------------------------------------------------------------------
 
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="short smoke run (1 s trials, x2 steps, 0.1 GiB spool): ~2 minutes")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="short smoke run (1 s trials, x2 steps, 0.1 GiB spool): ~2 minutes",
+    )
     parser.add_argument("--duration", type=float, help="seconds per trial (default 4; quick 1)")
-    parser.add_argument("--start-rate", type=float, default=20_000.0,
-                        help="first rate tried, msg/s (default 20000)")
+    parser.add_argument(
+        "--start-rate", type=float, default=20_000.0, help="first rate tried, msg/s (default 20000)"
+    )
     parser.add_argument("--factor", type=float, help="rate step (default 1.5; quick 2)")
-    parser.add_argument("--max-steps", type=int, help="trials per search before the refinement "
-                                                      "(default 10; quick 5)")
-    parser.add_argument("--latency-rate", type=float, default=10_000.0,
-                        help="modest rate of the separate latency trial (default 10000)")
-    parser.add_argument("--trigger-ms", type=int, default=500,
-                        help="processingTime trigger of the connector's query (default 500)")
-    parser.add_argument("--spool-gb", type=float,
-                        help="GiB to hold in capture's spool (default 1.0; quick 0.1)")
-    parser.add_argument("--spool-rate", type=float,
-                        help="pace of the memory trial's publisher, msg/s, 0 = as fast as it can "
-                             "(default: both, first unpaced, then paced at half the rate "
-                             "capture reached unpaced)")
-    parser.add_argument("--skip", choices=("bare", "connector", "memory"), action="append",
-                        default=[], help="leave a part out (repeatable)")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        help="trials per search before the refinement (default 10; quick 5)",
+    )
+    parser.add_argument(
+        "--latency-rate",
+        type=float,
+        default=10_000.0,
+        help="modest rate of the separate latency trial (default 10000)",
+    )
+    parser.add_argument(
+        "--trigger-ms",
+        type=int,
+        default=500,
+        help="processingTime trigger of the connector's query (default 500)",
+    )
+    parser.add_argument(
+        "--spool-gb", type=float, help="GiB to hold in capture's spool (default 1.0; quick 0.1)"
+    )
+    parser.add_argument(
+        "--spool-rate",
+        type=float,
+        help="pace of the memory trial's publisher, msg/s, 0 = as fast as it can "
+        "(default: both, first unpaced, then paced at half the rate "
+        "capture reached unpaced)",
+    )
+    parser.add_argument(
+        "--skip",
+        choices=("bare", "connector", "memory"),
+        action="append",
+        default=[],
+        help="leave a part out (repeatable)",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     args.duration = args.duration or (1.0 if quick else 4.0)
@@ -855,8 +973,14 @@ def spark_session() -> Iterator[Any]:
 
 def measure_bare(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
     print("bare pyzmq SUB loop:", flush=True)
-    return search("bare", lambda rate: run_bare_trial(bench, rate), args.start_rate,
-                  args.factor, args.max_steps, print_progress)
+    return search(
+        "bare",
+        lambda rate: run_bare_trial(bench, rate),
+        args.start_rate,
+        args.factor,
+        args.max_steps,
+        print_progress,
+    )
 
 
 def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOutcome, Trial]:
@@ -865,15 +989,20 @@ def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOut
     print("connector -> foreachBatch:", flush=True)
     warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
     print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
-    outcome = search("connector", lambda rate: run_connector_trial(bench, rate), args.start_rate,
-                     args.factor, args.max_steps, print_progress)
+    outcome = search(
+        "connector",
+        lambda rate: run_connector_trial(bench, rate),
+        args.start_rate,
+        args.factor,
+        args.max_steps,
+        print_progress,
+    )
     modest = run_connector_trial(bench, args.latency_rate, "latency")
     print_progress(modest)
     return outcome, modest
 
 
-def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None,
-                trigger_ms: int) -> None:
+def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None, trigger_ms: int) -> None:
     print("\n== all trials ==")
     print(TABLE_HEADER)
     for trial in [t for outcome in outcomes for t in outcome.trials] + ([modest] if modest else []):
@@ -889,8 +1018,10 @@ def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
     """Capture alone: unpaced (its throughput; any backlog sits in its receive queue, since it
     uses receive high-water mark 0) and then paced at half that rate (its steady-state memory),
     unless --spool-rate picks one pace."""
-    print(f"\n== capture alone, ~{args.spool_gb:g} GiB of 1 KiB events into its spool "
-          f"(no Spark) ==", flush=True)
+    print(
+        f"\n== capture alone, ~{args.spool_gb:g} GiB of 1 KiB events into its spool (no Spark) ==",
+        flush=True,
+    )
     first = memory_trial(bench, args.spool_gb, args.spool_rate or 0.0)
     if args.spool_rate is None and first is not None and first.rate > 0:
         memory_trial(bench, args.spool_gb, round(first.rate / 2, -3) or first.rate / 2)

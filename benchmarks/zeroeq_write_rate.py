@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -73,11 +74,14 @@ CHILD_START_TIMEOUT = 60.0
 #: longest a bare publisher keeps its socket open after sending, waiting to be released
 RELEASE_TIMEOUT = 600.0
 #: one file per Spark partition: no file is split, no two files share a partition
-SPARK_CONF = {"spark.sql.files.maxPartitionBytes": str(1 << 30),
-              "spark.sql.files.openCostInBytes": str(1 << 30)}
+SPARK_CONF = {
+    "spark.sql.files.maxPartitionBytes": str(1 << 30),
+    "spark.sql.files.openCostInBytes": str(1 << 30),
+}
 
 
 # -- messages -------------------------------------------------------------------------------------
+
 
 def payloads(start: int, stop: int) -> list[bytes]:
     """Payloads of sequence numbers ``start`` to ``stop - 1``: the number, then zero padding."""
@@ -94,15 +98,21 @@ def write_input(folder: Path, rows: int, files: int) -> Path:
 
     folder.mkdir(parents=True)
     bounds = [rows * index // files for index in range(files + 1)]
-    for index, (start, stop) in enumerate(zip(bounds, bounds[1:])):
-        table = pa.table({"event": pa.array([EVENT] * (stop - start), pa.string()),
-                          "payload": pa.array(payloads(start, stop), pa.binary())})
-        pq.write_table(table, folder / f"part-{index:03d}.parquet",
-                       row_group_size=max(1, stop - start))
+    for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
+        table = pa.table(
+            {
+                "event": pa.array([EVENT] * (stop - start), pa.string()),
+                "payload": pa.array(payloads(start, stop), pa.binary()),
+            }
+        )
+        pq.write_table(
+            table, folder / f"part-{index:03d}.parquet", row_group_size=max(1, stop - start)
+        )
     return folder
 
 
 # -- the subscriber -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Reception:
@@ -139,8 +149,10 @@ class Reception:
             return ""
         missing = self.expected - self.unique
         first = f" (first: #{self.first_missing})" if self.first_missing is not None else ""
-        return (f"{missing:,} missing{first}, {self.duplicates:,} duplicated, "
-                f"{self.foreign:,} not benchmark messages")
+        return (
+            f"{missing:,} missing{first}, {self.duplicates:,} duplicated, "
+            f"{self.foreign:,} not benchmark messages"
+        )
 
 
 class PublisherFinder:
@@ -154,8 +166,9 @@ class PublisherFinder:
         self.session = session
         self.found: list[str] = []
         self._zeroconf = make_zeroconf((LOOPBACK,))
-        self._browser = ServiceBrowser(self._zeroconf, PUBLISHER_SERVICE,
-                                       handlers=[self._on_change])
+        self._browser = ServiceBrowser(
+            self._zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change]
+        )
 
     def _on_change(self, zeroconf: Any, service_type: str, name: str, state_change: Any) -> None:
         from zeroconf import ServiceStateChange
@@ -189,13 +202,18 @@ def subscriber_socket(context: zmq.Context) -> zmq.Socket:
 
 def connect_new(sock: zmq.Socket, finder: PublisherFinder | None, connected: list[str]) -> None:
     if finder is not None:
-        for address in finder.found[len(connected):]:
+        for address in finder.found[len(connected) :]:
             sock.connect(address)
             connected.append(address)
 
 
-def receive(sock: zmq.Socket, count: int, timeout: float, finder: PublisherFinder | None,
-            connected: list[str]) -> Reception:
+def receive(
+    sock: zmq.Socket,
+    count: int,
+    timeout: float,
+    finder: PublisherFinder | None,
+    connected: list[str],
+) -> Reception:
     """Receive until every sequence number below ``count`` arrived, the stream went idle for
     ``IDLE_SECONDS`` after a first message, or ``timeout``; connect to publishers as found."""
     seen = bytearray(count)
@@ -230,14 +248,19 @@ def receive(sock: zmq.Socket, count: int, timeout: float, finder: PublisherFinde
             seen[sequence] = 1
             unique += 1
     first_missing = seen.find(0) if unique < count else None
-    return Reception(count, unique, duplicates, foreign, first_missing, first, last,
-                     len(connected))
+    return Reception(count, unique, duplicates, foreign, first_missing, first, last, len(connected))
 
 
-def subscriber_main(session: str | None, endpoints: tuple[str, ...], count: int, timeout: float,
-                    conn: multiprocessing.connection.Connection) -> None:
+def subscriber_main(
+    session: str | None,
+    endpoints: tuple[str, ...],
+    count: int,
+    timeout: float,
+    conn: multiprocessing.connection.Connection,
+) -> None:
     """Subscribe to ``endpoints``, or to every publisher of ``session`` found over ZeroConf,
     report ``ready``, receive ``count`` messages and report the ``Reception``."""
+
     def body() -> None:
         context = zmq.Context()
         sock = subscriber_socket(context)
@@ -259,6 +282,7 @@ def subscriber_main(session: str | None, endpoints: tuple[str, ...], count: int,
 
 # -- the bare publisher ---------------------------------------------------------------------------
 
+
 def wait_for_subscription(sock: zmq.Socket, topic: bytes, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -267,11 +291,13 @@ def wait_for_subscription(sock: zmq.Socket, topic: bytes, timeout: float) -> Non
     raise TimeoutError(f"no subscriber within {timeout:.0f} s")
 
 
-def bare_publisher_main(count: int, send_hwm: int,
-                        conn: multiprocessing.connection.Connection) -> None:
+def bare_publisher_main(
+    count: int, send_hwm: int, conn: multiprocessing.connection.Connection
+) -> None:
     """Build ``count`` messages, bind an XPUB on a random loopback port and report it, wait for
     the subscription, send everything (blocking on back-pressure), report the send's start and
     end, and keep the socket open until released so nothing queued is lost at close."""
+
     def body() -> None:
         messages = [[WIRE_ID, payload] for payload in payloads(0, count)]
         context = zmq.Context()
@@ -295,6 +321,7 @@ def bare_publisher_main(count: int, send_hwm: int,
 
 
 # -- one round ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BareRun:
@@ -354,8 +381,14 @@ def run_bare(context: Any, rows: int) -> BareRun:
     subscriber = None
     try:
         port = publisher.expect("port", CHILD_START_TIMEOUT)
-        subscriber = Child(context, subscriber_main, None, (f"tcp://{LOOPBACK}:{port}",), rows,
-                           receive_timeout(rows))
+        subscriber = Child(
+            context,
+            subscriber_main,
+            None,
+            (f"tcp://{LOOPBACK}:{port}",),
+            rows,
+            receive_timeout(rows),
+        )
         subscriber.expect("ready", CHILD_START_TIMEOUT)
         started, ended = publisher.expect("sent", receive_timeout(rows))
         return BareRun(subscriber.expect("received", receive_timeout(rows)), ended - started)
@@ -368,18 +401,23 @@ def run_bare(context: Any, rows: int) -> BareRun:
 
 
 def start_writer(spark: Any, input_dir: Path, checkpoint: Path, session: str) -> Any:
-    return (spark.readStream.schema(INPUT_SCHEMA).parquet(str(input_dir))
-            .writeStream.format("zeroeq")
-            .option("session", session)
-            .option("waitForSubscribers", str(WAIT_FOR_SUBSCRIBERS))
-            .option("sendHighWaterMark", str(SEND_HWM))
-            .option("discoveryInterfaces", LOOPBACK)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True).start())
+    return (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .parquet(str(input_dir))
+        .writeStream.format("zeroeq")
+        .option("session", session)
+        .option("waitForSubscribers", str(WAIT_FOR_SUBSCRIBERS))
+        .option("sendHighWaterMark", str(SEND_HWM))
+        .option("discoveryInterfaces", LOOPBACK)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
-def run_writer(spark: Any, context: Any, input_dir: Path, checkpoint: Path, rows: int,
-               session: str) -> WriterRun:
+def run_writer(
+    spark: Any, context: Any, input_dir: Path, checkpoint: Path, rows: int, session: str
+) -> WriterRun:
     """Parquet -> ``format("zeroeq")`` -> the subscriber process, which finds the publishers of
     ``session`` over ZeroConf. The subscriber is browsing before the query starts, so its own
     start-up is not in the query's wall time."""
@@ -405,23 +443,32 @@ def run_writer(spark: Any, context: Any, input_dir: Path, checkpoint: Path, rows
 
 # -- report ---------------------------------------------------------------------------------------
 
+
 def print_header(args: argparse.Namespace) -> None:
     import pyarrow
     import pyspark
 
     print("zeroeq_write_rate benchmark: Spark zeroeq writer vs bare pyzmq XPUB")
     print(f"  command  : {shlex.join([sys.executable, *sys.argv])}")
-    print(f"  machine  : {len(os.sched_getaffinity(0))} cores usable of {os.cpu_count()} "
-          f"({platform.machine()}, {platform.platform()})")
+    print(
+        f"  machine  : {len(os.sched_getaffinity(0))} cores usable of {os.cpu_count()} "
+        f"({platform.machine()}, {platform.platform()})"
+    )
     print(f"  python   : {platform.python_version()}")
-    print(f"  versions : pyspark {pyspark.__version__}, pyzmq {zmq.pyzmq_version()} "
-          f"(libzmq {zmq.zmq_version()}), pyarrow {pyarrow.__version__}")
-    print(f"  network  : private namespace, interfaces "
-          f"{', '.join(name for _, name in socket.if_nameindex())}; {LOOPBACK} only")
-    print(f"  settings : {args.rows:,} messages of 16 + {PAYLOAD_BYTES} bytes, "
-          f"{args.partitions} input partition(s), {args.rounds} round(s) after a "
-          f"{args.warmup_rows:,}-row warm-up query; SNDHWM {SEND_HWM:,} + XPUB_NODROP on both "
-          f"sides, subscriber RCVHWM 0")
+    print(
+        f"  versions : pyspark {pyspark.__version__}, pyzmq {zmq.pyzmq_version()} "
+        f"(libzmq {zmq.zmq_version()}), pyarrow {pyarrow.__version__}"
+    )
+    print(
+        f"  network  : private namespace, interfaces "
+        f"{', '.join(name for _, name in socket.if_nameindex())}; {LOOPBACK} only"
+    )
+    print(
+        f"  settings : {args.rows:,} messages of 16 + {PAYLOAD_BYTES} bytes, "
+        f"{args.partitions} input partition(s), {args.rounds} round(s) after a "
+        f"{args.warmup_rows:,}-row warm-up query; SNDHWM {SEND_HWM:,} + XPUB_NODROP on both "
+        f"sides, subscriber RCVHWM 0"
+    )
     print(flush=True)
 
 
@@ -442,18 +489,22 @@ def phases_cell(run: WriterRun) -> str:
     return " / ".join(f"{value:.2f}" for value in phases)
 
 
-TABLE_HEADER = (f"{'round':<7}{'bare msg/s':>12}{'writer msg/s':>14}{'writer/bare':>13}  "
-                f"{'bare once':<10}{'writer once':<12}{'writer wall s':>14}  "
-                f"start-up / stream / end s")
+TABLE_HEADER = (
+    f"{'round':<7}{'bare msg/s':>12}{'writer msg/s':>14}{'writer/bare':>13}  "
+    f"{'bare once':<10}{'writer once':<12}{'writer wall s':>14}  "
+    f"start-up / stream / end s"
+)
 
 
 def round_row(label: str, result: Round) -> str:
     ratio = f"{result.ratio:>13.2f}" if result.ratio is not None else f"{'-':>13}"
     wall = f"{result.writer.wall:>14.2f}" if result.writer.reception else f"{'-':>14}"
-    return (f"{label:<7}{rate_cell(result.bare.reception, 12)}"
-            f"{rate_cell(result.writer.reception, 14)}{ratio}  "
-            f"{once_cell(result.bare.reception):<10}{once_cell(result.writer.reception):<12}"
-            f"{wall}  {phases_cell(result.writer)}")
+    return (
+        f"{label:<7}{rate_cell(result.bare.reception, 12)}"
+        f"{rate_cell(result.writer.reception, 14)}{ratio}  "
+        f"{once_cell(result.bare.reception):<10}{once_cell(result.writer.reception):<12}"
+        f"{wall}  {phases_cell(result.writer)}"
+    )
 
 
 def median_row(rounds: Sequence[Round]) -> str:
@@ -464,12 +515,16 @@ def median_row(rounds: Sequence[Round]) -> str:
     writer = median([r.writer.reception.rate for r in rounds if r.writer.reception])
     ratio = median([r.ratio for r in rounds if r.ratio is not None])
     wall = median([r.writer.wall for r in rounds if r.writer.reception])
-    cells = [f"{bare:>12,.0f}" if bare else f"{'-':>12}",
-             f"{writer:>14,.0f}" if writer else f"{'-':>14}",
-             f"{ratio:>13.2f}" if ratio is not None else f"{'-':>13}"]
+    cells = [
+        f"{bare:>12,.0f}" if bare else f"{'-':>12}",
+        f"{writer:>14,.0f}" if writer else f"{'-':>14}",
+        f"{ratio:>13.2f}" if ratio is not None else f"{'-':>13}",
+    ]
     wall_cell = f"{wall:>14.2f}" if wall is not None else f"{'-':>14}"
-    once = [all(r.bare.reception and r.bare.reception.exactly_once for r in rounds),
-            all(r.writer.reception and r.writer.reception.exactly_once for r in rounds)]
+    once = [
+        all(r.bare.reception and r.bare.reception.exactly_once for r in rounds),
+        all(r.writer.reception and r.writer.reception.exactly_once for r in rounds),
+    ]
     verdicts = ["all yes" if ok else "NOT all" for ok in once]
     return f"{'median':<7}{''.join(cells)}  {verdicts[0]:<10}{verdicts[1]:<12}{wall_cell}"
 
@@ -484,8 +539,10 @@ def round_notes(index: int, result: Round, partitions: int) -> list[str]:
             notes.append(f"round {index} {side}: {run.reception.problems()}")
     writer = result.writer.reception
     if writer is not None and writer.publishers != partitions:
-        notes.append(f"round {index} writer: the subscriber connected to {writer.publishers} "
-                     f"publishers, expected {partitions} (one per partition)")
+        notes.append(
+            f"round {index} writer: the subscriber connected to {writer.publishers} "
+            f"publishers, expected {partitions} (one per partition)"
+        )
     return notes
 
 
@@ -498,35 +555,52 @@ def print_report(rounds: Sequence[Round], partitions: int) -> None:
     sends = [r.bare for r in rounds if r.bare.reception and r.bare.send_seconds > 0]
     if sends:
         rates = [r.reception.expected / r.send_seconds for r in sends if r.reception]
-        print(f"\nbare publisher's own send loop: median {statistics.median(rates):,.0f} msg/s "
-              f"(prebuilt messages; the receiver, at its rate above, is the slower side when "
-              f"this is higher)")
-    print("writer wall: start() -> query terminated; start-up = start() -> first message "
-          "received (batch planning, Python worker, publisher + ZeroConf announcement, "
-          "discovery, subscription), end = last message -> query terminated (commit, "
-          "availableNow check)")
+        print(
+            f"\nbare publisher's own send loop: median {statistics.median(rates):,.0f} msg/s "
+            f"(prebuilt messages; the receiver, at its rate above, is the slower side when "
+            f"this is higher)"
+        )
+    print(
+        "writer wall: start() -> query terminated; start-up = start() -> first message "
+        "received (batch planning, Python worker, publisher + ZeroConf announcement, "
+        "discovery, subscription), end = last message -> query terminated (commit, "
+        "availableNow check)"
+    )
     if any(phases[2] < 0 for phases in (r.writer.phases() for r in rounds) if phases):
-        print("a negative end: the query had finished before the last message arrived; the "
-              "tasks had handed everything to zmq, and the rest was still queued (up to the "
-              "send high-water mark per subscriber) on its way to the subscriber")
+        print(
+            "a negative end: the query had finished before the last message arrived; the "
+            "tasks had handed everything to zmq, and the rest was still queued (up to the "
+            "send high-water mark per subscriber) on its way to the subscriber"
+        )
     if partitions > 1:
-        print(f"note: the writer ran {partitions} publishers (one per partition) into one "
-              f"subscriber; the bare side always runs one publisher")
-    notes = [note for index, result in enumerate(rounds, 1)
-             for note in round_notes(index, result, partitions)]
+        print(
+            f"note: the writer ran {partitions} publishers (one per partition) into one "
+            f"subscriber; the bare side always runs one publisher"
+        )
+    notes = [
+        note
+        for index, result in enumerate(rounds, 1)
+        for note in round_notes(index, result, partitions)
+    ]
     for note in notes:
         print(f"NOTE: {note}")
 
 
 # -- main -----------------------------------------------------------------------------------------
 
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="20,000 rows and one round: a smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="20,000 rows and one round: a smoke run"
+    )
     parser.add_argument("--rows", type=int, help="messages per run (default 200,000; quick 20,000)")
-    parser.add_argument("--partitions", type=int, default=1,
-                        help="input partitions, i.e. writer tasks and publishers (default 1)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="input partitions, i.e. writer tasks and publishers (default 1)",
+    )
     parser.add_argument("--rounds", type=int, help="rounds of bare + writer (default 3; quick 1)")
     args = parser.parse_args(argv)
     args.rows = args.rows or (20_000 if args.quick else 200_000)
@@ -553,19 +627,34 @@ def run_rounds(spark: Any, context: Any, workdir: Path, args: argparse.Namespace
     """A warm-up query (JVM JIT, Python worker, imports: not counted), then the rounds."""
     run_id = f"{os.getpid()}-{int(time.time())}"
     warmup_dir = write_input(workdir / "warmup", args.warmup_rows, args.partitions)
-    warm = run_writer(spark, context, warmup_dir, workdir / "checkpoint-warmup",
-                      args.warmup_rows, f"bench-write-{run_id}-warmup")
-    print(f"warm-up query: {warm.wall:.2f} s{' (' + warm.error + ')' if warm.error else ''}",
-          flush=True)
+    warm = run_writer(
+        spark,
+        context,
+        warmup_dir,
+        workdir / "checkpoint-warmup",
+        args.warmup_rows,
+        f"bench-write-{run_id}-warmup",
+    )
+    print(
+        f"warm-up query: {warm.wall:.2f} s{' (' + warm.error + ')' if warm.error else ''}",
+        flush=True,
+    )
     input_dir = write_input(workdir / "input", args.rows, args.partitions)
-    print(f"Spark plans {planned_partitions(spark, input_dir)} partition(s) for the input",
-          flush=True)
+    print(
+        f"Spark plans {planned_partitions(spark, input_dir)} partition(s) for the input", flush=True
+    )
     print(TABLE_HEADER, flush=True)
     rounds = []
     for index in range(1, args.rounds + 1):
         bare = run_bare(context, args.rows)
-        writer = run_writer(spark, context, input_dir, workdir / f"checkpoint-{index}",
-                            args.rows, f"bench-write-{run_id}-{index}")
+        writer = run_writer(
+            spark,
+            context,
+            input_dir,
+            workdir / f"checkpoint-{index}",
+            args.rows,
+            f"bench-write-{run_id}-{index}",
+        )
         rounds.append(Round(bare, writer))
         print(f"  {round_row(str(index), rounds[-1])}", flush=True)
     return rounds

@@ -29,18 +29,34 @@ from spark_zmq.spark.session import job_session
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="Example: --format zeroeq --option session=alice "
-                                            "--output out/alice --seconds 600")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Example: --format zeroeq --option session=alice --output out/alice --seconds 600",
+    )
     parser.add_argument("--format", required=True, choices=sorted(FORMATS))
-    parser.add_argument("--option", action="append", type=option_arg, default=[],
-                        metavar="KEY=VALUE", help="a reader option of the format (repeatable)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=option_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a reader option of the format (repeatable)",
+    )
     parser.add_argument("--output", required=True, help="the Parquet table's folder")
     parser.add_argument("--checkpoint", help="checkpoint folder (default: OUTPUT_checkpoint)")
-    parser.add_argument("--trigger", type=float, default=5.0, metavar="SECONDS",
-                        help="micro-batch interval (default 5)")
-    parser.add_argument("--seconds", type=float, default=0.0,
-                        help="stop after this long (default 0: run until stopped)")
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="micro-batch interval (default 5)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=0.0,
+        help="stop after this long (default 0: run until stopped)",
+    )
     return parser.parse_args(argv)
 
 
@@ -52,10 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     reader = spark.readStream.format(args.format).options(**dict(args.option))
     rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))
     spark.streams.addListener(ProgressPrinter())
-    query = (rows.writeStream.format("parquet").option("path", output)
-             .option("checkpointLocation", checkpoint).partitionBy("date", "endpoint")
-             .queryName(f"capture_{args.format}")
-             .trigger(processingTime=f"{args.trigger:g} seconds").start())
+    query = (
+        rows.writeStream.format("parquet")
+        .option("path", output)
+        .option("checkpointLocation", checkpoint)
+        .partitionBy("date", "endpoint")
+        .queryName(f"capture_{args.format}")
+        .trigger(processingTime=f"{args.trigger:g} seconds")
+        .start()
+    )
     print(f"capturing {args.format} into {output}", flush=True)
     try:
         query.awaitTermination(args.seconds or None)

@@ -22,12 +22,27 @@ from spark_zmq.spark.session import job_session
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--format", required=True, choices=sorted(FORMATS))
-    parser.add_argument("--option", action="append", type=option_arg, default=[],
-                        metavar="KEY=VALUE", help="a reader option of the format (repeatable)")
-    parser.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS",
-                        help="micro-batch interval (default 1)")
-    parser.add_argument("--seconds", type=float, default=0.0,
-                        help="stop after this long (default 0: run until stopped)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=option_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a reader option of the format (repeatable)",
+    )
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="micro-batch interval (default 1)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=0.0,
+        help="stop after this long (default 0: run until stopped)",
+    )
     return parser.parse_args(argv)
 
 
@@ -36,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = job_session(f"monitor {args.format}")
     reader = spark.readStream.format(args.format).options(**dict(args.option))
     spark.streams.addListener(ProgressPrinter())
-    query = (with_gap_count(reader.load()).writeStream.format("noop")
-             .queryName(f"monitor_{args.format}")
-             .trigger(processingTime=f"{args.trigger:g} seconds").start())
+    query = (
+        with_gap_count(reader.load())
+        .writeStream.format("noop")
+        .queryName(f"monitor_{args.format}")
+        .trigger(processingTime=f"{args.trigger:g} seconds")
+        .start()
+    )
     try:
         query.awaitTermination(args.seconds or None)
     finally:

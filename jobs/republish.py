@@ -30,19 +30,45 @@ from spark_zmq.spark.session import job_session
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, choices=sorted(FORMATS))
-    parser.add_argument("--from-option", action="append", type=option_arg, default=[],
-                        metavar="KEY=VALUE", help="a reader option (repeatable)")
+    parser.add_argument(
+        "--from-option",
+        action="append",
+        type=option_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a reader option (repeatable)",
+    )
     parser.add_argument("--to", dest="target", required=True, choices=sorted(FORMATS))
-    parser.add_argument("--to-option", action="append", type=option_arg, default=[],
-                        metavar="KEY=VALUE", help="a writer option (repeatable)")
-    parser.add_argument("--select", action="append", required=True, metavar="SQL",
-                        help="a SQL expression over the reader's columns giving one of the "
-                             "writer's (repeatable), e.g. \"data AS text\"")
+    parser.add_argument(
+        "--to-option",
+        action="append",
+        type=option_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a writer option (repeatable)",
+    )
+    parser.add_argument(
+        "--select",
+        action="append",
+        required=True,
+        metavar="SQL",
+        help="a SQL expression over the reader's columns giving one of the "
+        'writer\'s (repeatable), e.g. "data AS text"',
+    )
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint folder")
-    parser.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS",
-                        help="micro-batch interval (default 1)")
-    parser.add_argument("--seconds", type=float, default=0.0,
-                        help="stop after this long (default 0: run until stopped)")
+    parser.add_argument(
+        "--trigger",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="micro-batch interval (default 1)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=0.0,
+        help="stop after this long (default 0: run until stopped)",
+    )
     return parser.parse_args(argv)
 
 
@@ -51,11 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     spark = job_session(f"republish {args.source} to {args.target}")
     reader = spark.readStream.format(args.source).options(**dict(args.from_option))
     rows = with_gap_count(reader.load()).where("error IS NULL").selectExpr(*args.select)
-    writer = (rows.writeStream.format(args.target).option("checkpointLocation", args.checkpoint)
-              .options(**dict(args.to_option)))
+    writer = (
+        rows.writeStream.format(args.target)
+        .option("checkpointLocation", args.checkpoint)
+        .options(**dict(args.to_option))
+    )
     spark.streams.addListener(ProgressPrinter())
-    query = (writer.queryName(f"republish_{args.source}_to_{args.target}")
-             .trigger(processingTime=f"{args.trigger:g} seconds").start())
+    query = (
+        writer.queryName(f"republish_{args.source}_to_{args.target}")
+        .trigger(processingTime=f"{args.trigger:g} seconds")
+        .start()
+    )
     print(f"republishing {args.source} as {args.target}", flush=True)
     try:
         query.awaitTermination(args.seconds or None)

@@ -29,15 +29,27 @@ from spark_zmq.spark.session import loopback_session
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--session", default="demo", help="ZeroEQ session to read (default demo)")
-    parser.add_argument("--discovery-interfaces", default="127.0.0.1",
-                        help="where ZeroConf browses: all, or addresses/interface names "
-                             "(default 127.0.0.1: nothing leaves the machine)")
-    parser.add_argument("--demo-publishers", type=int, default=3,
-                        help="demo publishers to start on loopback (0: read real ones)")
-    parser.add_argument("--events", type=int, default=200,
-                        help="events each demo publisher sends (default 200)")
-    parser.add_argument("--seconds", type=float, default=120.0,
-                        help="stop after this long (with demo publishers: at the latest)")
+    parser.add_argument(
+        "--discovery-interfaces",
+        default="127.0.0.1",
+        help="where ZeroConf browses: all, or addresses/interface names "
+        "(default 127.0.0.1: nothing leaves the machine)",
+    )
+    parser.add_argument(
+        "--demo-publishers",
+        type=int,
+        default=3,
+        help="demo publishers to start on loopback (0: read real ones)",
+    )
+    parser.add_argument(
+        "--events", type=int, default=200, help="events each demo publisher sends (default 200)"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=120.0,
+        help="stop after this long (with demo publishers: at the latest)",
+    )
     parser.add_argument("--output", default="out/zeroeq_events", help="Parquet table folder")
     return parser.parse_args(argv)
 
@@ -78,23 +90,34 @@ def main(argv: list[str] | None = None) -> int:
     output = os.path.abspath(args.output)
     checkpoint = output.rstrip("/") + "_checkpoint"
     zeroconf = make_zeroconf(("127.0.0.1",)) if args.demo_publishers else None
-    publishers = [Publisher(args.session, zeroconf=zeroconf, application="zeroeq-demo")
-                  for _ in range(args.demo_publishers)]
+    publishers = [
+        Publisher(args.session, zeroconf=zeroconf, application="zeroeq-demo")
+        for _ in range(args.demo_publishers)
+    ]
     expected = args.events * len(publishers)
     mine = [p.instance_name for p in publishers]
-    reader = (spark.readStream.format("zeroeq").option("session", args.session)
-              .option("discoveryInterfaces", args.discovery_interfaces))
+    reader = (
+        spark.readStream.format("zeroeq")
+        .option("session", args.session)
+        .option("discoveryInterfaces", args.discovery_interfaces)
+    )
     if publishers:
         reader = reader.option("events", "demo::Temperature,demo::Heartbeat")
-    query = (reader.load().writeStream.format("parquet").option("path", output)
-             .option("checkpointLocation", checkpoint)
-             .trigger(processingTime="1 second").start())
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", output)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="1 second")
+        .start()
+    )
     print(f"streaming ZeroEQ session {args.session!r} into {output}", flush=True)
     try:
         if publishers:
             started = threading.Event()
-            sender = threading.Thread(target=publish_demo_events,
-                                      args=(publishers, args.events, started), daemon=True)
+            sender = threading.Thread(
+                target=publish_demo_events, args=(publishers, args.events, started), daemon=True
+            )
             sender.start()
             wait_for_table(spark, output, mine, expected, args.seconds)
         else:
@@ -116,8 +139,9 @@ def rows_from(spark: SparkSession, path: str, publishers: list[str]):
     return table.where(F.col("publisher").isin(publishers)) if publishers else table
 
 
-def wait_for_table(spark: SparkSession, path: str, publishers: list[str], expected: int,
-                   seconds: float) -> None:
+def wait_for_table(
+    spark: SparkSession, path: str, publishers: list[str], expected: int, seconds: float
+) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -134,8 +158,17 @@ def report(spark: SparkSession, path: str, publishers: list[str], expected: int)
     total = rows.count()
     print(f"\nwrote {total} rows to {path}")
     rows.groupBy("publisher", "event").count().orderBy("publisher", "event").show(truncate=False)
-    (rows.select("publisher", "offset", "event", F.col("payload").cast("string").alias("payload"),
-                 "received_at").orderBy("received_at").show(5, truncate=False))
+    (
+        rows.select(
+            "publisher",
+            "offset",
+            "event",
+            F.col("payload").cast("string").alias("payload"),
+            "received_at",
+        )
+        .orderBy("received_at")
+        .show(5, truncate=False)
+    )
     if publishers and total != expected:
         print(f"expected {expected} rows from the demo publishers, found {total}", file=sys.stderr)
         return 1

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from spark_zmq import security
-
-
-class OptionError(ValueError):
-    """A wrong option name, type or value; the message names the option and what it accepts."""
-
+from spark_zmq.errors import OptionError
 
 Parser = Callable[[str], Any]
 
@@ -41,6 +38,7 @@ class Option:
 
 # ---------------------------------------------------------------------------------------------
 # Parsers. Each raises ValueError; parse_options turns that into an OptionError naming the option.
+
 
 def text(value: str) -> str:
     return value
@@ -90,8 +88,18 @@ def boolean(value: str) -> bool:
     raise ValueError(value)
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+}
 
 
 def byte_size(value: str) -> int:
@@ -124,6 +132,7 @@ def choice(*values: str) -> Parser:
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Options(Mapping[str, Any]):
@@ -158,8 +167,9 @@ def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, s
     rejects (naming the accepted values). Spark's own options are passed over.
     """
     by_lower = {spec.name.lower(): spec for spec in specs}
-    values = {spec.name: None if spec.default is None else spec.parse(spec.default)
-              for spec in specs}
+    values = {
+        spec.name: None if spec.default is None else spec.parse(spec.default) for spec in specs
+    }
     given: set[str] = set()
     for key, value in raw.items():
         spec = by_lower.get(key.lower())
@@ -173,8 +183,9 @@ def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, s
             # a protocol's own error class (AddressError, ...) says what is wrong; a bare
             # ValueError from int() or float() would only repeat the value
             detail = "" if type(exc) in (ValueError, KeyError, TypeError) else f" ({exc})"
-            raise OptionError(f"{format_name}: option '{spec.name}' must be {spec.accepts}; "
-                              f"got {value!r}{detail}") from exc
+            raise OptionError(
+                f"{format_name}: option '{spec.name}' must be {spec.accepts}; got {value!r}{detail}"
+            ) from exc
         given.add(spec.name)
     return Options(format_name, values, frozenset(given))
 
@@ -184,9 +195,8 @@ def _unknown_option_message(format_name: str, key: str, specs: Iterable[Option])
     close = difflib.get_close_matches(key.lower(), [n.lower() for n in names], n=1)
     hint = ""
     if close:
-        hint = " Did you mean '%s'?" % next(n for n in names if n.lower() == close[0])
-    return (f"{format_name}: unknown option '{key}'.{hint} "
-            f"Accepted options: {', '.join(names)}")
+        hint = f" Did you mean '{next(n for n in names if n.lower() == close[0])}'?"
+    return f"{format_name}: unknown option '{key}'.{hint} Accepted options: {', '.join(names)}"
 
 
 def option_table(specs: Sequence[Option]) -> str:
@@ -204,19 +214,38 @@ def option_table(specs: Sequence[Option]) -> str:
 KEY = "a 40-character Z85 key or a zmq.auth key file"
 
 CURVE_OPTIONS: tuple[Option, ...] = (
-    Option("curveServerKey", security.public_key, KEY, None,
-           "CURVE: the public key of the server this side connects to (publisher, broker, "
-           "gobyd); the connection is then encrypted and the server authenticated."),
-    Option("curvePublicKey", security.public_key, KEY, None,
-           "CURVE: this side's public key (derived from `curveSecretKey` when not given)."),
-    Option("curveSecretKey", security.secret_key, KEY, None,
-           "CURVE: this side's secret key. A side that binds (a writer's socket, a reader's "
-           "management port) becomes a CURVE server; a client without one uses a fresh key "
-           "pair."),
-    Option("curveClientKeys", security.public_keys,
-           "comma-separated keys or key files, or a folder of .key files", None,
-           "CURVE: the client public keys a CURVE server of this side accepts. Default: any "
-           "client that completes the handshake (the management port then refuses all)."),
+    Option(
+        "curveServerKey",
+        security.public_key,
+        KEY,
+        None,
+        "CURVE: the public key of the server this side connects to (publisher, broker, "
+        "gobyd); the connection is then encrypted and the server authenticated.",
+    ),
+    Option(
+        "curvePublicKey",
+        security.public_key,
+        KEY,
+        None,
+        "CURVE: this side's public key (derived from `curveSecretKey` when not given).",
+    ),
+    Option(
+        "curveSecretKey",
+        security.secret_key,
+        KEY,
+        None,
+        "CURVE: this side's secret key. A side that binds (a writer's socket, a reader's "
+        "management port) becomes a CURVE server; a client without one uses a fresh key "
+        "pair.",
+    ),
+    Option(
+        "curveClientKeys",
+        security.public_keys,
+        "comma-separated keys or key files, or a folder of .key files",
+        None,
+        "CURVE: the client public keys a CURVE server of this side accepts. Default: any "
+        "client that completes the handshake (the management port then refuses all).",
+    ),
 )
 
 
@@ -226,61 +255,125 @@ CURVE_OPTIONS: tuple[Option, ...] = (
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 
 READER_OPTIONS: tuple[Option, ...] = (
-    Option("mode", choice(*MODES), "one of " + ", ".join(MODES), "PERMISSIVE",
-           "What to do with a malformed message: keep it as a row with `error` set and the raw "
-           "bytes in `payload`, drop it (counted and logged), or fail the query."),
-    Option("maxRecordsPerTrigger", positive_int, "a positive integer", None,
-           "Admission control: at most this many messages per micro-batch over all partitions."),
-    Option("startingOffsets", choice("earliest", "latest"), "earliest or latest", "latest",
-           "Where a new query (no checkpoint) starts in a spool that already holds messages: "
-           "after them (what is captured from now on), or at the first one still held (what an "
-           "earlier query with the same spool left uncommitted). A restart from a checkpoint "
-           "goes on where it stopped either way."),
-    Option("spoolPath", text, "a folder path", None,
-           "Where captured messages are kept until Spark commits them. Default: a folder under "
-           "the local temporary directory derived from the format and options, so a restart with "
-           "the same options finds it; its path is logged."),
-    Option("maxBytesPerBatch", byte_size, "a size such as 64m or 1048576", "64m",
-           "Largest Arrow batch a read task hands to Spark (as well as at most 65536 rows): "
-           "it bounds the read-side Python worker's memory and keeps each batch well inside the "
-           "JVM's direct memory (which is the heap size unless set), however large the "
-           "messages. A single larger message goes alone in its batch."),
-    Option("maxSpoolBytes", byte_size, "a size such as 4g, 512m or 1048576", "4g",
-           "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
-           "and reported as a row with `error` set (a gap): those of the partitions that hold "
-           "more than their share of the bound (the bound divided among the partitions), so "
-           "that one flooding peer does not cost its neighbours their messages."),
-    Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
-           "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
-           "connection on a larger one; capture reconnects and reports the drop as a row with "
-           "`error` set (a gap), handled per `mode`."),
-    Option("receiveHighWaterMark", non_negative_int, "a non-negative integer (messages)",
-           "10000",
-           "Messages zmq queues per endpoint before capture takes them (ZMQ_RCVHWM): enough for "
-           "capture's pauses (a spool write). A peer that sends faster than capture takes is "
-           "pushed back beyond it (TCP flow control) and drops or waits at its own send queue; "
-           "the episode is logged once. Memory per endpoint is about this many times the "
-           "message size, plus capture's 32 MiB buffer: lower it for large messages. 0: no "
-           "bound (a backlog grows in memory)."),
-    Option("flushIntervalMs", positive_int, "a positive integer (milliseconds)", "100",
-           "How often capture writes what it received to the spool (it also writes at every "
-           "micro-batch, every 65536 messages and every 32 MiB)."),
-    Option("onSpoolWriteError", choice("fail", "drop"), "fail or drop", "fail",
-           "When the spool's storage refuses a write (full disk, read-only, I/O error): fail "
-           "the query naming the spool and the cause, or drop new messages while it lasts, "
-           "counted, logged and reported as a row with `error` set (a gap). Either way the "
-           "spool keeps everything written before."),
-    Option("capture", choice("driver", "executors"), "driver or executors", "driver",
-           "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
-           "one capture process per partition on the executors, started by tasks and handed "
-           "over when an executor is lost. With `executors`, `spoolPath` must name storage "
-           "that every node reaches."),
-    Option("leaseTimeout", positive_float, "a positive number of seconds", "10",
-           "`capture=executors`: a partition whose capture process has not renewed its lease "
-           "for this long is taken over by a new one (an executor lost)."),
-    Option("captureIdleTimeout", positive_float, "a positive number of seconds", "60",
-           "`capture=executors`: a capture process ends when the query has not renewed its "
-           "assignment for this long (the query stopped or lost its driver)."),
+    Option(
+        "mode",
+        choice(*MODES),
+        "one of " + ", ".join(MODES),
+        "PERMISSIVE",
+        "What to do with a malformed message: keep it as a row with `error` set and the raw "
+        "bytes in `payload`, drop it (counted and logged), or fail the query.",
+    ),
+    Option(
+        "maxRecordsPerTrigger",
+        positive_int,
+        "a positive integer",
+        None,
+        "Admission control: at most this many messages per micro-batch over all partitions.",
+    ),
+    Option(
+        "startingOffsets",
+        choice("earliest", "latest"),
+        "earliest or latest",
+        "latest",
+        "Where a new query (no checkpoint) starts in a spool that already holds messages: "
+        "after them (what is captured from now on), or at the first one still held (what an "
+        "earlier query with the same spool left uncommitted). A restart from a checkpoint "
+        "goes on where it stopped either way.",
+    ),
+    Option(
+        "spoolPath",
+        text,
+        "a folder path",
+        None,
+        "Where captured messages are kept until Spark commits them. Default: a folder under "
+        "the local temporary directory derived from the format and options, so a restart with "
+        "the same options finds it; its path is logged.",
+    ),
+    Option(
+        "maxBytesPerBatch",
+        byte_size,
+        "a size such as 64m or 1048576",
+        "64m",
+        "Largest Arrow batch a read task hands to Spark (as well as at most 65536 rows): "
+        "it bounds the read-side Python worker's memory and keeps each batch well inside the "
+        "JVM's direct memory (which is the heap size unless set), however large the "
+        "messages. A single larger message goes alone in its batch.",
+    ),
+    Option(
+        "maxSpoolBytes",
+        byte_size,
+        "a size such as 4g, 512m or 1048576",
+        "4g",
+        "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
+        "and reported as a row with `error` set (a gap): those of the partitions that hold "
+        "more than their share of the bound (the bound divided among the partitions), so "
+        "that one flooding peer does not cost its neighbours their messages.",
+    ),
+    Option(
+        "maxMessageBytes",
+        byte_size,
+        "a size such as 64m or 1048576",
+        "64m",
+        "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
+        "connection on a larger one; capture reconnects and reports the drop as a row with "
+        "`error` set (a gap), handled per `mode`.",
+    ),
+    Option(
+        "receiveHighWaterMark",
+        non_negative_int,
+        "a non-negative integer (messages)",
+        "10000",
+        "Messages zmq queues per endpoint before capture takes them (ZMQ_RCVHWM): enough for "
+        "capture's pauses (a spool write). A peer that sends faster than capture takes is "
+        "pushed back beyond it (TCP flow control) and drops or waits at its own send queue; "
+        "the episode is logged once. Memory per endpoint is about this many times the "
+        "message size, plus capture's 32 MiB buffer: lower it for large messages. 0: no "
+        "bound (a backlog grows in memory).",
+    ),
+    Option(
+        "flushIntervalMs",
+        positive_int,
+        "a positive integer (milliseconds)",
+        "100",
+        "How often capture writes what it received to the spool (it also writes at every "
+        "micro-batch, every 65536 messages and every 32 MiB).",
+    ),
+    Option(
+        "onSpoolWriteError",
+        choice("fail", "drop"),
+        "fail or drop",
+        "fail",
+        "When the spool's storage refuses a write (full disk, read-only, I/O error): fail "
+        "the query naming the spool and the cause, or drop new messages while it lasts, "
+        "counted, logged and reported as a row with `error` set (a gap). Either way the "
+        "spool keeps everything written before.",
+    ),
+    Option(
+        "capture",
+        choice("driver", "executors"),
+        "driver or executors",
+        "driver",
+        "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
+        "one capture process per partition on the executors, started by tasks and handed "
+        "over when an executor is lost. With `executors`, `spoolPath` must name storage "
+        "that every node reaches.",
+    ),
+    Option(
+        "leaseTimeout",
+        positive_float,
+        "a positive number of seconds",
+        "10",
+        "`capture=executors`: a partition whose capture process has not renewed its lease "
+        "for this long is taken over by a new one (an executor lost).",
+    ),
+    Option(
+        "captureIdleTimeout",
+        positive_float,
+        "a positive number of seconds",
+        "60",
+        "`capture=executors`: a capture process ends when the query has not renewed its "
+        "assignment for this long (the query stopped or lost its driver).",
+    ),
     *CURVE_OPTIONS,
 )
 
@@ -289,29 +382,59 @@ READER_OPTIONS: tuple[Option, ...] = (
 # Options of the generic stream writer, shared by every format.
 
 WRITER_OPTIONS: tuple[Option, ...] = (
-    Option("mode", choice(*MODES), "one of " + ", ".join(MODES), "PERMISSIVE",
-           "What to do with a row that cannot be sent (no event, a wrong id, a message over "
-           "`maxMessageBytes`, ...): skip it with a warning naming the first such row of the "
-           "task, skip it counting only, or fail the batch naming the row. For requests "
-           "(`ebus` with `service`): a refused request fails the batch under FAILFAST only; an "
-           "unanswered (expired) one fails it unless DROPMALFORMED, which counts it and records "
-           "it in `replyPath`."),
-    Option("maxMessageBytes", byte_size, "a size such as 64m or 1048576", "64m",
-           "Largest message sent; a larger row is handled per `mode`."),
-    Option("waitForSubscribers", non_negative_float, "a number of seconds", "0",
-           "Time given to subscribers to connect to a new publisher: before it sends an "
-           "event, a publisher waits until `minSubscribers` subscriptions match it (seen "
-           "through XPUB), but only until this many seconds after its first send; then it "
-           "sends anyway, with a warning. The bound is per publisher (one per executor Python "
-           "worker), so however many events, tasks and batches it sends, it waits no longer "
-           "than this in all."),
-    Option("minSubscribers", positive_int, "a positive integer", "1",
-           "How many matching subscriptions `waitForSubscribers` waits for."),
-    Option("sendHighWaterMark", positive_int, "a positive number of messages", "100000",
-           "Messages queued per peer (subscriber, or broker); when a queue is full a send waits "
-           "(XPUB_NODROP: back-pressure, not loss)."),
-    Option("sendTimeout", non_negative_float, "a number of seconds", "60",
-           "How long a send may wait on back-pressure before the task fails."),
+    Option(
+        "mode",
+        choice(*MODES),
+        "one of " + ", ".join(MODES),
+        "PERMISSIVE",
+        "What to do with a row that cannot be sent (no event, a wrong id, a message over "
+        "`maxMessageBytes`, ...): skip it with a warning naming the first such row of the "
+        "task, skip it counting only, or fail the batch naming the row. For requests "
+        "(`ebus` with `service`): a refused request fails the batch under FAILFAST only; an "
+        "unanswered (expired) one fails it unless DROPMALFORMED, which counts it and records "
+        "it in `replyPath`.",
+    ),
+    Option(
+        "maxMessageBytes",
+        byte_size,
+        "a size such as 64m or 1048576",
+        "64m",
+        "Largest message sent; a larger row is handled per `mode`.",
+    ),
+    Option(
+        "waitForSubscribers",
+        non_negative_float,
+        "a number of seconds",
+        "0",
+        "Time given to subscribers to connect to a new publisher: before it sends an "
+        "event, a publisher waits until `minSubscribers` subscriptions match it (seen "
+        "through XPUB), but only until this many seconds after its first send; then it "
+        "sends anyway, with a warning. The bound is per publisher (one per executor Python "
+        "worker), so however many events, tasks and batches it sends, it waits no longer "
+        "than this in all.",
+    ),
+    Option(
+        "minSubscribers",
+        positive_int,
+        "a positive integer",
+        "1",
+        "How many matching subscriptions `waitForSubscribers` waits for.",
+    ),
+    Option(
+        "sendHighWaterMark",
+        positive_int,
+        "a positive number of messages",
+        "100000",
+        "Messages queued per peer (subscriber, or broker); when a queue is full a send waits "
+        "(XPUB_NODROP: back-pressure, not loss).",
+    ),
+    Option(
+        "sendTimeout",
+        non_negative_float,
+        "a number of seconds",
+        "60",
+        "How long a send may wait on back-pressure before the task fails.",
+    ),
     *CURVE_OPTIONS,
 )
 
@@ -321,11 +444,21 @@ WRITER_OPTIONS: tuple[Option, ...] = (
 # has such a writer adds these to its writer options.
 
 REQUEST_WRITER_OPTIONS: tuple[Option, ...] = (
-    Option("maxInFlight", positive_int, "a positive integer", "100",
-           "Requests a task keeps waiting for an answer at once; further rows wait for answers."),
-    Option("replyPath", text, "a folder path", None,
-           "Where the answers are written: one Parquet file per task, "
-           "`<replyPath>/batchId=<n>/part-<partition>.parquet`, with columns `requestId`, "
-           "`status` and `data` (JSON text). A retried task replaces its file. Default: not "
-           "written."),
+    Option(
+        "maxInFlight",
+        positive_int,
+        "a positive integer",
+        "100",
+        "Requests a task keeps waiting for an answer at once; further rows wait for answers.",
+    ),
+    Option(
+        "replyPath",
+        text,
+        "a folder path",
+        None,
+        "Where the answers are written: one Parquet file per task, "
+        "`<replyPath>/batchId=<n>/part-<partition>.parquet`, with columns `requestId`, "
+        "`status` and `data` (JSON text). A retried task replaces its file. Default: not "
+        "written.",
+    ),
 )

@@ -74,7 +74,7 @@ class Curve:
     client_keys: tuple[bytes, ...] | None = None
 
     @classmethod
-    def of(cls, options) -> "Curve":
+    def of(cls, options) -> Curve:
         secret = options.get("curveSecretKey")
         public = options.get("curvePublicKey") or (zmq.curve_public(secret) if secret else None)
         return cls(options.get("curveServerKey"), public, secret, options.get("curveClientKeys"))
@@ -82,8 +82,9 @@ class Curve:
     def as_client(self, sock: zmq.Socket) -> zmq.Socket:
         """Make a connecting socket a CURVE client, if a server key is set."""
         if self.server_key:
-            public, secret = ((self.public_key, self.secret_key) if self.secret_key
-                              else _process_key_pair())
+            public, secret = (
+                (self.public_key, self.secret_key) if self.secret_key else _process_key_pair()
+            )
             sock.curve_serverkey = self.server_key
             sock.curve_publickey = public
             sock.curve_secretkey = secret

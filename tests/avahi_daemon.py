@@ -61,8 +61,9 @@ class Resolved:
 
 def unescape(text: str) -> str:
     """avahi-browse's parsable escapes: ``\\.`` for a dot, ``\\058`` (decimal) for a byte."""
-    return re.sub(r"\\(\d{3}|.)",
-                  lambda m: chr(int(m.group(1))) if m.group(1).isdigit() else m.group(1), text)
+    return re.sub(
+        r"\\(\d{3}|.)", lambda m: chr(int(m.group(1))) if m.group(1).isdigit() else m.group(1), text
+    )
 
 
 def parse_txt(field: str) -> dict[str, str]:
@@ -74,11 +75,16 @@ class Avahi:
     """avahi-daemon on ``interfaces`` with a private bus; ``stop()`` ends both."""
 
     def __init__(self, folder: Path, interfaces: tuple[str, ...] = ("lo",)) -> None:
-        missing = [tool for tool in TOOLS if shutil.which(tool) is None
-                   and not Path("/usr/sbin", tool).exists()]
+        missing = [
+            tool
+            for tool in TOOLS
+            if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()
+        ]
         if missing:
-            raise RuntimeError(f"avahi tests need {', '.join(missing)}: run scripts/setup.sh "
-                               f"(as root it installs avahi-daemon, avahi-utils and dbus)")
+            raise RuntimeError(
+                f"avahi tests need {', '.join(missing)}: run scripts/setup.sh "
+                f"(as root it installs avahi-daemon, avahi-utils and dbus)"
+            )
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
         #: the host name avahi announces as its own (``<hostname>.local``)
@@ -88,14 +94,25 @@ class Avahi:
         self._mount_runtime()
         (folder / "bus.conf").write_text(BUS_CONFIG.format(socket=folder / "bus"))
         (folder / "avahi.conf").write_text(AVAHI_CONFIG.format(interfaces=",".join(interfaces)))
-        self._bus = subprocess.Popen(["dbus-daemon", "--nofork", "--config-file",
-                                      str(folder / "bus.conf")], env=self.env)
-        self._wait_for(lambda: (folder / "bus").exists(), "the private D-Bus socket")
+        self._bus = subprocess.Popen(
+            ["dbus-daemon", "--nofork", "--config-file", str(folder / "bus.conf")], env=self.env
+        )
+        self._wait_for((folder / "bus").exists, "the private D-Bus socket")
         self._log = open(self.log_path, "w")
         self._daemon = subprocess.Popen(
-            ["avahi-daemon", "-f", str(folder / "avahi.conf"), "--no-drop-root", "--no-chroot",
-             "--no-rlimits", "--debug"], env=self.env, stdout=self._log,
-            stderr=subprocess.STDOUT)
+            [
+                "avahi-daemon",
+                "-f",
+                str(folder / "avahi.conf"),
+                "--no-drop-root",
+                "--no-chroot",
+                "--no-rlimits",
+                "--debug",
+            ],
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
         self._publishers: list[subprocess.Popen] = []
         self._wait_for(lambda: "Server startup complete" in self.log(), "avahi-daemon to start")
 
@@ -103,11 +120,13 @@ class Avahi:
         """A tmpfs on avahi's runtime folder, seen only in this mount namespace, so the pid
         file neither clashes with a host's daemon nor outlives the test."""
         if os.environ.get("SPARK_ZMQ_NETNS") != "1":
-            raise RuntimeError("avahi tests must run in the private namespaces of "
-                               "scripts/netns.sh (scripts/test.sh does it)")
+            raise RuntimeError(
+                "avahi tests must run in the private namespaces of "
+                "scripts/netns.sh (scripts/test.sh does it)"
+            )
         try:
             RUNTIME.mkdir(exist_ok=True)
-        except PermissionError:           # not root outside: a private /run instead
+        except PermissionError:  # not root outside: a private /run instead
             subprocess.run(["mount", "-t", "tmpfs", "tmpfs", "/run"], check=True)
             RUNTIME.mkdir()
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(RUNTIME)], check=True)
@@ -124,14 +143,28 @@ class Avahi:
 
     def browse(self, service: str) -> list[Resolved]:
         """Every instance of ``service`` that avahi resolves now (``avahi-browse -rpt``)."""
-        done = subprocess.run(["avahi-browse", "-rpt", service], env=self.env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["avahi-browse", "-rpt", service],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         found = []
         for line in done.stdout.splitlines():
             fields = line.split(";")
             if fields[0] == "=" and len(fields) >= 10:
-                found.append(Resolved(fields[1], unescape(fields[3]), fields[4], fields[6],
-                                      fields[7], int(fields[8]), parse_txt(";".join(fields[9:]))))
+                found.append(
+                    Resolved(
+                        fields[1],
+                        unescape(fields[3]),
+                        fields[4],
+                        fields[6],
+                        fields[7],
+                        int(fields[8]),
+                        parse_txt(";".join(fields[9:])),
+                    )
+                )
         return found
 
     def wait_for_instance(self, service: str, name: str, timeout: float = 30.0) -> Resolved:
@@ -142,16 +175,21 @@ class Avahi:
             if found:
                 return found[0]
             if time.monotonic() > deadline:
-                raise AssertionError(f"avahi did not resolve {name!r} ({service}) within "
-                                     f"{timeout} s; avahi log:\n{self.log()[-3000:]}")
+                raise AssertionError(
+                    f"avahi did not resolve {name!r} ({service}) within "
+                    f"{timeout} s; avahi log:\n{self.log()[-3000:]}"
+                )
             time.sleep(0.5)
 
     def publish(self, name: str, service: str, port: int, txt: dict[str, str]) -> None:
         """Announce a service through avahi (``avahi-publish-service``) until ``stop()``."""
         args = ["avahi-publish-service", name, service, str(port)]
         args += [f"{key}={value}" for key, value in txt.items()]
-        self._publishers.append(subprocess.Popen(args, env=self.env, stdout=subprocess.PIPE,
-                                                 stderr=subprocess.STDOUT, text=True))
+        self._publishers.append(
+            subprocess.Popen(
+                args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
 
     def stop(self) -> None:
         for process in self._publishers + [self._daemon, self._bus]:

@@ -15,12 +15,17 @@ def pytest_sessionstart(session):
     """Refuse to run anywhere but in a private network namespace: discovery multicasts on every
     interface it finds. scripts/test.sh (the README's test command) sets the namespace up."""
     interfaces = sorted(name for _, name in socket.if_nameindex())
-    foreign = [name for name in interfaces
-               if name not in ALLOWED_INTERFACES and not name.startswith("szmq")]
+    foreign = [
+        name
+        for name in interfaces
+        if name not in ALLOWED_INTERFACES and not name.startswith("szmq")
+    ]
     if foreign:
-        pytest.exit(f"refusing to run: network interfaces {foreign} are visible. Run the tests "
-                    f"with scripts/test.sh, which runs them in a private network namespace.",
-                    returncode=3)
+        pytest.exit(
+            f"refusing to run: network interfaces {foreign} are visible. Run the tests "
+            f"with scripts/test.sh, which runs them in a private network namespace.",
+            returncode=3,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -80,4 +85,3 @@ def wait_until(predicate, timeout=60.0, interval=0.2, what="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
-

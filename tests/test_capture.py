@@ -24,8 +24,7 @@ SUBSCRIPTIONS = (b"", event_id(MEERKAT))
 
 def start_capture(tmp_path, publisher, max_bytes=1 << 30, flush_interval=0.05):
     spool = Spool(str(tmp_path / "spool"), max_bytes)
-    capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=flush_interval,
-                      name="test")
+    capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=flush_interval, name="test")
     capture.start()
     endpoint = Endpoint(publisher.instance_name, publisher.address, {}, SUBSCRIPTIONS)
     StaticDiscovery([endpoint]).start(capture)
@@ -50,7 +49,7 @@ def test_close_writes_what_was_received(tmp_path):
         for i in range(100):
             publisher.publish(ECHO, b"%d" % i)
         wait_until(lambda: capture.received().get(key) == 100, timeout=10, what="100 received")
-        assert load_index(spool.root, key).end == 0   # still only in capture's buffer
+        assert load_index(spool.root, key).end == 0  # still only in capture's buffer
     finally:
         capture.close()
         spool.close()
@@ -68,10 +67,13 @@ def test_an_endpoint_that_leaves_is_read_until_its_peer_disconnects(tmp_path):
     try:
         for payload in payloads:
             publisher.publish(ECHO, payload)
-        capture.endpoint_left(key)                    # the goodbye overtakes the data
-        publisher.close()                             # lingers until all is sent
-        wait_until(lambda: load_index(spool.root, key).retired, timeout=10,
-                   what="the partition to be retired")
+        capture.endpoint_left(key)  # the goodbye overtakes the data
+        publisher.close()  # lingers until all is sent
+        wait_until(
+            lambda: load_index(spool.root, key).retired,
+            timeout=10,
+            what="the partition to be retired",
+        )
     finally:
         capture.close()
         spool.close()
@@ -87,8 +89,11 @@ def test_changed_subscriptions_apply_to_the_live_socket(tmp_path):
     try:
         publisher.publish(ECHO, b"echo 1")
         wait_until(lambda: capture.received().get(key) == 1, what="the first message")
-        capture.endpoint_joined(Endpoint(key, publisher.address, {"note": "changed"},
-                                         (event_id(other), event_id(MEERKAT))))
+        capture.endpoint_joined(
+            Endpoint(
+                key, publisher.address, {"note": "changed"}, (event_id(other), event_id(MEERKAT))
+            )
+        )
         publisher.wait_for_subscribers(1, event=other, timeout=10)
         wait_until(lambda: publisher.count_subscribers(ECHO) == 0, what="ECHO unsubscribed")
         publisher.publish(ECHO, b"echo 2")
@@ -100,8 +105,7 @@ def test_changed_subscriptions_apply_to_the_live_socket(tmp_path):
         spool.close()
         publisher.close()
     rows = spooled(spool.root, key)
-    assert [(frames[1], fault) for frames, fault in rows] == [(b"echo 1", None),
-                                                               (b"other 1", None)]
+    assert [(frames[1], fault) for frames, fault in rows] == [(b"echo 1", None), (b"other 1", None)]
 
 
 def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
@@ -109,14 +113,14 @@ def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
     spool, capture = start_capture(tmp_path, publisher, max_bytes=1)
     key = publisher.instance_name
     try:
-        publisher.publish(ECHO, b"first")           # fits: the spool is empty
+        publisher.publish(ECHO, b"first")  # fits: the spool is empty
         wait_until(lambda: load_index(spool.root, key).end == 1, what="the first message")
-        for i in range(50):                           # the spool is full now
+        for i in range(50):  # the spool is full now
             publisher.publish(ECHO, b"lost %d" % i)
         wait_until(lambda: capture.received().get(key) == 51, what="51 received")
         capture.sync()
         assert load_index(spool.root, key).end == 1
-        spool.truncate(key, 1)                        # Spark committed: room again
+        spool.truncate(key, 1)  # Spark committed: room again
         publisher.publish(ECHO, b"after")
         wait_until(lambda: capture.received().get(key) == 52, what="52 received")
         capture.sync()
@@ -150,9 +154,11 @@ SIGTERM_CHILD = textwrap.dedent("""
 def test_sigterm_writes_what_was_received(tmp_path):
     publisher = Publisher("", announce=False)
     spool = tmp_path / "spool"
-    child = subprocess.Popen([sys.executable, "-c", SIGTERM_CHILD,
-                              f"127.0.0.1:{publisher.port}", str(spool)],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_CHILD, f"127.0.0.1:{publisher.port}", str(spool)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     key = publisher.instance_name
     try:
         assert child.stdout.readline().strip() == "ready"
@@ -160,7 +166,7 @@ def test_sigterm_writes_what_was_received(tmp_path):
         for i in range(300):
             publisher.publish(ECHO, b"%d" % i)
         wait_until(lambda: load_index(str(spool), key) is not None, what="the partition")
-        time.sleep(0.5)   # the child receives within microseconds; it flushes only on exit
+        time.sleep(0.5)  # the child receives within microseconds; it flushes only on exit
         assert load_index(str(spool), key).end == 0
         child.send_signal(signal.SIGTERM)
         assert child.wait(30) == 128 + signal.SIGTERM
@@ -177,13 +183,17 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
     received before Spark's first offset call."""
     from spark_zmq.options import READER_OPTIONS, parse_options
     from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.spark.offsets import StreamOffset
     from spark_zmq.spark.reader import ZmqStreamReader
 
     publisher = Publisher("", announce=False)
     key = publisher.instance_name
     protocol = ZeroEQ()
-    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
-        "publishers": key, "spoolPath": str(tmp_path / "spool"), "startingOffsets": "latest"})
+    options = parse_options(
+        "zeroeq",
+        READER_OPTIONS + protocol.reader_options,
+        {"publishers": key, "spoolPath": str(tmp_path / "spool"), "startingOffsets": "latest"},
+    )
     try:
         for run, count in ((1, 5), (2, 3)):
             reader = ZmqStreamReader(protocol, options)
@@ -191,10 +201,14 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
             publisher.wait_for_subscribers()
             for i in range(count):
                 publisher.publish(ECHO, b"run %d/%d" % (run, i))
-            wait_until(lambda: capture.received().get(key) == count, what="messages received")
+            wait_until(
+                lambda capture=capture, count=count: capture.received().get(key) == count,
+                what="messages received",
+            )
             start = reader.initialOffset()
-            assert start == {key: 0 if run == 1 else 5}
-            assert reader.latestOffset(start, None) == {key: 5 if run == 1 else 8}
+            assert StreamOffset.from_json(start) == StreamOffset({key: 0 if run == 1 else 5})
+            end = StreamOffset.from_json(reader.latestOffset(start, None))
+            assert end == StreamOffset({key: 5 if run == 1 else 8})
             reader.stop()
             wait_until(lambda: publisher.count_subscribers() == 0, what="disconnect")
     finally:

@@ -23,12 +23,42 @@ ECHO = "cli::test::Echo"
 
 def test_publish_then_subscribe_round_trip():
     subscriber = subprocess.Popen(
-        CLI + ["subscribe", "--session", "cli-round", "--events", ECHO, "--count", "3",
-               "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        CLI
+        + [
+            "subscribe",
+            "--session",
+            "cli-round",
+            "--events",
+            ECHO,
+            "--count",
+            "3",
+            "--timeout",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         published = subprocess.run(
-            CLI + ["publish", "--session", "cli-round", "--event", ECHO, "--payload", "héllo",
-                   "--count", "3", "--wait", "60"], capture_output=True, text=True, timeout=90)
+            CLI
+            + [
+                "publish",
+                "--session",
+                "cli-round",
+                "--event",
+                ECHO,
+                "--payload",
+                "héllo",
+                "--count",
+                "3",
+                "--wait",
+                "60",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
         out, err = subscriber.communicate(timeout=60)
     finally:
         subscriber.kill()
@@ -36,8 +66,18 @@ def test_publish_then_subscribe_round_trip():
     assert subscriber.returncode == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     instance = lines[0]["publisher"]
-    assert lines == [{"publisher": instance, "event_id": event_id(ECHO).hex(), "event": ECHO,
-                      "payload": "héllo"}] * 3
+    assert (
+        lines
+        == [
+            {
+                "publisher": instance,
+                "event_id": event_id(ECHO).hex(),
+                "event": ECHO,
+                "payload": "héllo",
+            }
+        ]
+        * 3
+    )
     assert published.stdout.startswith("published 3 x ")
     assert f"from {instance} in session 'cli-round' to 1 subscriber(s)" in published.stdout
 
@@ -54,16 +94,37 @@ def test_subscribe_to_named_publishers_prints_binary_and_empty_payloads(publishe
 
     sender = threading.Thread(target=send)
     sender.start()
-    status = main(["zeroeq", "subscribe", "--publishers", publisher.instance_name, "--events",
-                   f"{event_id_text(wire)},cli::test::Empty", "--count", "2", "--timeout", "30"])
+    status = main(
+        [
+            "zeroeq",
+            "subscribe",
+            "--publishers",
+            publisher.instance_name,
+            "--events",
+            f"{event_id_text(wire)},cli::test::Empty",
+            "--count",
+            "2",
+            "--timeout",
+            "30",
+        ]
+    )
     sender.join()
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert status == 0
     assert lines == [
-        {"publisher": publisher.instance_name, "event_id": wire.hex(), "event": None,
-         "payload_base64": "/wA="},
-        {"publisher": publisher.instance_name, "event_id": event_id("cli::test::Empty").hex(),
-         "event": "cli::test::Empty", "payload": ""}]
+        {
+            "publisher": publisher.instance_name,
+            "event_id": wire.hex(),
+            "event": None,
+            "payload_base64": "/wA=",
+        },
+        {
+            "publisher": publisher.instance_name,
+            "event_id": event_id("cli::test::Empty").hex(),
+            "event": "cli::test::Empty",
+            "payload": "",
+        },
+    ]
 
 
 def browsed(capsys, *args):
@@ -75,13 +136,20 @@ def browsed(capsys, *args):
 def test_browse_shows_a_publisher_with_its_session_and_vocabulary_names(publishers, capsys):
     publisher = publishers("cli-browse", registered={event_id("x::Y"): "x::Y"})
 
-    vocabulary = [{"id": event_id("x::Y").hex(), "text": event_id_text(event_id("x::Y")),
-                   "name": "x::Y"}]
+    vocabulary = [
+        {"id": event_id("x::Y").hex(), "text": event_id_text(event_id("x::Y")), "name": "x::Y"}
+    ]
 
-    def row():   # browse listens for a while: on a loaded machine one round may miss a record
+    def row():  # browse listens for a while: on a loaded machine one round may miss a record
         rows = browsed(capsys, "--session", "cli-browse")
-        return next((r for r in rows if r["instance"] == publisher.instance_name
-                     and r["vocabulary"] == vocabulary), None)
+        return next(
+            (
+                r
+                for r in rows
+                if r["instance"] == publisher.instance_name and r["vocabulary"] == vocabulary
+            ),
+            None,
+        )
 
     found = wait_until(row, timeout=60, interval=0, what="the publisher in browse's output")
     assert found["kind"] == "publisher" and found["session"] == "cli-browse"
@@ -89,26 +157,45 @@ def test_browse_shows_a_publisher_with_its_session_and_vocabulary_names(publishe
     def table():
         assert main(["zeroeq", "browse", "--timeout", "1.5", "--session", "cli-browse"]) == 0
         lines = capsys.readouterr().out.splitlines()
-        listed = any(line.split()[:3] == ["publisher", publisher.instance_name, "cli-browse"]
-                     and "x::Y" in line for line in lines[1:])
+        listed = any(
+            line.split()[:3] == ["publisher", publisher.instance_name, "cli-browse"]
+            and "x::Y" in line
+            for line in lines[1:]
+        )
         return listed and lines
 
     lines = wait_until(table, timeout=60, interval=0, what="the publisher in browse's table")
-    assert lines[0].split() == ["kind", "instance", "session", "application", "user",
-                                "vocabulary", "management"]
+    assert lines[0].split() == [
+        "kind",
+        "instance",
+        "session",
+        "application",
+        "user",
+        "vocabulary",
+        "management",
+    ]
 
 
 @pytest.fixture
 def reader(zeroconf):
     """A stand-in for a running reader: a management port, announced as a subscriber."""
     ports = []
-    port = ManagementPort("tcp://127.0.0.1:*", MemoryState(), on_change=lambda publisher: None,
-                          describe=lambda: [ports[0].overrides.to_json()])
+    port = ManagementPort(
+        "tcp://127.0.0.1:*",
+        MemoryState(),
+        on_change=lambda publisher: None,
+        describe=lambda: [ports[0].overrides.to_json()],
+    )
     ports.append(port)
     name = str(uuid.uuid4())
-    announcement = Announcement(zeroconf, SUBSCRIBER_SERVICE, name, "127.0.0.1",
-                                int(port.address.rsplit(":", 1)[1]),
-                                {"session": "cli-manage", "management": port.address})
+    announcement = Announcement(
+        zeroconf,
+        SUBSCRIBER_SERVICE,
+        name,
+        "127.0.0.1",
+        int(port.address.rsplit(":", 1)[1]),
+        {"session": "cli-manage", "management": port.address},
+    )
     yield name, port
     announcement.close()
     port.close()
@@ -116,25 +203,49 @@ def reader(zeroconf):
 
 def test_manage_reaches_a_reader_by_address_and_by_subscriber_name(reader, capsys):
     name, port = reader
-    assert main(["zeroeq", "manage", port.address, "subscribe", "--publisher", "127.0.0.1:9",
-                 "--event", ECHO]) == 0
+    assert (
+        main(
+            [
+                "zeroeq",
+                "manage",
+                port.address,
+                "subscribe",
+                "--publisher",
+                "127.0.0.1:9",
+                "--event",
+                ECHO,
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == {
-        "ok": True, "publisher": "127.0.0.1:9", "event": event_id(ECHO).hex()}
+        "ok": True,
+        "publisher": "127.0.0.1:9",
+        "event": event_id(ECHO).hex(),
+    }
     assert port.overrides.added == {"127.0.0.1:9": {event_id(ECHO).hex()}}
     assert main(["zeroeq", "manage", name, "list", "--timeout", "10"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"subscriptions": [
-        {"added": {"127.0.0.1:9": [event_id(ECHO).hex()]}, "removed": {},
-         "names": {event_id(ECHO).hex(): ECHO}}]}
+    assert json.loads(capsys.readouterr().out) == {
+        "subscriptions": [
+            {
+                "added": {"127.0.0.1:9": [event_id(ECHO).hex()]},
+                "removed": {},
+                "names": {event_id(ECHO).hex(): ECHO},
+            }
+        ]
+    }
     rows = browsed(capsys, "--session", "cli-manage")
     assert [(r["kind"], r["instance"], r["management"]) for r in rows] == [
-        ("subscriber", name, port.address)]
+        ("subscriber", name, port.address)
+    ]
 
 
 def test_manage_errors_are_one_clear_line(capsys):
     assert main(["zeroeq", "manage", "tcp://127.0.0.1:1", "list", "--timeout", "0.3"]) == 1
     assert capsys.readouterr().err == (
         "python -m spark_zmq zeroeq manage: management port tcp://127.0.0.1:1: no reply from "
-        "tcp://127.0.0.1:1 within 0.3 s\n")
+        "tcp://127.0.0.1:1 within 0.3 s\n"
+    )
     unknown = str(uuid.uuid4())
     assert main(["zeroeq", "manage", unknown, "list", "--timeout", "0.5"]) == 1
     assert f"no subscriber '{unknown}' answered on ZeroConf" in capsys.readouterr().err
@@ -142,12 +253,21 @@ def test_manage_errors_are_one_clear_line(capsys):
     assert capsys.readouterr().err.endswith("subscribe needs --publisher HOST:PORT\n")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["subscribe", "--publishers", "127.0.0.1"], "argument --publishers: '127.0.0.1' has no port"),
-    (["subscribe", "--events", "a,,b"], "argument --events: 'a,,b': an empty item in the list"),
-    (["publish", "--event", "x", "--count", "0"], "argument --count: '0' is not a whole number"),
-    (["browse", "--interfaces", "nosuch0"], "argument --interfaces: 'nosuch0': no interface"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["subscribe", "--publishers", "127.0.0.1"],
+            "argument --publishers: '127.0.0.1' has no port",
+        ),
+        (["subscribe", "--events", "a,,b"], "argument --events: 'a,,b': an empty item in the list"),
+        (
+            ["publish", "--event", "x", "--count", "0"],
+            "argument --count: '0' is not a whole number",
+        ),
+        (["browse", "--interfaces", "nosuch0"], "argument --interfaces: 'nosuch0': no interface"),
+    ],
+)
 def test_usage_errors_exit_2_naming_the_option(capsys, args, message):
     with pytest.raises(SystemExit) as exit_:
         main(["zeroeq", *args])
@@ -157,5 +277,7 @@ def test_usage_errors_exit_2_naming_the_option(capsys, args, message):
 
 def test_subscribe_without_publishers_says_so(capsys):
     assert main(["zeroeq", "subscribe", "--session", "cli-nobody", "--timeout", "1"]) == 1
-    assert capsys.readouterr().err == ("python -m spark_zmq zeroeq subscribe: no publisher found "
-                                       "in session 'cli-nobody' within 1.0 s (see 'browse')\n")
+    assert capsys.readouterr().err == (
+        "python -m spark_zmq zeroeq subscribe: no publisher found "
+        "in session 'cli-nobody' within 1.0 s (see 'browse')\n"
+    )

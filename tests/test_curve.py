@@ -32,8 +32,10 @@ ECHO = "zeroeq::test::Echo"
 @pytest.fixture
 def keys(tmp_path):
     """Key files of a server, an allowed client and a stranger (zmq.auth's format)."""
-    return {name: zmq.auth.create_certificates(str(tmp_path), name)
-            for name in ("server", "client", "stranger")}
+    return {
+        name: zmq.auth.create_certificates(str(tmp_path), name)
+        for name in ("server", "client", "stranger")
+    }
 
 
 def subscriber(port: int, curve: Curve) -> zmq.Socket:
@@ -50,12 +52,17 @@ def curve_of(**given) -> Curve:
 
 def test_only_allowed_keys_receive_from_a_curve_publisher(keys):
     server_public, server_secret = keys["server"]
-    publisher = Publisher("curve", announce=False, curve=curve_of(
-        curveSecretKey=server_secret, curveClientKeys=keys["client"][0]))
-    allowed = subscriber(publisher.port, curve_of(
-        curveServerKey=server_public, curveSecretKey=keys["client"][1]))
-    stranger = subscriber(publisher.port, curve_of(
-        curveServerKey=server_public, curveSecretKey=keys["stranger"][1]))
+    publisher = Publisher(
+        "curve",
+        announce=False,
+        curve=curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
+    )
+    allowed = subscriber(
+        publisher.port, curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1])
+    )
+    stranger = subscriber(
+        publisher.port, curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1])
+    )
     plain = subscriber(publisher.port, Curve())
     try:
         wait_until(lambda: publisher.count_subscribers(ECHO) >= 1, what="the allowed subscriber")
@@ -75,36 +82,54 @@ def test_only_allowed_keys_receive_from_a_curve_publisher(keys):
 @pytest.mark.spark
 def test_a_keyed_query_reads_a_curve_publisher(spark, tmp_path, keys, zeroconf):
     server_public, server_secret = keys["server"]
-    publisher = Publisher("curvequery", zeroconf=zeroconf, curve=curve_of(
-        curveSecretKey=server_secret, curveClientKeys=keys["client"][0]))
-    publisher.register(ECHO)       # in the vocabulary, which the reader asks for through CURVE
-    query = (spark.readStream.format("zeroeq")
-             .options(session="curvequery", discoveryInterfaces="127.0.0.1",
-                      spoolPath=str(tmp_path / "spool"), curveServerKey=server_public,
-                      curveSecretKey=str(tmp_path / "client.key_secret"))
-             .load().writeStream.format("memory").queryName("curvequery")
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="500 milliseconds").start())
+    publisher = Publisher(
+        "curvequery",
+        zeroconf=zeroconf,
+        curve=curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
+    )
+    publisher.register(ECHO)  # in the vocabulary, which the reader asks for through CURVE
+    query = (
+        spark.readStream.format("zeroeq")
+        .options(
+            session="curvequery",
+            discoveryInterfaces="127.0.0.1",
+            spoolPath=str(tmp_path / "spool"),
+            curveServerKey=server_public,
+            curveSecretKey=str(tmp_path / "client.key_secret"),
+        )
+        .load()
+        .writeStream.format("memory")
+        .queryName("curvequery")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     try:
         publisher.wait_for_subscribers(timeout=60)
         for i in range(10):
             publisher.publish(ECHO, b"%d" % i)
-        rows = wait_until(lambda: (r := spark.sql("select * from curvequery").collect())
-                          and len(r) >= 10 and r, what="10 rows through CURVE")
+        rows = wait_until(
+            lambda: (r := spark.sql("select * from curvequery").collect()) and len(r) >= 10 and r,
+            what="10 rows through CURVE",
+        )
     finally:
         query.stop()
         publisher.close()
     assert sorted(int(r.payload) for r in rows) == list(range(10))
-    assert {r.event for r in rows} == {ECHO}      # the vocabulary was fetched through CURVE too
+    assert {r.event for r in rows} == {ECHO}  # the vocabulary was fetched through CURVE too
 
 
 def test_the_management_port_serves_allowed_keys_only(keys):
     server_public, server_secret = keys["server"]
-    port = ManagementPort("tcp://127.0.0.1:*", MemoryState(), lambda publisher: None, lambda: [],
-                          curve=curve_of(curveSecretKey=server_secret,
-                                         curveClientKeys=keys["client"][0]))
+    port = ManagementPort(
+        "tcp://127.0.0.1:*",
+        MemoryState(),
+        lambda publisher: None,
+        lambda: [],
+        curve=curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
+    )
     allowed = curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1])
-    reply_type, payload = request(port.address, LIST, curve=allowed)
+    _reply_type, payload = request(port.address, LIST, curve=allowed)
     assert json.loads(payload) == {"subscriptions": []}
     stranger = curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1])
     with pytest.raises(RequestError, match="no reply"):
@@ -115,18 +140,26 @@ def test_the_management_port_serves_allowed_keys_only(keys):
 
 def test_a_curve_management_port_without_an_allow_list_serves_nobody(keys):
     server_public, server_secret = keys["server"]
-    port = ManagementPort("tcp://127.0.0.1:*", MemoryState(), lambda publisher: None, lambda: [],
-                          curve=curve_of(curveSecretKey=server_secret))
+    port = ManagementPort(
+        "tcp://127.0.0.1:*",
+        MemoryState(),
+        lambda publisher: None,
+        lambda: [],
+        curve=curve_of(curveSecretKey=server_secret),
+    )
     client = curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1])
     with pytest.raises(RequestError, match="no reply"):
         request(port.address, LIST, curve=client, timeout=1.0)
 
 
-@pytest.mark.parametrize("option, value", [
-    ("curveServerKey", "short"),
-    ("curveSecretKey", "/nonexistent/key_secret"),
-    ("curveClientKeys", "x" * 40 + ",/nonexistent.key"),
-])
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("curveServerKey", "short"),
+        ("curveSecretKey", "/nonexistent/key_secret"),
+        ("curveClientKeys", "x" * 40 + ",/nonexistent.key"),
+    ],
+)
 def test_bad_keys_are_option_errors(option, value):
     with pytest.raises(OptionError, match=rf"option '{option}' must be .*key.*; got '{value}'"):
         parse_options("zeroeq", READER_OPTIONS, {option: value})
@@ -134,13 +167,16 @@ def test_bad_keys_are_option_errors(option, value):
 
 # -- the EBUS broker and the stand-in gobyd as CURVE servers ---------------------------------
 
+
 @pytest.fixture
 def curve_server(keys):
     """A server's Curve allowing only the "client" key; and the client's and a stranger's."""
     server_public, server_secret = keys["server"]
-    return (curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
-            curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1]),
-            curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1]))
+    return (
+        curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
+        curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1]),
+        curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1]),
+    )
 
 
 def broadcaster(port: int, curve: Curve) -> zmq.Socket:
@@ -152,26 +188,43 @@ def broadcaster(port: int, curve: Curve) -> zmq.Socket:
 
 @pytest.mark.spark
 def test_a_curve_broker_serves_keyed_readers_requesters_and_workers_only(
-        spark, tmp_path, keys, curve_server):
+    spark, tmp_path, keys, curve_server
+):
     server, client, stranger = curve_server
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0, curve=server)
     backend = f"tcp://127.0.0.1:{broker.backend_port}"
     frontend = f"tcp://127.0.0.1:{broker.frontend_port}"
-    workers = [Worker(backend, "echo", lambda data: {"echo": data}, curve=client),
-               Worker(backend, "plain", lambda data: data),
-               Worker(backend, "stranger", lambda data: data, curve=stranger)]
+    workers = [
+        Worker(backend, "echo", lambda data: {"echo": data}, curve=client),
+        Worker(backend, "plain", lambda data: data),
+        Worker(backend, "stranger", lambda data: data, curve=stranger),
+    ]
     keyed, plain = broadcaster(broker.pub_port, client), broadcaster(broker.pub_port, Curve())
-    key_files = {"curveServerKey": keys["server"][0],
-                 "curveSecretKey": str(tmp_path / "client.key_secret")}
-    query = (spark.readStream.format("ebus")
-             .options(subPort=broker.sub_port, frontendPort=broker.frontend_port,
-                      channels="services", spoolPath=str(tmp_path / "spool"), **key_files)
-             .load().writeStream.format("memory").queryName("ebus_curve")
-             .option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="500 milliseconds").start())
+    key_files = {
+        "curveServerKey": keys["server"][0],
+        "curveSecretKey": str(tmp_path / "client.key_secret"),
+    }
+    query = (
+        spark.readStream.format("ebus")
+        .options(
+            subPort=broker.sub_port,
+            frontendPort=broker.frontend_port,
+            channels="services",
+            spoolPath=str(tmp_path / "spool"),
+            **key_files,
+        )
+        .load()
+        .writeStream.format("memory")
+        .queryName("ebus_curve")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     try:
-        wait_until(lambda: ask(frontend, "SERVICES", curve=client) == ["echo"],
-                   what="the keyed worker's registration")
+        wait_until(
+            lambda: ask(frontend, "SERVICES", curve=client) == ["echo"],
+            what="the keyed worker's registration",
+        )
         with pytest.raises(BrokerError, match="no SERVICES answer"):
             ask(frontend, "SERVICES", timeout=1.0)
         with pytest.raises(BrokerError, match="no SERVICES answer"):
@@ -184,10 +237,19 @@ def test_a_curve_broker_serves_keyed_readers_requesters_and_workers_only(
 
         wait_until(keyed_broadcast_arrived, interval=0.5, what="a keyed broadcast")
         query.processAllAvailable()
-        got = {(r.partition, r.channel, r.data) for r in spark.sql(
-            "select * from ebus_curve").collect()}
-        error, answers, _ = run_requests(spark, tmp_path, broker, [{"data": "1"}, {"data": "2"}],
-                                         service="echo", mode="FAILFAST", **key_files)
+        got = {
+            (r.partition, r.channel, r.data)
+            for r in spark.sql("select * from ebus_curve").collect()
+        }
+        error, answers, _ = run_requests(
+            spark,
+            tmp_path,
+            broker,
+            [{"data": "1"}, {"data": "2"}],
+            service="echo",
+            mode="FAILFAST",
+            **key_files,
+        )
     finally:
         query.stop()
         for peer in workers:
@@ -198,40 +260,77 @@ def test_a_curve_broker_serves_keyed_readers_requesters_and_workers_only(
     assert got == {(f"echo@127.0.0.1:{broker.sub_port}", "echo", '"keyed"')}
     assert error is None
     assert sorted((status, data) for _, status, data, _ in answers) == [
-        ("REPLY", '{"echo": 1}'), ("REPLY", '{"echo": 2}')]
+        ("REPLY", '{"echo": 1}'),
+        ("REPLY", '{"echo": 2}'),
+    ]
 
 
 @pytest.mark.spark
 def test_a_curve_gobyd_serves_keyed_clients_only(spark, tmp_path, keys, curve_server):
-    server, client, stranger = curve_server
+    server, _client, stranger = curve_server
     base = str(tmp_path / "g")
     daemon = GobyDaemon(socket_name=base, curve=server)
     manager = ManagerAddress.ipc(socket_name=base)
-    key_flags = ["--curve-server-key", keys["server"][0],
-                 "--curve-secret-key", str(tmp_path / "client.key_secret")]
+    key_flags = [
+        "--curve-server-key",
+        keys["server"][0],
+        "--curve-secret-key",
+        str(tmp_path / "client.key_secret"),
+    ]
 
     def cli_publish(*flags: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "spark_zmq", "goby", "publish", "--socket-name", base,
-             "--group", "log", "--text", "through CURVE", "--count", "5", "--wait", "60",
-             "--manager-timeout", "2", *flags],
-            capture_output=True, text=True, timeout=120)
+            [
+                sys.executable,
+                "-m",
+                "spark_zmq",
+                "goby",
+                "publish",
+                "--socket-name",
+                base,
+                "--group",
+                "log",
+                "--text",
+                "through CURVE",
+                "--count",
+                "5",
+                "--wait",
+                "60",
+                "--manager-timeout",
+                "2",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
-    query = (spark.readStream.format("goby")
-             .options(socketName=base, subscribe="/log/", spoolPath=str(tmp_path / "spool"),
-                      curveServerKey=keys["server"][0],
-                      curveSecretKey=str(tmp_path / "client.key_secret"))
-             .load().writeStream.format("memory").queryName("goby_curve")
-             .option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("goby")
+        .options(
+            socketName=base,
+            subscribe="/log/",
+            spoolPath=str(tmp_path / "spool"),
+            curveServerKey=keys["server"][0],
+            curveSecretKey=str(tmp_path / "client.key_secret"),
+        )
+        .load()
+        .writeStream.format("memory")
+        .queryName("goby_curve")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     try:
         for curve in (Curve(), stranger):
             with pytest.raises(ManagerUnreachable):
                 request_router(manager, "uninvited", 1, 1.0, curve=curve)
         refused = cli_publish()
-        published = cli_publish(*key_flags)      # waits for the query's subscription first
-        rows = wait_until(lambda: (r := spark.sql("select * from goby_curve").collect())
-                          and len(r) >= 5 and r, what="5 messages through CURVE")
+        published = cli_publish(*key_flags)  # waits for the query's subscription first
+        rows = wait_until(
+            lambda: (r := spark.sql("select * from goby_curve").collect()) and len(r) >= 5 and r,
+            what="5 messages through CURVE",
+        )
     finally:
         query.stop()
         daemon.close()
@@ -239,24 +338,36 @@ def test_a_curve_gobyd_serves_keyed_clients_only(spark, tmp_path, keys, curve_se
     assert published.returncode == 0, published.stderr
     assert "to 1 subscription(s)" in published.stdout
     assert [(r.group, r.text) for r in rows] == [("log", "through CURVE")] * 5
-    assert ("spark_zmq_cli", rows[0].process) in daemon.clients    # it asked the Manager
+    assert ("spark_zmq_cli", rows[0].process) in daemon.clients  # it asked the Manager
 
 
 def test_capture_logs_a_refused_curve_handshake_once_however_often_zmq_retries(tmp_path, keys):
     server_public, server_secret = keys["server"]
-    publisher = Publisher("refused", announce=False, curve=curve_of(
-        curveSecretKey=server_secret, curveClientKeys=keys["client"][0]))
+    publisher = Publisher(
+        "refused",
+        announce=False,
+        curve=curve_of(curveSecretKey=server_secret, curveClientKeys=keys["client"][0]),
+    )
     stranger = curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1])
-    capture = Capture(Spool(str(tmp_path / "spool"), 1 << 30), max_message_bytes=1 << 20,
-                      flush_interval=0.1, curve=stranger)
+    capture = Capture(
+        Spool(str(tmp_path / "spool"), 1 << 30),
+        max_message_bytes=1 << 20,
+        flush_interval=0.1,
+        curve=stranger,
+    )
     address = f"tcp://127.0.0.1:{publisher.port}"
     try:
         with logged_warnings() as warnings:
             capture.start()
             capture.endpoint_joined(Endpoint("refused", address, {}, (b"",)))
-            wait_until(lambda: capture._connections.get("refused") is not None
-                       and capture._connections["refused"].handshake_failures >= 3,
-                       timeout=30, what="zmq to retry the refused handshake")
+            wait_until(
+                lambda: (
+                    capture._connections.get("refused") is not None
+                    and capture._connections["refused"].handshake_failures >= 3
+                ),
+                timeout=30,
+                what="zmq to retry the refused handshake",
+            )
     finally:
         capture.close()
         publisher.close()

@@ -16,8 +16,12 @@ RUN = [sys.executable, "-m", "spark_zmq"]
 
 def start_demo(format_name: str) -> tuple[subprocess.Popen, list[str]]:
     """The demo process and the ``--option`` arguments it printed."""
-    demo = subprocess.Popen(RUN + ["demo", "--format", format_name, "--rate", "20"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    demo = subprocess.Popen(
+        RUN + ["demo", "--format", format_name, "--rate", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = demo.stdout.readline().split(maxsplit=1)
     assert first and first[0] == format_name, demo.stderr.read()[-2000:]
     return demo, shlex.split(first[1])
@@ -34,8 +38,12 @@ def stop(demo: subprocess.Popen) -> str:
 def test_discover_finds_the_demo_peers(format_name):
     demo, options = start_demo(format_name)
     try:
-        found = subprocess.run(RUN + ["discover", "--format", format_name, "--json",
-                                      *options], capture_output=True, text=True, timeout=120)
+        found = subprocess.run(
+            RUN + ["discover", "--format", format_name, "--json", *options],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         last = stop(demo)
     assert found.returncode == 0, found.stderr
@@ -49,9 +57,20 @@ def test_capture_job_reads_the_goby_demo(spark, tmp_path):
     demo, options = start_demo("goby")
     output = tmp_path / "table"
     try:
-        job = spark_submit("capture_to_parquet.py", "--format", "goby", *options,
-                           "--option", f"spoolPath={tmp_path / 'spool'}",
-                           "--output", str(output), "--trigger", "1", "--seconds", "45")
+        job = spark_submit(
+            "capture_to_parquet.py",
+            "--format",
+            "goby",
+            *options,
+            "--option",
+            f"spoolPath={tmp_path / 'spool'}",
+            "--output",
+            str(output),
+            "--trigger",
+            "1",
+            "--seconds",
+            "45",
+        )
         lines = Lines(job)
         code = job.wait(240)
     finally:

@@ -32,31 +32,61 @@ def test_discover_lists_what_each_format_would_read(publishers, tmp_path):
     pub.bind("tcp://127.0.0.1:*")
     address = pub.getsockopt_string(zmq.LAST_ENDPOINT)
     node = Pyre("daq1", ctx=zmq.Context.instance())
-    node.set_header("YAMZ", json.dumps({"name": "daq1", "children": [
-        {"name": "tps", "params": {"apa": "42"}, "port": {"address": address, "type": "PUB"}}]}))
+    node.set_header(
+        "YAMZ",
+        json.dumps(
+            {
+                "name": "daq1",
+                "children": [
+                    {
+                        "name": "tps",
+                        "params": {"apa": "42"},
+                        "port": {"address": address, "type": "PUB"},
+                    }
+                ],
+            }
+        ),
+    )
     node.set_port(b"5685")
     node.start()
     try:
-        zeroeq = json_rows(discover("--format", "zeroeq", "--json",
-                                    "--option", "session=discovery-test"))
-        goby = json_rows(discover("--format", "goby", "--json", "--option",
-                                  f"socketName={tmp_path / 'g'}", "--option",
-                                  "subscribe=/nav/,/log/"))
+        zeroeq = json_rows(
+            discover("--format", "zeroeq", "--json", "--option", "session=discovery-test")
+        )
+        goby = json_rows(
+            discover(
+                "--format",
+                "goby",
+                "--json",
+                "--option",
+                f"socketName={tmp_path / 'g'}",
+                "--option",
+                "subscribe=/nav/,/log/",
+            )
+        )
         yamz = json_rows(discover("--format", "yamz", "--json", "--option", "beaconPort=5685"))
-        shown = discover("--format", "yamz", "--option", "beaconPort=5685",
-                         "--option", "address=yamz://daq1/tps?apa=4[12]")
+        shown = discover(
+            "--format",
+            "yamz",
+            "--option",
+            "beaconPort=5685",
+            "--option",
+            "address=yamz://daq1/tps?apa=4[12]",
+        )
     finally:
         node.stop()
         pub.close(0)
         gobyd.close()
-    assert [(r["format"], r["partition"]) for r in zeroeq] == [
-        ("zeroeq", publisher.instance_name)]
+    assert [(r["format"], r["partition"]) for r in zeroeq] == [("zeroeq", publisher.instance_name)]
     assert zeroeq[0]["endpoint"] == f"tcp://{publisher.instance_name}"
-    assert [r["partition"] for r in goby] == [f"/log/@{tmp_path}/g.manager",
-                                              f"/nav/@{tmp_path}/g.manager"]
+    assert [r["partition"] for r in goby] == [
+        f"/log/@{tmp_path}/g.manager",
+        f"/nav/@{tmp_path}/g.manager",
+    ]
     assert {r["endpoint"] for r in goby} == {f"ipc://{tmp_path}/g.xpub"}
     assert [(r["partition"], r["metadata"]["node"], r["metadata"]["path"]) for r in yamz] == [
-        (address, "daq1", "tps")]
+        (address, "daq1", "tps")
+    ]
     assert shown.returncode == 0, shown.stderr
     header, row = shown.stdout.splitlines()
     assert header.split() == ["format", "partition", "endpoint", "metadata"]
@@ -64,11 +94,18 @@ def test_discover_lists_what_each_format_would_read(publishers, tmp_path):
 
 
 def test_discover_names_what_it_could_not_reach(tmp_path):
-    missing = discover("--format", "goby", "--option", f"socketName={tmp_path / 'none'}",
-                       "--option", "managerTimeout=1")
+    missing = discover(
+        "--format",
+        "goby",
+        "--option",
+        f"socketName={tmp_path / 'none'}",
+        "--option",
+        "managerTimeout=1",
+    )
     assert missing.returncode == 1
-    assert f"goby: gobyd's Manager at ipc://{tmp_path}/none.manager did not answer" in \
-        missing.stderr
+    assert (
+        f"goby: gobyd's Manager at ipc://{tmp_path}/none.manager did not answer" in missing.stderr
+    )
     wrong = discover("--format", "ebus", "--option", "subPort=x")
     assert wrong.returncode == 2 and "option 'subPort' must be a port number" in wrong.stderr
     orphan = discover("--option", "session=x")

@@ -25,8 +25,8 @@ from spark_zmq.protocols.ebus import (
 from spark_zmq.spool.layout import Source
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
-BSON_L_42 = bytes.fromhex("0c000000" "10" "6c00" "2a000000" "00")
-BSON_L_HI = bytes.fromhex("0f000000" "02" "6c00" "03000000" "686900" "00")
+BSON_L_42 = bytes.fromhex("0c000000106c002a00000000")
+BSON_L_HI = bytes.fromhex("0f000000026c000300000068690000")
 
 
 def test_unpack_hand_built_frames_and_null():
@@ -40,11 +40,14 @@ def test_unpack_hand_built_frames_and_null():
     assert unpack(pack(value)) == value
 
 
-@pytest.mark.parametrize("frame, fault", [
-    (b"not zlib at all", "not zlib-deflated"),
-    (zlib.compress(b"\x05\x00\x00\x00"), "not a BSON document"),
-    (zlib.compress(bytes.fromhex("0c000000" "10" "6d00" "2a000000" "00")), "without key 'l'"),
-])
+@pytest.mark.parametrize(
+    "frame, fault",
+    [
+        (b"not zlib at all", "not zlib-deflated"),
+        (zlib.compress(b"\x05\x00\x00\x00"), "not a BSON document"),
+        (zlib.compress(bytes.fromhex("0c000000106d002a00000000")), "without key 'l'"),
+    ],
+)
 def test_unpack_names_the_layer_at_fault(frame, fault):
     with pytest.raises(PayloadError, match=fault):
         unpack(frame)
@@ -53,8 +56,11 @@ def test_unpack_names_the_layer_at_fault(frame, fault):
 def decode(messages, **raw):
     protocol = EBus()
     options = parse_options("ebus", READER_OPTIONS + protocol.reader_options, raw)
-    return protocol.decode(pa.array(messages, pa.list_(pa.binary())),
-                           Source("tcp://127.0.0.1:5003", {"prefix": ""}), options)
+    return protocol.decode(
+        pa.array(messages, pa.list_(pa.binary())),
+        Source("tcp://127.0.0.1:5003", {"prefix": ""}),
+        options,
+    )
 
 
 #: the reference broker's announcements, as the fact sheet gives them
@@ -64,13 +70,36 @@ WORKERS_ECHO = [b"ebus/workers", pack({"ebusmessage": "active workers", "workers
 
 
 def test_decode_broadcasts_malformed_ones_and_broker_events():
-    decoded = decode([[b"A", pack({"x": 1})], [b"A", b"garbage"], [b"lonely"],
-                      STARTED, [b"B", b"null"], WORKERS_ECHO, SHUTDOWN, [b"ebus", b"null"],
-                      [b"ebusy", b"null"]])
+    decoded = decode(
+        [
+            [b"A", pack({"x": 1})],
+            [b"A", b"garbage"],
+            [b"lonely"],
+            STARTED,
+            [b"B", b"null"],
+            WORKERS_ECHO,
+            SHUTDOWN,
+            [b"ebus", b"null"],
+            [b"ebusy", b"null"],
+        ]
+    )
     assert decoded.columns["channel"].to_pylist() == [
-        "A", "A", None, "ebus/started", "B", "ebus/workers", "ebus/shutdown", "ebus", "ebusy"]
+        "A",
+        "A",
+        None,
+        "ebus/started",
+        "B",
+        "ebus/workers",
+        "ebus/shutdown",
+        "ebus",
+        "ebusy",
+    ]
     assert [json.loads(d) if d else d for d in decoded.columns["data"].to_pylist()[:4]] == [
-        {"x": 1}, None, None, {"ebusmessage": "broker starting"}]
+        {"x": 1},
+        None,
+        None,
+        {"ebusmessage": "broker starting"},
+    ]
     errors = decoded.error.to_pylist()
     assert errors[0] is None and errors[3] is None and errors[4] is None
     assert "not zlib-deflated" in errors[1] and "1 frames of 6 bytes" in errors[2]
@@ -88,36 +117,59 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
     publisher.connect(f"tcp://127.0.0.1:{relay.pub_port}")
     queries = {}
     try:
-        for name, options in (("ebus_a", {"channels": "A"}), ("ebus_default", {}),
-                              ("ebus_all", {"includeBrokerEvents": "true"})):
-            stream = spark.readStream.format("ebus").option("subPort", relay.sub_port) \
+        for name, options in (
+            ("ebus_a", {"channels": "A"}),
+            ("ebus_default", {}),
+            ("ebus_all", {"includeBrokerEvents": "true"}),
+        ):
+            stream = (
+                spark.readStream.format("ebus")
+                .option("subPort", relay.sub_port)
                 .option("spoolPath", str(tmp_path / f"spool-{name}"))
+            )
             for key, value in options.items():
                 stream = stream.option(key, value)
-            queries[name] = (stream.load().writeStream.format("memory").queryName(name)
-                             .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-                             .trigger(processingTime="500 milliseconds").start())
+            queries[name] = (
+                stream.load()
+                .writeStream.format("memory")
+                .queryName(name)
+                .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+                .trigger(processingTime="500 milliseconds")
+                .start()
+            )
 
-        def both_see_warm_up():   # subscriptions travel SUB -> relay -> PUB: wait for them
+        def both_see_warm_up():  # subscriptions travel SUB -> relay -> PUB: wait for them
             publisher.send_multipart([b"A/warm", pack(0)])
-            return all(spark.sql(f"select * from {n} where channel = 'A/warm'").count()
-                       for n in queries)
+            return all(
+                spark.sql(f"select * from {n} where channel = 'A/warm'").count() for n in queries
+            )
 
         wait_until(both_see_warm_up, timeout=90, interval=0.5, what="subscriptions to settle")
         for channel, value in ((b"A", 1), (b"AB", {"v": 2}), (b"B", [3])):
             publisher.send_multipart([channel, pack(value)])
         publisher.send_multipart([b"A", b"broken"])
-        publisher.send_multipart(WORKERS_ECHO)       # as the reference broker announces
+        publisher.send_multipart(WORKERS_ECHO)  # as the reference broker announces
         publisher.send_multipart([b"B", pack("last")])
         for query in queries.values():
             query.processAllAvailable()
 
         def rows(name):
-            return [(r.channel, r.data, r.error is not None) for r in spark.sql(
-                f"select * from {name} where channel != 'A/warm' order by offset").collect()]
+            return [
+                (r.channel, r.data, r.error is not None)
+                for r in spark.sql(
+                    f"select * from {name} where channel != 'A/warm' order by offset"
+                ).collect()
+            ]
 
-        wait_until(lambda: len(rows("ebus_a")) == 3 and len(rows("ebus_all")) == 6
-                   and len(rows("ebus_default")) == 5, timeout=60, what="the broadcasts")
+        wait_until(
+            lambda: (
+                len(rows("ebus_a")) == 3
+                and len(rows("ebus_all")) == 6
+                and len(rows("ebus_default")) == 5
+            ),
+            timeout=60,
+            what="the broadcasts",
+        )
     finally:
         for query in queries.values():
             query.stop()
@@ -125,11 +177,18 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
         relay.close()
     assert rows("ebus_a") == [("A", "1", False), ("AB", '{"v": 2}', False), ("A", None, True)]
     every = sorted(rows("ebus_all"), key=str)
-    assert every[:5] == [("A", "1", False), ("A", None, True), ("AB", '{"v": 2}', False),
-                         ("B", '"last"', False), ("B", "[3]", False)]
+    assert every[:5] == [
+        ("A", "1", False),
+        ("A", None, True),
+        ("AB", '{"v": 2}', False),
+        ("B", '"last"', False),
+        ("B", "[3]", False),
+    ]
     broker_event = every[5]
     assert broker_event[0] == "ebus/workers" and json.loads(broker_event[1]) == {
-        "ebusmessage": "active workers", "workers": ["echo"]}
+        "ebusmessage": "active workers",
+        "workers": ["echo"],
+    }
     # by default the broker's announcements are not rows, whatever their ebus/ channel
     assert sorted(rows("ebus_default"), key=str) == every[:5]
 
@@ -142,12 +201,19 @@ def test_malformed_broadcasts_follow_mode(spark, tmp_path, mode):
     publisher.setsockopt(zmq.LINGER, 0)
     publisher.connect(f"tcp://127.0.0.1:{relay.pub_port}")
     name = f"ebus_{mode.lower()}"
-    query = (spark.readStream.format("ebus").option("subPort", relay.sub_port)
-             .option("channels", "A").option("mode", mode)
-             .option("spoolPath", str(tmp_path / "spool")).load()
-             .writeStream.format("memory").queryName(name)
-             .option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("ebus")
+        .option("subPort", relay.sub_port)
+        .option("channels", "A")
+        .option("mode", mode)
+        .option("spoolPath", str(tmp_path / "spool"))
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
     def warm_up_seen():
         publisher.send_multipart([b"A/warm", pack(0)])
@@ -165,17 +231,24 @@ def test_malformed_broadcasts_follow_mode(spark, tmp_path, mode):
             message = str(failure.value)
             assert "mode=FAILFAST" in message and "not zlib-deflated" in message
             return
-        wait_until(lambda: spark.sql(f"select * from {name} where channel = 'A'").count() == 2,
-                   timeout=60, what="the well-formed broadcasts")
+        wait_until(
+            lambda: spark.sql(f"select * from {name} where channel = 'A'").count() == 2,
+            timeout=60,
+            what="the well-formed broadcasts",
+        )
         query.processAllAvailable()
-        rows = spark.sql(f"select channel, data, error from {name} "
-                         "where channel is null or channel != 'A/warm' order by offset").collect()
+        rows = spark.sql(
+            f"select channel, data, error from {name} "
+            "where channel is null or channel != 'A/warm' order by offset"
+        ).collect()
     finally:
         query.stop()
         publisher.close(0)
         relay.close()
     assert [(r.channel, r.data, r.error) for r in rows] == [
-        ("A", '"good"', None), ("A", '"also good"', None)]
+        ("A", '"good"', None),
+        ("A", '"also good"', None),
+    ]
 
 
 @pytest.mark.spark
@@ -187,18 +260,29 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
     subscriber.connect(f"tcp://127.0.0.1:{relay.sub_port}")
     inbox = tmp_path / "in"
     inbox.mkdir()
-    (inbox / "1.json").write_text("\n".join(json.dumps(row) for row in [
-        {"channel": "out/a", "data": '{"x": 1}'},
-        {"channel": "out/b", "data": None},
-        {"channel": "", "data": "2"},                 # no channel: skipped (PERMISSIVE)
-        {"channel": "out/c", "data": "{not json"},    # skipped
-        {"channel": "out/d", "data": '[1, "two"]'},
-    ]) + "\n")
-    writer = (spark.readStream.schema("channel STRING, data STRING").json(str(inbox))
-              .writeStream.format("ebus").option("pubPort", relay.pub_port)
-              .option("waitForSubscribers", "60")
-              .option("checkpointLocation", str(tmp_path / "cp-writer"))
-              .trigger(availableNow=True).start())
+    (inbox / "1.json").write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in [
+                {"channel": "out/a", "data": '{"x": 1}'},
+                {"channel": "out/b", "data": None},
+                {"channel": "", "data": "2"},  # no channel: skipped (PERMISSIVE)
+                {"channel": "out/c", "data": "{not json"},  # skipped
+                {"channel": "out/d", "data": '[1, "two"]'},
+            ]
+        )
+        + "\n"
+    )
+    writer = (
+        spark.readStream.schema("channel STRING, data STRING")
+        .json(str(inbox))
+        .writeStream.format("ebus")
+        .option("pubPort", relay.pub_port)
+        .option("waitForSubscribers", "60")
+        .option("checkpointLocation", str(tmp_path / "cp-writer"))
+        .trigger(availableNow=True)
+        .start()
+    )
     received = []
     try:
         while len(received) < 3 and subscriber.poll(90_000):
@@ -210,7 +294,10 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
         subscriber.close(0)
         relay.close()
     assert [(channel, unpack(packed)) for channel, packed in received] == [
-        (b"out/a", {"x": 1}), (b"out/b", None), (b"out/d", [1, "two"])]
+        (b"out/a", {"x": 1}),
+        (b"out/b", None),
+        (b"out/d", [1, "two"]),
+    ]
 
 
 @pytest.mark.spark
@@ -221,28 +308,40 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
     publisher = zmq.Context.instance().socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
     publisher.connect(f"tcp://127.0.0.1:{broker.pub_port}")
-    query = (spark.readStream.format("ebus").option("channels", "services")
-             .option("subPort", broker.sub_port).option("frontendPort", broker.frontend_port)
-             .option("spoolPath", str(tmp_path / "spool")).load()
-             .writeStream.format("memory").queryName("ebus_services")
-             .option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("ebus")
+        .option("channels", "services")
+        .option("subPort", broker.sub_port)
+        .option("frontendPort", broker.frontend_port)
+        .option("spoolPath", str(tmp_path / "spool"))
+        .load()
+        .writeStream.format("memory")
+        .queryName("ebus_services")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
     def channels_seen():
         return {r.channel for r in spark.sql("select channel from ebus_services").collect()}
 
-    def arrives(channel):          # broadcast until the partition's SUB is subscribed
+    def arrives(channel):  # broadcast until the partition's SUB is subscribed
         publisher.send_multipart([b"other", pack("not a service")])
         publisher.send_multipart([channel.encode(), pack(channel)])
         return channel in channels_seen()
 
     try:
         wait_until(lambda: arrives("echo"), timeout=90, interval=0.5, what="echo's channel")
-        workers.append(Worker(backend, "temperature", lambda data: data))   # joins mid-stream
-        wait_until(lambda: arrives("temperature"), timeout=90, interval=0.5,
-                   what="the new service's channel")
-        partitions = {r.partition for r in spark.sql(
-            "select distinct partition from ebus_services").collect()}
+        workers.append(Worker(backend, "temperature", lambda data: data))  # joins mid-stream
+        wait_until(
+            lambda: arrives("temperature"),
+            timeout=90,
+            interval=0.5,
+            what="the new service's channel",
+        )
+        partitions = {
+            r.partition for r in spark.sql("select distinct partition from ebus_services").collect()
+        }
     finally:
         query.stop()
         for worker in workers:
@@ -250,8 +349,10 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
         publisher.close(0)
         broker.close()
     assert channels_seen() == {"echo", "temperature"}
-    assert partitions == {f"echo@127.0.0.1:{broker.sub_port}",
-                          f"temperature@127.0.0.1:{broker.sub_port}"}
+    assert partitions == {
+        f"echo@127.0.0.1:{broker.sub_port}",
+        f"temperature@127.0.0.1:{broker.sub_port}",
+    }
 
 
 def start_broker_on(ports: dict, timeout: float = 10.0):
@@ -269,44 +370,71 @@ def start_broker_on(ports: dict, timeout: float = 10.0):
 @pytest.mark.spark
 def test_broker_restart_mid_stream_loses_and_duplicates_nothing_captured(spark, tmp_path):
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
-    ports = dict(frontend_port=broker.frontend_port, backend_port=broker.backend_port,
-                 pub_port=broker.pub_port, sub_port=broker.sub_port)
+    ports = dict(
+        frontend_port=broker.frontend_port,
+        backend_port=broker.backend_port,
+        pub_port=broker.pub_port,
+        sub_port=broker.sub_port,
+    )
     publisher = zmq.Context.instance().socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
     publisher.connect(f"tcp://127.0.0.1:{broker.pub_port}")
     output = tmp_path / "out"
-    stream = (spark.readStream.format("ebus").option("subPort", broker.sub_port)
-              .option("channels", "seq").option("spoolPath", str(tmp_path / "spool")).load())
-    query = (stream.writeStream.format("parquet").option("path", str(output))
-             .option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(processingTime="500 milliseconds").start())
+    stream = (
+        spark.readStream.format("ebus")
+        .option("subPort", broker.sub_port)
+        .option("channels", "seq")
+        .option("spoolPath", str(tmp_path / "spool"))
+        .load()
+    )
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(output))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
     def values():
         if not (output / "_spark_metadata").exists():
             return [], []
         rows = spark.read.schema(stream.schema).parquet(str(output)).collect()
-        return ([json.loads(r.data) for r in rows if r.error is None],
-                [r.error for r in rows if r.error is not None])
+        return (
+            [json.loads(r.data) for r in rows if r.error is None],
+            [r.error for r in rows if r.error is not None],
+        )
 
     def reaches_the_reader(marker: str):
         publisher.send_multipart([b"seq/probe", pack(marker)])
         return marker in values()[0]
 
     try:
-        wait_until(lambda: reaches_the_reader("before"), timeout=120, interval=0.5,
-                   what="the reader's subscription to reach the broker")
+        wait_until(
+            lambda: reaches_the_reader("before"),
+            timeout=120,
+            interval=0.5,
+            what="the reader's subscription to reach the broker",
+        )
         for n in range(100):
             publisher.send_multipart([b"seq", pack(n)])
-        wait_until(lambda: set(range(100)) <= set(values()[0]), timeout=60,
-                   what="the first 100 values")
-        broker.close()                                    # the broker goes away ...
-        broker = start_broker_on(ports)                   # ... and comes back on its ports
-        wait_until(lambda: reaches_the_reader("after"), timeout=120, interval=0.5,
-                   what="the stream to resume through the new broker")
+        wait_until(
+            lambda: set(range(100)) <= set(values()[0]), timeout=60, what="the first 100 values"
+        )
+        broker.close()  # the broker goes away ...
+        broker = start_broker_on(ports)  # ... and comes back on its ports
+        wait_until(
+            lambda: reaches_the_reader("after"),
+            timeout=120,
+            interval=0.5,
+            what="the stream to resume through the new broker",
+        )
         for n in range(100, 200):
             publisher.send_multipart([b"seq", pack(n)])
-        wait_until(lambda: set(range(100, 200)) <= set(values()[0]), timeout=60,
-                   what="the values sent after the restart")
+        wait_until(
+            lambda: set(range(100, 200)) <= set(values()[0]),
+            timeout=60,
+            what="the values sent after the restart",
+        )
         got, errors = values()
     finally:
         query.stop()

@@ -82,6 +82,7 @@ def subscribed(broker, channel: bytes) -> zmq.Socket:
     pub.setsockopt(zmq.LINGER, 0)
     pub.connect(f"tcp://127.0.0.1:{broker.pub_port}")
     try:
+
         def probe_came_back():
             pub.send_multipart([b"probe", b"null"])
             return sub.poll(100) and sub.recv_multipart()[0] == b"probe"
@@ -104,7 +105,8 @@ def test_requests_go_to_a_worker_and_back(broker):
     worker = EchoWorker(broker.backend_port, "echo")
     client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
     try:
-        def services():      # as the reference client asks: no id at all
+
+        def services():  # as the reference client asks: no id at all
             client.send_multipart([b"", CLIENT, b"SERVICES"])
             frames = receive(client)
             return frames[2:4] == [b"SERVICES", b""] and unpack(frames[4]) == ["echo"]
@@ -121,8 +123,10 @@ def test_requests_go_to_a_worker_and_back(broker):
         assert listed["service"] == "echo" and listed["load"] == 0
         client.send_multipart([b"", CLIENT, b"PING"])
         assert receive(client)[2] == b"HEARTBEAT"
-        assert announced_workers(announcements) == {"ebusmessage": "active workers",
-                                                    "workers": ["echo"]}
+        assert announced_workers(announcements) == {
+            "ebusmessage": "active workers",
+            "workers": ["echo"],
+        }
     finally:
         worker.close()
         client.close(0)
@@ -135,6 +139,7 @@ def test_frontend_messages_are_read_by_position_as_the_reference_broker_reads_th
     worker = EchoWorker(broker.backend_port, "echo")
     client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
     try:
+
         def listed():
             client.send_multipart([b"", CLIENT, b"SERVICES", b"", b"q1"])
             frames = receive(client)
@@ -199,7 +204,7 @@ def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
     silent = dealer(b"W/slow/" + uuid.uuid4().hex.encode(), broker.backend_port)
     stranger = dealer(b"W/x/" + uuid.uuid4().hex.encode(), broker.backend_port)
     try:
-        stranger.send_multipart([WORKER, b"HEARTBEAT"])        # before READY
+        stranger.send_multipart([WORKER, b"HEARTBEAT"])  # before READY
         assert receive(stranger)[:2] == [CLIENT, b"DISCONNECT"]
         silent.send_multipart([WORKER, b"READY", b"null", b"slow"])
 
@@ -209,8 +214,8 @@ def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
 
         wait_until(registered, timeout=10, what="the silent worker to register")
         client.send_multipart([b"", CLIENT, b"REQ", b"slow", b"r1", b"null", b"300"])
-        assert receive(silent)[1:3] == [b"REQ", b"r1"]          # it never answers
-        assert receive(client) == [b"", WORKER, b"REJECT", b"r1"]    # expired: no data
+        assert receive(silent)[1:3] == [b"REQ", b"r1"]  # it never answers
+        assert receive(client) == [b"", WORKER, b"REJECT", b"r1"]  # expired: no data
 
         def gone():
             client.send_multipart([b"", CLIENT, b"SERVICES", b"s"])
@@ -234,8 +239,9 @@ def test_worker_replies_and_rejects_when_its_handler_fails(broker):
     client = dealer(b"C" + uuid.uuid4().hex.encode(), broker.frontend_port)
     frontend = f"tcp://127.0.0.1:{broker.frontend_port}"
     try:
-        wait_until(lambda: ask(frontend, "SERVICES") == ["echo"], timeout=10,
-                   what="the worker to register")
+        wait_until(
+            lambda: ask(frontend, "SERVICES") == ["echo"], timeout=10, what="the worker to register"
+        )
         [listed] = ask(frontend, "WORKERS")
         assert listed["id"] == worker.identity.decode() and listed["service"] == "echo"
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack([1, 2]), b"3000"])
@@ -253,41 +259,82 @@ def test_cli_runs_a_broker_and_a_worker_and_asks_for_services(tmp_path):
     import sys
 
     cli = [sys.executable, "-m", "spark_zmq", "ebus"]
-    broker = subprocess.Popen(cli + ["broker", "--frontend-port", "0", "--backend-port", "0",
-                                     "--pub-port", "0", "--sub-port", "0"],
-                              stdout=subprocess.PIPE, text=True)
+    broker = subprocess.Popen(
+        cli
+        + [
+            "broker",
+            "--frontend-port",
+            "0",
+            "--backend-port",
+            "0",
+            "--pub-port",
+            "0",
+            "--sub-port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     worker = None
     try:
         words = broker.stdout.readline().replace(",", "").split()
-        ports = dict(zip(words[4::2], words[5::2]))   # "... frontend P backend P pub P sub P"
-        worker = subprocess.Popen(cli + ["worker", "--service", "echo", "--backend-port",
-                                         ports["backend"]], stdout=subprocess.PIPE, text=True)
+        ports = dict(zip(words[4::2], words[5::2]))  # "... frontend P backend P pub P sub P"
+        worker = subprocess.Popen(
+            cli + ["worker", "--service", "echo", "--backend-port", ports["backend"]],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert worker.stdout.readline().startswith("ebus worker 'echo'")
 
         def services():
-            out = subprocess.run(cli + ["services", "--frontend-port", ports["frontend"]],
-                                 capture_output=True, text=True, timeout=30)
+            out = subprocess.run(
+                cli + ["services", "--frontend-port", ports["frontend"]],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             return out.returncode == 0 and out.stdout.strip() == '["echo"]'
 
         wait_until(services, timeout=30, what="`ebus services` to list the worker")
-        called = subprocess.run(cli + ["call", "--service", "echo", "--data", '{"x": [1, 2]}',
-                                       "--frontend-port", ports["frontend"]],
-                                capture_output=True, text=True, timeout=30)
+        called = subprocess.run(
+            cli
+            + [
+                "call",
+                "--service",
+                "echo",
+                "--data",
+                '{"x": [1, 2]}',
+                "--frontend-port",
+                ports["frontend"],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert called.returncode == 0, called.stderr
         answer = json.loads(called.stdout)
         assert (answer["status"], answer["data"]) == ("REPLY", {"x": [1, 2]})
-        held = subprocess.run(cli + ["call", "--service", "nobody", "--frontend-port",
-                                     ports["frontend"]], capture_output=True, text=True,
-                              timeout=30)      # held for a worker that never comes: expired
+        held = subprocess.run(
+            cli + ["call", "--service", "nobody", "--frontend-port", ports["frontend"]],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )  # held for a worker that never comes: expired
         assert held.returncode == 1 and json.loads(held.stdout)["status"] == "EXPIRED"
     finally:
         for process in (worker, broker):
             if process is not None:
                 process.terminate()
                 assert process.wait(10) == 0
-    nobody = subprocess.run(cli + ["workers", "--frontend-port", ports["frontend"],
-                                   "--timeout", "0.5"], capture_output=True, text=True,
-                            timeout=30, env=dict(os.environ))
+    nobody = subprocess.run(
+        cli + ["workers", "--frontend-port", ports["frontend"], "--timeout", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=dict(os.environ),
+    )
     assert nobody.returncode == 1
-    assert f"no WORKERS answer from the EBUS broker at tcp://127.0.0.1:{ports['frontend']}" \
+    assert (
+        f"no WORKERS answer from the EBUS broker at tcp://127.0.0.1:{ports['frontend']}"
         in nobody.stderr
+    )

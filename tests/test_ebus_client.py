@@ -86,25 +86,37 @@ def log_lines():
 
 def test_client_pings_a_silent_broker_and_reconnects_with_a_new_identity(fake_broker, log_lines):
     with Client(fake_broker.address) as client:
-        wait_until(lambda: len(fake_broker.messages(b"PING")) >= 3, timeout=10,
-                   what="PINGs while nothing else comes")
+        wait_until(
+            lambda: len(fake_broker.messages(b"PING")) >= 3,
+            timeout=10,
+            what="PINGs while nothing else comes",
+        )
         first = client.identity
         assert {identity for identity, _ in fake_broker.messages(b"PING")} == {first}
         assert client.reconnects == 0, "answered PINGs keep the connection"
 
-        fake_broker.answering.clear()                 # the broker falls silent
+        fake_broker.answering.clear()  # the broker falls silent
         silent_since = time.monotonic()
-        wait_until(lambda: any(identity != first for identity, _ in fake_broker.messages(b"PING")),
-                   timeout=10, what="a PING from a new identity")
+        wait_until(
+            lambda: any(identity != first for identity, _ in fake_broker.messages(b"PING")),
+            timeout=10,
+            what="a PING from a new identity",
+        )
         took = time.monotonic() - silent_since
         assert client.identity != first and client.identity.startswith(b"C")
         assert 2.0 <= took <= 6.0, f"reconnected after {took:.1f} s; liveness is 5 x 500 ms"
-        assert [line for line in log_lines if "reconnecting as" in line
-                and fake_broker.address in line and first.decode() in line]
+        assert [
+            line
+            for line in log_lines
+            if "reconnecting as" in line and fake_broker.address in line and first.decode() in line
+        ]
 
-        fake_broker.answering.set()                   # and answers again
-        wait_until(lambda: any("answers again" in line for line in log_lines), timeout=10,
-                   what="the client to log that the broker answers again")
+        fake_broker.answering.set()  # and answers again
+        wait_until(
+            lambda: any("answers again" in line for line in log_lines),
+            timeout=10,
+            what="the client to log that the broker answers again",
+        )
         reconnects = client.reconnects
         time.sleep(3.0)
         assert client.reconnects == reconnects, "no reconnect while the broker answers"
@@ -118,8 +130,11 @@ def test_disconnect_from_the_broker_makes_the_client_reconnect_at_once(fake_brok
         first = client.identity
         fake_broker.send(first, b"DISCONNECT", b"maintenance")
         asked_at = time.monotonic()
-        wait_until(lambda: any(identity != first for identity, _ in fake_broker.messages(b"PING")),
-                   timeout=10, what="a message from a new identity")
+        wait_until(
+            lambda: any(identity != first for identity, _ in fake_broker.messages(b"PING")),
+            timeout=10,
+            what="a message from a new identity",
+        )
         assert time.monotonic() - asked_at < 1.5
         assert client.reconnects == 1
         assert any("maintenance" in line for line in log_lines)
@@ -128,19 +143,28 @@ def test_disconnect_from_the_broker_makes_the_client_reconnect_at_once(fake_brok
 def test_unanswered_request_is_resent_with_its_id_also_after_a_reconnect(fake_broker):
     with Client(fake_broker.address) as client:
         answer = client.request("slow", pack({"x": 1}), request_id="r-1", stales_ms=20_000)
-        wait_until(lambda: len(fake_broker.messages(b"REQ")) >= 2, timeout=10,
-                   what="the request and its resend")
+        wait_until(
+            lambda: len(fake_broker.messages(b"REQ")) >= 2,
+            timeout=10,
+            what="the request and its resend",
+        )
         (sender, first), (_, resend) = fake_broker.messages(b"REQ")[:2]
         assert first == resend == [b"slow", b"r-1", pack({"x": 1}), b"20000"]
 
-        fake_broker.answering.clear()                 # silent: the client reconnects ...
-        wait_until(lambda: any(identity != sender for identity, _ in fake_broker.messages(b"REQ")),
-                   timeout=15, what="the request sent again by the new identity")
-        renewed, args = next((identity, args) for identity, args in fake_broker.messages(b"REQ")
-                             if identity != sender)
+        fake_broker.answering.clear()  # silent: the client reconnects ...
+        wait_until(
+            lambda: any(identity != sender for identity, _ in fake_broker.messages(b"REQ")),
+            timeout=15,
+            what="the request sent again by the new identity",
+        )
+        renewed, args = next(
+            (identity, args)
+            for identity, args in fake_broker.messages(b"REQ")
+            if identity != sender
+        )
         assert args[:2] == [b"slow", b"r-1"], "the same request id after the reconnect"
         fake_broker.answering.set()
-        fake_broker.send(renewed, b"REPLY", b"someone-else", pack("not ours"))   # discarded
+        fake_broker.send(renewed, b"REPLY", b"someone-else", pack("not ours"))  # discarded
         fake_broker.send(renewed, b"REPLY", b"r-1", pack({"y": 2}))
         result = answer.result(10)
     assert (result.request_id, result.status, unpack(result.data)) == ("r-1", "REPLY", {"y": 2})
@@ -165,16 +189,18 @@ def test_services_and_workers_are_asked_as_the_reference_broker_reads_them(fake_
     questions with an empty id, matched by type."""
     with Client(fake_broker.address) as client:
         services = Future()
-        threading.Thread(target=lambda: services.set_result(client.ask("SERVICES", 10)),
-                         daemon=True).start()
+        threading.Thread(
+            target=lambda: services.set_result(client.ask("SERVICES", 10)), daemon=True
+        ).start()
         wait_until(lambda: fake_broker.messages(b"SERVICES"), timeout=10, what="SERVICES")
         identity, args = fake_broker.messages(b"SERVICES")[0]
         assert len(args) == 2 and args[0] == b"" and args[1], "the id at index 5"
         fake_broker.send(identity, b"SERVICES", b"", pack(["echo", "double"]))
         assert services.result(10) == ["echo", "double"]
         workers = Future()
-        threading.Thread(target=lambda: workers.set_result(client.ask("WORKERS", 10)),
-                         daemon=True).start()
+        threading.Thread(
+            target=lambda: workers.set_result(client.ask("WORKERS", 10)), daemon=True
+        ).start()
         wait_until(lambda: fake_broker.messages(b"WORKERS"), timeout=10, what="WORKERS")
         identity, args = fake_broker.messages(b"WORKERS")[0]
         fake_broker.send(identity, b"WORKERS", args[1], pack([{"id": "W/echo/1"}]))  # echoed
@@ -187,8 +213,8 @@ def test_a_reject_without_data_is_the_brokers_expiry_and_with_data_a_refusal(fak
         refused = client.request("picky", pack(2), request_id="r-y", stales_ms=60_000)
         wait_until(lambda: len(fake_broker.messages(b"REQ")) >= 2, timeout=10, what="REQs")
         identity = fake_broker.messages(b"REQ")[0][0]
-        fake_broker.send(identity, b"REJECT", b"r-x")              # the reference expiry
-        fake_broker.send(identity, b"REJECT", b"r-y", b"null")     # a worker's REJECT
+        fake_broker.send(identity, b"REJECT", b"r-x")  # the reference expiry
+        fake_broker.send(identity, b"REJECT", b"r-y", b"null")  # a worker's REJECT
         assert (expired.result(10).status, expired.result(10).data) == ("EXPIRED", None)
         assert (refused.result(10).status, refused.result(10).data) == ("REJECT", b"null")
 
@@ -198,9 +224,12 @@ def test_client_against_the_package_broker_stays_connected_and_gets_answers():
     worker = Worker(f"tcp://127.0.0.1:{broker.backend_port}", "double", lambda x: 2 * x)
     try:
         with Client(f"tcp://127.0.0.1:{broker.frontend_port}") as client:
-            wait_until(lambda: client.ask("SERVICES") == ["double"], timeout=10,
-                       what="the worker to register")
-            time.sleep(3.5)                            # longer than 5 heartbeats of silence
+            wait_until(
+                lambda: client.ask("SERVICES") == ["double"],
+                timeout=10,
+                what="the worker to register",
+            )
+            time.sleep(3.5)  # longer than 5 heartbeats of silence
             assert client.reconnects == 0, "the broker answers PINGs"
             answers = [client.request("double", pack(n)) for n in range(20)]
             assert [unpack(a.result(10).data) for a in answers] == [2 * n for n in range(20)]

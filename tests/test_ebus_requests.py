@@ -21,7 +21,8 @@ class SilentWorker:
 
     def __init__(self, address: str, service: str) -> None:
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.IDENTITY, b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode()))
+        identity = b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode())
+        self.sock.setsockopt(zmq.IDENTITY, identity)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(address)
         self.sock.send_multipart([b"EBW01", b"READY", b"null", service.encode()])
@@ -52,8 +53,11 @@ def refuse(data):
 def broker():
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
     backend = f"tcp://127.0.0.1:{broker.backend_port}"
-    peers = [Worker(backend, "echo", lambda data: {"echo": data}),
-             Worker(backend, "refuse", refuse), SilentWorker(backend, "silent")]
+    peers = [
+        Worker(backend, "echo", lambda data: {"echo": data}),
+        Worker(backend, "refuse", refuse),
+        SilentWorker(backend, "silent"),
+    ]
     yield broker
     for peer in peers:
         peer.close()
@@ -67,25 +71,31 @@ def run_requests(spark, tmp_path, broker, rows, **options):
     inbox.mkdir()
     (inbox / "rows.json").write_text("".join(json.dumps(row) + "\n" for row in rows))
     replies = tmp_path / f"replies-{name}"
-    writer = (spark.readStream.schema("data STRING").json(str(inbox)).writeStream
-              .format("ebus").option("frontendPort", broker.frontend_port)
-              .option("replyPath", str(replies))
-              .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-              .trigger(availableNow=True))
+    writer = (
+        spark.readStream.schema("data STRING")
+        .json(str(inbox))
+        .writeStream.format("ebus")
+        .option("frontendPort", broker.frontend_port)
+        .option("replyPath", str(replies))
+        .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+        .trigger(availableNow=True)
+    )
     for key, value in options.items():
         writer = writer.option(key, value)
     query = writer.start()
     try:
         query.awaitTermination(180)
-    except Exception:              # a failed query raises here; its exception() tells why
+    except Exception:  # a failed query raises here; its exception() tells why
         pass
     finally:
         query.stop()
     error = query.exception()
     answers = []
     if replies.exists():
-        answers = sorted((r.requestId, r.status, r.data, r.batchId)
-                         for r in spark.read.parquet(str(replies)).collect())
+        answers = sorted(
+            (r.requestId, r.status, r.data, r.batchId)
+            for r in spark.read.parquet(str(replies)).collect()
+        )
     return (str(error) if error else None), answers, query.id
 
 
@@ -107,21 +117,24 @@ def test_refused_requests_are_recorded_or_fail_the_batch_under_failfast(spark, t
     assert error is None
     assert [(status, data) for _, status, data, _ in answers] == [("REJECT", "null")] * 3
 
-    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="refuse",
-                                     mode="FAILFAST")
+    error, answers, _ = run_requests(
+        spark, tmp_path, broker, rows, service="refuse", mode="FAILFAST"
+    )
     assert error is not None and answers == []
     assert "to service 'refuse'" in error and "was refused" in error and "request " in error
 
 
 def test_unanswered_requests_fail_the_batch_unless_dropmalformed(spark, tmp_path, broker):
     rows = [{"data": json.dumps(n)} for n in range(2)]
-    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="silent",
-                                     stalesMs="1500")
+    error, answers, _ = run_requests(
+        spark, tmp_path, broker, rows, service="silent", stalesMs="1500"
+    )
     assert error is not None and answers == []
     assert "to service 'silent'" in error and "no answer within stalesMs=1500" in error
 
-    error, answers, _ = run_requests(spark, tmp_path, broker, rows, service="silent",
-                                     stalesMs="1500", mode="DROPMALFORMED")
+    error, answers, _ = run_requests(
+        spark, tmp_path, broker, rows, service="silent", stalesMs="1500", mode="DROPMALFORMED"
+    )
     assert error is None
     assert [(status, data) for _, status, data, _ in answers] == [("EXPIRED", None)] * 2
 
@@ -163,12 +176,14 @@ def test_the_reference_brokers_expiry_is_recorded_as_expired_not_refused(spark, 
     reference = ExpiringBroker()
     rows = [{"data": json.dumps(n)} for n in range(2)]
     try:
-        error, answers, _ = run_requests(spark, tmp_path, reference, rows, service="late",
-                                         stalesMs="60000", mode="DROPMALFORMED")
+        error, answers, _ = run_requests(
+            spark, tmp_path, reference, rows, service="late", stalesMs="60000", mode="DROPMALFORMED"
+        )
         assert error is None
         assert [(status, data) for _, status, data, _ in answers] == [("EXPIRED", None)] * 2
-        error, answers, _ = run_requests(spark, tmp_path, reference, rows, service="late",
-                                         stalesMs="60000")
+        error, answers, _ = run_requests(
+            spark, tmp_path, reference, rows, service="late", stalesMs="60000"
+        )
         assert error is not None and "no answer within stalesMs=60000" in error
         assert "refused" not in error
     finally:
@@ -182,9 +197,10 @@ def test_request_sink_option_and_column_errors(spark, tmp_path, broker):
     frame = spark.readStream.schema("channel STRING").json(str(inbox))
     with pytest.raises(Exception, match="need a column `data`"):
         frame.writeStream.format("ebus").option("service", "echo").option(
-            "checkpointLocation", str(tmp_path / "c1")).start().awaitTermination(60)
+            "checkpointLocation", str(tmp_path / "c1")
+        ).start().awaitTermination(60)
     frame = spark.readStream.schema("data STRING").json(str(inbox))
     with pytest.raises(Exception, match="option 'stalesMs' must be a positive integer"):
         frame.writeStream.format("ebus").option("service", "echo").option(
-            "stalesMs", "soon").option(
-            "checkpointLocation", str(tmp_path / "c2")).start().awaitTermination(60)
+            "stalesMs", "soon"
+        ).option("checkpointLocation", str(tmp_path / "c2")).start().awaitTermination(60)

@@ -24,19 +24,28 @@ def test_readme_options_tables_are_generated_from_the_definitions():
 
 
 def test_cli_prints_options():
-    out = subprocess.run([sys.executable, "-m", "spark_zmq", "options", "zeroeq"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "spark_zmq", "options", "zeroeq"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "| `maxRecordsPerTrigger` |" in out and "| `session` |" in out
 
 
 #: an example block: the code, then what it prints
-EXAMPLE = re.compile(r"<!-- example:(\w+) -->\n```python\n(.*?)```\n.*?```\n(.*?)```\n"
-                     r"<!-- /example -->", re.S)
+EXAMPLE = re.compile(
+    r"<!-- example:(\w+) -->\n```python\n(.*?)```\n.*?```\n(.*?)```\n"
+    r"<!-- /example -->",
+    re.S,
+)
 
 
 def readme_examples() -> list:
-    return [pytest.param(code, printed, id=name)
-            for name, code, printed in EXAMPLE.findall((ROOT / "README.md").read_text())]
+    return [
+        pytest.param(code, printed, id=name)
+        for name, code, printed in EXAMPLE.findall((ROOT / "README.md").read_text())
+    ]
 
 
 @pytest.mark.spark
@@ -44,8 +53,9 @@ def readme_examples() -> list:
 def test_readme_example_prints_what_the_readme_shows(code, printed, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(code)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert printed in result.stdout, result.stdout
 
@@ -58,9 +68,22 @@ def test_the_readme_has_examples():
 def test_main_job_streams_demo_publishers_into_parquet(tmp_path):
     env = dict(os.environ, SPARK_ZMQ_LOG_LEVEL="WARNING")
     result = subprocess.run(
-        [sys.executable, str(ROOT / "jobs" / "zeroeq_to_parquet.py"), "--events", "40",
-         "--output", str(tmp_path / "events"), "--seconds", "120"],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            str(ROOT / "jobs" / "zeroeq_to_parquet.py"),
+            "--events",
+            "40",
+            "--output",
+            str(tmp_path / "events"),
+            "--seconds",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"wrote 120 rows to {tmp_path / 'events'}" in result.stdout
     assert "demo::Temperature" in result.stdout and "demo::Heartbeat" in result.stdout
@@ -72,7 +95,8 @@ def test_every_auto_registered_module_imports():
     import importlib
     import pkgutil
 
-    names = sorted(m.name for m in pkgutil.iter_modules([str(ROOT)])
-                   if m.name.startswith("pyspark_"))
+    names = sorted(
+        m.name for m in pkgutil.iter_modules([str(ROOT)]) if m.name.startswith("pyspark_")
+    )
     found = {importlib.import_module(name).DefaultSource.name() for name in names}
     assert found == set(FORMATS)

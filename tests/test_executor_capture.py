@@ -6,6 +6,7 @@ package's capture job under spark-submit; run them alone with ``-m cluster``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -51,7 +52,7 @@ class Sender:
 def sink_rows(spark, path: Path) -> list:
     try:
         return spark.read.parquet(str(path)).select("partition", "payload", "error").collect()
-    except Exception:   # nothing committed yet
+    except Exception:  # nothing committed yet
         return []
 
 
@@ -68,6 +69,7 @@ def wait_for_all_sent(spark, sink: Path, sent: dict[str, int], timeout: float = 
         rows = sink_rows(spark, sink)
         last = {k: max(v) for k, v in sequences(rows).items()}
         return rows if all(last.get(k) == n - 1 for k, n in sent.items()) else None
+
     return wait_until(done, timeout=timeout, interval=1.0, what="every sent message in the sink")
 
 
@@ -92,7 +94,7 @@ def check_exactly_once(rows, sent: dict[str, int], moved: set[str]) -> None:
     for key, n in sent.items():
         got = sorted(seqs[key])
         assert len(got) == len(set(got)), f"duplicates in {key}"
-        holes = [(a, b) for a, b in zip(got, got[1:]) if b != a + 1]
+        holes = [(a, b) for a, b in itertools.pairwise(got) if b != a + 1]
         if key in moved:
             assert len(holes) <= 1, f"{key}: holes {holes}"
             assert key in gaps, f"{key} moved without a gap row"
@@ -103,37 +105,55 @@ def check_exactly_once(rows, sent: dict[str, int], moved: set[str]) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    instance = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2,
-                                 private_mounts=True)
+    instance = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, private_mounts=True)
     yield instance
     instance.stop()
 
 
 @pytest.mark.cluster
-def test_executor_loss_moves_partitions_to_the_surviving_executor(spark, cluster, tmp_path,
-                                                                  publishers):
+def test_executor_loss_moves_partitions_to_the_surviving_executor(
+    spark, cluster, tmp_path, publishers
+):
     pubs = [publishers("cluster") for _ in range(4)]
     keys = [p.instance_name for p in pubs]
     spool, sink = tmp_path / "spool", tmp_path / "table"
     lease_timeout, idle_timeout, trigger = 5, 10, 1
     job = cluster.submit(
-        str(ROOT / "jobs" / "capture_to_parquet.py"), "--format", "zeroeq",
-        "--option", "session=cluster", "--option", "discoveryInterfaces=127.0.0.1",
-        "--option", "capture=executors", "--option", f"spoolPath={spool}",
-        "--option", f"leaseTimeout={lease_timeout}",
-        "--option", f"captureIdleTimeout={idle_timeout}",
-        "--output", str(sink), "--trigger", str(trigger))
+        str(ROOT / "jobs" / "capture_to_parquet.py"),
+        "--format",
+        "zeroeq",
+        "--option",
+        "session=cluster",
+        "--option",
+        "discoveryInterfaces=127.0.0.1",
+        "--option",
+        "capture=executors",
+        "--option",
+        f"spoolPath={spool}",
+        "--option",
+        f"leaseTimeout={lease_timeout}",
+        "--option",
+        f"captureIdleTimeout={idle_timeout}",
+        "--output",
+        str(sink),
+        "--trigger",
+        str(trigger),
+    )
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
     sender = None
     try:
-        held = wait_until(lambda: len(h := holders(spool, keys)) == 4 and h, timeout=240,
-                          what="a holder for each of the 4 partitions")
+        held = wait_until(
+            lambda: len(h := holders(spool, keys)) == 4 and h,
+            timeout=240,
+            what="a holder for each of the 4 partitions",
+        )
         # every capture runs on an executor of the cluster (not the driver), on both of them
         by_worker = {w: set(cluster.executor_pids(w)) for w in (0, 1)}
-        where = {key: next(w for w, pids in by_worker.items()
-                           if executor_pid(executor) in pids) for key, (_, executor, _) in
-                 held.items()}
+        where = {
+            key: next(w for w, pids in by_worker.items() if executor_pid(executor) in pids)
+            for key, (_, executor, _) in held.items()
+        }
         assert set(where.values()) == {0, 1}, where
         print(f"partitions per worker: {sorted(where.values())}")
         sender = Sender(pubs, rate=20)
@@ -143,10 +163,14 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(spark, cluster
         cluster.kill_worker(victim)
         killed_at = time.monotonic()
         survivor = by_worker[1 - victim]
-        wait_until(lambda: all(executor_pid(e) in survivor
-                               for _, e, _ in holders(spool, keys).values())
-                   and len(holders(spool, keys)) == 4, timeout=120,
-                   what="the lost executor's partitions to move to the surviving executor")
+        wait_until(
+            lambda: (
+                all(executor_pid(e) in survivor for _, e, _ in holders(spool, keys).values())
+                and len(holders(spool, keys)) == 4
+            ),
+            timeout=120,
+            what="the lost executor's partitions to move to the surviving executor",
+        )
         took = time.monotonic() - killed_at
         time.sleep(3)
         sent = sender.stop()
@@ -162,18 +186,25 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(spark, cluster
     assert took < lease_timeout + trigger + 15, took
     text = "".join(log)
     for key in moved:
-        assert re.search(rf"partition {re.escape(key)} moved from executor \S+ to executor",
-                         text), text[-3000:]
+        assert re.search(
+            rf"partition {re.escape(key)} moved from executor \S+ to executor", text
+        ), text[-3000:]
     # the query stopped: no capture process outlives captureIdleTimeout on any host
-    wait_until(lambda: not running_holders(), timeout=idle_timeout + 10,
-               what="every capture process to end after the query stopped")
+    wait_until(
+        lambda: not running_holders(),
+        timeout=idle_timeout + 10,
+        what="every capture process to end after the query stopped",
+    )
 
 
 def offset_rows(spark, path: Path) -> list:
     try:
-        return (spark.read.parquet(str(path)).select("partition", "offset", "payload", "error")
-                .collect())
-    except Exception:   # nothing committed yet
+        return (
+            spark.read.parquet(str(path))
+            .select("partition", "offset", "payload", "error")
+            .collect()
+        )
+    except Exception:  # nothing committed yet
         return []
 
 
@@ -198,7 +229,8 @@ def check_every_hole_has_a_gap_row(rows, sent: dict[str, int]) -> dict[str, int]
             assert seq_b > seq_a, f"{key}: {seq_b} after {seq_a}"
             assert any(offset_a < g < offset_b for g in gaps.get(key, ())), (
                 f"{key}: messages {seq_a + 1}..{seq_b - 1} missing between offsets {offset_a} "
-                f"and {offset_b} with no gap row (gap rows at {gaps.get(key)})")
+                f"and {offset_b} with no gap row (gap rows at {gaps.get(key)})"
+            )
         assert seqs[-1] == n - 1, f"{key}: the last message {n - 1} is missing"
         holes[key] = len(missing)
     return holes
@@ -217,9 +249,16 @@ def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path
 
     def submit(control: Path, runs: int) -> tuple:
         control.mkdir()
-        job = cluster.submit(str(ROOT / "tests" / "apps" / "restarting_query.py"), str(control),
-                             str(spool), str(sink), "restart", str(runs), "leaseTimeout=5",
-                             "captureIdleTimeout=30")
+        job = cluster.submit(
+            str(ROOT / "tests" / "apps" / "restarting_query.py"),
+            str(control),
+            str(spool),
+            str(sink),
+            "restart",
+            str(runs),
+            "leaseTimeout=5",
+            "captureIdleTimeout=30",
+        )
         lines: list[str] = []
         for stream in (job.stdout, job.stderr):
             threading.Thread(target=lambda s=stream: lines.extend(s), daemon=True).start()
@@ -234,31 +273,50 @@ def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path
     sender = None
     job, lines = submit(tmp_path / "control1", runs=2)
     try:
-        first = wait_until(lambda: len(h := holders(spool, keys)) == 3 and h, timeout=240,
-                           what="a holder for each of the 3 partitions")
+        first = wait_until(
+            lambda: len(h := holders(spool, keys)) == 3 and h,
+            timeout=240,
+            what="a holder for each of the 3 partitions",
+        )
         for publisher in pubs:
             publisher.wait_for_subscribers()
         sender = Sender(pubs, rate=200)
-        wait_until(lambda: {k for k, v in sequences(offset_rows(spark, sink)).items() if v}
-                   == set(keys), timeout=120, what="rows of every partition in the sink")
+        wait_until(
+            lambda: {k for k, v in sequences(offset_rows(spark, sink)).items() if v} == set(keys),
+            timeout=120,
+            what="rows of every partition in the sink",
+        )
         (tmp_path / "control1" / "stop-0").touch()
         printed(lines, "started 1")
         before = rows_in_sink()
-        wait_until(lambda: rows_in_sink() > before + 3000, timeout=120,
-                   what="the restarted query to write rows")
+        wait_until(
+            lambda: rows_in_sink() > before + 3000,
+            timeout=120,
+            what="the restarted query to write rows",
+        )
         assert holders(spool, keys) == first, "the restart replaced holders that were alive"
         (tmp_path / "control1" / "stop-1").touch()
         assert job.wait(120) == 0, "".join(lines)[-3000:]
         job, lines = submit(tmp_path / "control2", runs=1)
-        wait_until(lambda: len(h := holders(spool, keys)) == 3
-                   and all(h[k][0] > first[k][0] for k in keys), timeout=240,
-                   what="a new holder for each partition")
+        wait_until(
+            lambda: (
+                len(h := holders(spool, keys)) == 3 and all(h[k][0] > first[k][0] for k in keys)
+            ),
+            timeout=240,
+            what="a new holder for each partition",
+        )
         time.sleep(3)
         sent = sender.stop()
         rows = wait_until(
-            lambda: (r := offset_rows(spark, sink)) and all(
-                max(sequences(r).get(k, [-1])) == n - 1 for k, n in sent.items()) and r,
-            timeout=120, interval=1.0, what="every sent message in the sink")
+            lambda: (
+                (r := offset_rows(spark, sink))
+                and all(max(sequences(r).get(k, [-1])) == n - 1 for k, n in sent.items())
+                and r
+            ),
+            timeout=120,
+            interval=1.0,
+            what="every sent message in the sink",
+        )
         (tmp_path / "control2" / "stop-0").touch()
         assert job.wait(120) == 0, "".join(lines)[-3000:]
     finally:
@@ -275,7 +333,8 @@ def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path
 
 
 def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
-        tmp_path, publishers, monkeypatch):
+    tmp_path, publishers, monkeypatch
+):
     """Right after a start, an endpoint of the previous run's assignment that discovery has not
     found yet is unknown, not gone: it stays assigned (its holder keeps capturing) and its
     partition is not retired. Discovery confirms the one it finds; the other leaves after
@@ -300,12 +359,25 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
         with_rows.append(endpoint.key, endpoint.source, spool_table([[b"x"]], [0], {}))
     with_rows.close()
     assignment = JsonState(str(spool / "assignment.json"))
-    assignment.save({"spool_id": "previous", "beat": 7, "format": "zeroeq",
-                     "endpoints": {e.key: e.to_json() for e in (found, gone)}})
+    assignment.save(
+        {
+            "spool_id": "previous",
+            "beat": 7,
+            "format": "zeroeq",
+            "endpoints": {e.key: e.to_json() for e in (found, gone)},
+        }
+    )
     protocol = ZeroEQ()
-    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, {
-        "session": "carried", "discoveryInterfaces": "127.0.0.1", "capture": "executors",
-        "spoolPath": str(spool)})
+    options = parse_options(
+        "zeroeq",
+        READER_OPTIONS + protocol.reader_options,
+        {
+            "session": "carried",
+            "discoveryInterfaces": "127.0.0.1",
+            "capture": "executors",
+            "spoolPath": str(spool),
+        },
+    )
     capture = make_placement(protocol, options, str(spool))
     started = time.monotonic()
     capture.start()
@@ -313,8 +385,11 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
         assert set(assignment.load()["endpoints"]) == {found.key, gone.key}
         assert not any(s.retired for s in capture.snapshot().values())
         assert {c.key for c in capture.claims()} == {found.key, gone.key}
-        wait_until(lambda: set(assignment.load()["endpoints"]) == {found.key}, timeout=20,
-                   what="the endpoint discovery did not find to leave")
+        wait_until(
+            lambda: set(assignment.load()["endpoints"]) == {found.key},
+            timeout=20,
+            what="the endpoint discovery did not find to leave",
+        )
         assert time.monotonic() - started >= grace - 0.5
         assert capture.snapshot()[gone.key].retired
         assert not capture.snapshot()[found.key].retired
@@ -326,24 +401,36 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
 
 
 @pytest.mark.cluster
-def test_a_spool_that_executors_do_not_see_fails_the_query_clearly(cluster, tmp_path,
-                                                                   publishers):
+def test_a_spool_that_executors_do_not_see_fails_the_query_clearly(cluster, tmp_path, publishers):
     publisher = publishers("unshared")
     job = cluster.submit(
-        str(ROOT / "jobs" / "capture_to_parquet.py"), "--format", "zeroeq",
-        "--option", "session=unshared", "--option", "discoveryInterfaces=127.0.0.1",
-        "--option", "capture=executors",
-        "--option", f"spoolPath={cluster.private / tmp_path.name / 'spool'}",
-        "--output", str(tmp_path / "table"), "--trigger", "1")
+        str(ROOT / "jobs" / "capture_to_parquet.py"),
+        "--format",
+        "zeroeq",
+        "--option",
+        "session=unshared",
+        "--option",
+        "discoveryInterfaces=127.0.0.1",
+        "--option",
+        "capture=executors",
+        "--option",
+        f"spoolPath={cluster.private / tmp_path.name / 'spool'}",
+        "--output",
+        str(tmp_path / "table"),
+        "--trigger",
+        "1",
+    )
     try:
         _, stderr = job.communicate(timeout=240)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode == 1
-    assert re.search(r"with capture=executors, option spoolPath must name storage that every "
-                     r"node reaches; the executor on host \S+ does not see the driver's spool",
-                     stderr), stderr[-3000:]
+    assert re.search(
+        r"with capture=executors, option spoolPath must name storage that every "
+        r"node reaches; the executor on host \S+ does not see the driver's spool",
+        stderr,
+    ), stderr[-3000:]
     assert publisher.instance_name
 
 
@@ -354,31 +441,48 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
     key = publisher.instance_name
     spool, sink = tmp_path / "spool", tmp_path / "table"
     idle_timeout = 6
-    query = (spark.readStream.format("zeroeq")
-             .options(session="paused", discoveryInterfaces="127.0.0.1", capture="executors",
-                      spoolPath=str(spool), leaseTimeout="2",
-                      captureIdleTimeout=str(idle_timeout))
-             .load().writeStream.format("parquet").option("path", str(sink))
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("zeroeq")
+        .options(
+            session="paused",
+            discoveryInterfaces="127.0.0.1",
+            capture="executors",
+            spoolPath=str(spool),
+            leaseTimeout="2",
+            captureIdleTimeout=str(idle_timeout),
+        )
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(sink))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     sender = None
     try:
-        first = wait_until(lambda: holders(spool, [key]).get(key), timeout=120,
-                           what="a holder of the partition")
+        first = wait_until(
+            lambda: holders(spool, [key]).get(key), timeout=120, what="a holder of the partition"
+        )
         publisher.wait_for_subscribers()
         sender = Sender([publisher], rate=50)
         time.sleep(2)
         old_pid = first[2]
         os.kill(old_pid, signal.SIGSTOP)
         try:
-            second = wait_until(lambda: (h := holders(spool, [key]).get(key)) and h[0] > first[0]
-                                and h, timeout=60, what="a new holder with a higher epoch")
+            second = wait_until(
+                lambda: (h := holders(spool, [key]).get(key)) and h[0] > first[0] and h,
+                timeout=60,
+                what="a new holder with a higher epoch",
+            )
             assert second[2] != old_pid
-            time.sleep(3)   # both connected: the paused one has a backlog the new one also has
+            time.sleep(3)  # both connected: the paused one has a backlog the new one also has
         finally:
             os.kill(old_pid, signal.SIGCONT)
-        wait_until(lambda: old_pid not in running_holders(), timeout=20,
-                   what="the paused holder to find itself fenced and end")
+        wait_until(
+            lambda: old_pid not in running_holders(),
+            timeout=20,
+            what="the paused holder to find itself fenced and end",
+        )
         assert holders(spool, [key])[key][0] == second[0]
         time.sleep(1)
         sent = sender.stop()
@@ -388,5 +492,8 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
             sender.stop()
         query.stop()
     check_exactly_once(rows, sent, {key})
-    wait_until(lambda: not running_holders(), timeout=idle_timeout + 10,
-               what="the holder to end once the query stopped")
+    wait_until(
+        lambda: not running_holders(),
+        timeout=idle_timeout + 10,
+        what="the holder to end once the query stopped",
+    )

@@ -26,8 +26,8 @@ from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, req
 from spark_zmq.protocols.goby.messages import ManagerRequest
 
 pytestmark = pytest.mark.spark
-APP_NAME = "spark_zmq tests"          # conftest's session
-WARM = "beef"                         # the thread part of warm-up messages
+APP_NAME = "spark_zmq tests"  # conftest's session
+WARM = "beef"  # the thread part of warm-up messages
 
 
 def message(group: str, scheme: str, type_name: str, payload: bytes) -> bytes:
@@ -62,9 +62,14 @@ def start_reader(spark, tmp_path, name: str, trigger: str = "500 milliseconds", 
     stream = spark.readStream.format("goby").option("spoolPath", str(tmp_path / f"spool-{name}"))
     for key, value in options.items():
         stream = stream.option(key, value)
-    return (stream.load().writeStream.format("memory").queryName(name)
-            .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-            .trigger(processingTime=trigger).start())
+    return (
+        stream.load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+        .trigger(processingTime=trigger)
+        .start()
+    )
 
 
 def rows(spark, name: str, where: str = "true") -> list:
@@ -76,29 +81,43 @@ def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
     daemon = GobyDaemon(socket_name=base)
     descriptors = write_descriptor_set(tmp_path / "nav.pb")
     queries = {
-        "goby_some": start_reader(spark, tmp_path, "goby_some", socketName=base,
-                                  subscribe="/log/CSTR,/nav/PROTOBUF/test.NavStatus/,"
-                                            "/state/JSON/,Foo",
-                                  protobufDescriptorSet=descriptors),
-        "goby_all": start_reader(spark, tmp_path, "goby_all", socketName=base, subscribe="/",
-                                 mode="DROPMALFORMED"),
+        "goby_some": start_reader(
+            spark,
+            tmp_path,
+            "goby_some",
+            socketName=base,
+            subscribe="/log/CSTR,/nav/PROTOBUF/test.NavStatus/,/state/JSON/,Foo",
+            protobufDescriptorSet=descriptors,
+        ),
+        "goby_all": start_reader(
+            spark, tmp_path, "goby_all", socketName=base, subscribe="/", mode="DROPMALFORMED"
+        ),
     }
     publisher = TestPublisher(ManagerAddress.ipc(socket_name=base))
     # warm-ups come from thread WARM, one per partition of goby_some
-    warm_ups = [identifier(group, scheme, type_name, 4321, WARM) + payload
-                for group, scheme, type_name, payload in (
-                    ("log", "CSTR", "CSTR", b"warm\0"), ("Foo", "CSTR", "CSTR", b"warm\0"),
-                    ("nav", "PROTOBUF", "test.NavStatus", NAV_STATUS),
-                    ("state", "JSON", "nlohmann::json", BSON_DEPTH_5))]
+    warm_ups = [
+        identifier(group, scheme, type_name, 4321, WARM) + payload
+        for group, scheme, type_name, payload in (
+            ("log", "CSTR", "CSTR", b"warm\0"),
+            ("Foo", "CSTR", "CSTR", b"warm\0"),
+            ("nav", "PROTOBUF", "test.NavStatus", NAV_STATUS),
+            ("state", "JSON", "nlohmann::json", BSON_DEPTH_5),
+        )
+    ]
     not_warm = f"coalesce(thread, '') != '{WARM}'"
     try:
-        def every_partition_warm():   # subscriptions travel SUB -> XPUB -> XSUB -> PUB
+
+        def every_partition_warm():  # subscriptions travel SUB -> XPUB -> XSUB -> PUB
             publisher.send(*warm_ups)
             some = {r.partition for r in rows(spark, "goby_some", f"thread = '{WARM}'")}
             return len(some) == 4 and rows(spark, "goby_all", f"thread = '{WARM}'")
 
-        wait_until(every_partition_warm, timeout=120, interval=0.5,
-                   what="every partition's subscription to reach the publisher")
+        wait_until(
+            every_partition_warm,
+            timeout=120,
+            interval=0.5,
+            what="every partition's subscription to reach the publisher",
+        )
         publisher.send(
             cstr("log", "hello"),
             message("nav", "PROTOBUF", "test.NavStatus", NAV_STATUS),
@@ -106,15 +125,21 @@ def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
             cstr("Foo", "foo"),
             cstr("FooBar", "not Foo"),
             cstr("other", "only for /"),
-            b"/a/b/CSTR/CSTR/4321/9af3/\0slash group\0",    # as goby3 3.1.5a writes a/b
+            b"/a/b/CSTR/CSTR/4321/9af3/\0slash group\0",  # as goby3 3.1.5a writes a/b
             b"/Foo/CSTR/CSTR/notapid/1/\0malformed",
             cstr("log", "last"),
         )
-        wait_until(lambda: len(rows(spark, "goby_some", not_warm)) >= 6
-                   and len(rows(spark, "goby_all", not_warm)) >= 8,
-                   timeout=90, interval=0.5, what="the messages")
+        wait_until(
+            lambda: (
+                len(rows(spark, "goby_some", not_warm)) >= 6
+                and len(rows(spark, "goby_all", not_warm)) >= 8
+            ),
+            timeout=90,
+            interval=0.5,
+            what="the messages",
+        )
         for query in queries.values():
-            query.processAllAvailable()        # anything more would show now
+            query.processAllAvailable()  # anything more would show now
         some = rows(spark, "goby_some", not_warm)
         every = rows(spark, "goby_all", not_warm)
     finally:
@@ -122,60 +147,97 @@ def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
             query.stop()
         publisher.close()
         daemon.close()
-    got = sorted(((r.group, r.scheme, r.scheme_id, r.type, r.text,
-                   r.json and json.loads(r.json)) for r in some if r.error is None), key=str)
-    assert got == sorted([
-        ("log", "CSTR", 0, "CSTR", "hello", None), ("log", "CSTR", 0, "CSTR", "last", None),
-        ("nav", "PROTOBUF", 1, "test.NavStatus", None, {"x": 1.5, "name": "auv"}),
-        ("state", "JSON", 7, "nlohmann::json", '{"depth": 5}', None),
-        ("Foo", "CSTR", 0, "CSTR", "foo", None)], key=str)
+    got = sorted(
+        (
+            (r.group, r.scheme, r.scheme_id, r.type, r.text, r.json and json.loads(r.json))
+            for r in some
+            if r.error is None
+        ),
+        key=str,
+    )
+    assert got == sorted(
+        [
+            ("log", "CSTR", 0, "CSTR", "hello", None),
+            ("log", "CSTR", 0, "CSTR", "last", None),
+            ("nav", "PROTOBUF", 1, "test.NavStatus", None, {"x": 1.5, "name": "auv"}),
+            ("state", "JSON", 7, "nlohmann::json", '{"depth": 5}', None),
+            ("Foo", "CSTR", 0, "CSTR", "foo", None),
+        ],
+        key=str,
+    )
     assert len(some) == 6
     assert {(r.process, r.thread) for r in some if r.error is None} == {(4321, "9af3")}
     malformed = [r for r in some if r.error is not None]
     assert len(malformed) == 1 and "process id 'notapid'" in malformed[0].error
     assert malformed[0].partition == f"/Foo/@{base}.manager"
     assert bytes(malformed[0].payload) == b"/Foo/CSTR/CSTR/notapid/1/\0malformed"
-    assert {r.partition for r in some} == {f"{prefix}@{base}.manager" for prefix in (
-        "/log/CSTR/", "/nav/PROTOBUF/test.NavStatus/", "/state/JSON/", "/Foo/")}
+    assert {r.partition for r in some} == {
+        f"{prefix}@{base}.manager"
+        for prefix in ("/log/CSTR/", "/nav/PROTOBUF/test.NavStatus/", "/state/JSON/", "/Foo/")
+    }
     # "/": everything, the malformed message dropped (DROPMALFORMED)
     assert sorted((r.group, r.scheme, r.text) for r in every) == [
-        ("Foo", "CSTR", "foo"), ("FooBar", "CSTR", "not Foo"), ("a/b", "CSTR", "slash group"),
-        ("log", "CSTR", "hello"), ("log", "CSTR", "last"), ("nav", "PROTOBUF", None),
-        ("other", "CSTR", "only for /"), ("state", "JSON", '{"depth": 5}')]
+        ("Foo", "CSTR", "foo"),
+        ("FooBar", "CSTR", "not Foo"),
+        ("a/b", "CSTR", "slash group"),
+        ("log", "CSTR", "hello"),
+        ("log", "CSTR", "last"),
+        ("nav", "PROTOBUF", None),
+        ("other", "CSTR", "only for /"),
+        ("state", "JSON", '{"depth": 5}'),
+    ]
     assert all(r.error is None for r in every)
 
 
-def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them(spark,
-                                                                                 tmp_path):
+def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them(spark, tmp_path):
     """Messages as goby3 3.x clients send them: schemes 3 and 4 as numbers (a subscription
     by number reads them), and gobyd's hold handshake, hidden unless includeInternalGroups."""
     base = str(tmp_path / "g")
     daemon = GobyDaemon(socket_name=base)
     queries = {
         "goby_3": start_reader(spark, tmp_path, "goby_3", socketName=base, subscribe="/raw3/3/"),
-        "goby_every": start_reader(spark, tmp_path, "goby_every", socketName=base,
-                                   subscribe="/"),
-        "goby_internal": start_reader(spark, tmp_path, "goby_internal", socketName=base,
-                                      subscribe="/", includeInternalGroups="true"),
+        "goby_every": start_reader(spark, tmp_path, "goby_every", socketName=base, subscribe="/"),
+        "goby_internal": start_reader(
+            spark,
+            tmp_path,
+            "goby_internal",
+            socketName=base,
+            subscribe="/",
+            includeInternalGroups="true",
+        ),
     }
     publisher = TestPublisher(ManagerAddress.ipc(socket_name=base))
-    hold_request = ManagerRequest(request=2, client_name="navigator", client_pid=4321,
-                                  ready=True).SerializeToString()
+    hold_request = ManagerRequest(
+        request=2, client_name="navigator", client_pid=4321, ready=True
+    ).SerializeToString()
     not_warm = f"thread != '{WARM}'"
     try:
+
         def every_query_warm():
             publisher.send(b"/raw3/3/RawString/4321/" + WARM.encode() + b"/\0warm")
             return all(rows(spark, name, f"thread = '{WARM}'") for name in queries)
 
-        wait_until(every_query_warm, timeout=120, interval=0.5,
-                   what="every query's subscription to reach the publisher")
-        publisher.send(b"/raw3/3/RawString/4321/9af3/\0three",
-                       b"/raw4/4/Packed/4321/9af3/\0four",
-                       HOLD_REQUEST + b"4321/9af3/\0" + hold_request,
-                       cstr("log", "last"))
-        wait_until(lambda: rows(spark, "goby_every", "group = 'log'")
-                   and rows(spark, "goby_internal", "group = 'log'"),
-                   timeout=90, interval=0.5, what="the messages")
+        wait_until(
+            every_query_warm,
+            timeout=120,
+            interval=0.5,
+            what="every query's subscription to reach the publisher",
+        )
+        publisher.send(
+            b"/raw3/3/RawString/4321/9af3/\0three",
+            b"/raw4/4/Packed/4321/9af3/\0four",
+            HOLD_REQUEST + b"4321/9af3/\0" + hold_request,
+            cstr("log", "last"),
+        )
+        wait_until(
+            lambda: (
+                rows(spark, "goby_every", "group = 'log'")
+                and rows(spark, "goby_internal", "group = 'log'")
+            ),
+            timeout=90,
+            interval=0.5,
+            what="the messages",
+        )
         for query in queries.values():
             query.processAllAvailable()
         by_number = rows(spark, "goby_3", not_warm)
@@ -187,12 +249,17 @@ def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them
         publisher.close()
         daemon.close()
     assert [(r.group, r.scheme, r.scheme_id, r.type, bytes(r.payload)) for r in by_number] == [
-        ("raw3", "3", 3, "RawString", b"three")]
+        ("raw3", "3", 3, "RawString", b"three")
+    ]
     assert sorted((r.group, r.scheme, r.scheme_id) for r in every) == [
-        ("log", "CSTR", 0), ("raw3", "3", 3), ("raw4", "4", 4)]
+        ("log", "CSTR", 0),
+        ("raw3", "3", 3),
+        ("raw4", "4", 4),
+    ]
     hidden = [r for r in internal if r.group.startswith("goby::zeromq::_internal")]
     assert ("goby::zeromq::_internal_manager_request", bytes(hold_request)) in {
-        (r.group, bytes(r.payload)) for r in hidden}
+        (r.group, bytes(r.payload)) for r in hidden
+    }
     assert sorted(r.group for r in internal if r not in hidden) == ["log", "raw3", "raw4"]
 
 
@@ -205,24 +272,45 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
     subscriber.connect(f"ipc://{base}.xpub")
     inbox = tmp_path / "in"
     inbox.mkdir()
-    (inbox / "1.json").write_text("\n".join(json.dumps(row) for row in [
-        {"group": "out", "scheme": "CSTR", "text": "hello"},
-        {"group": "out", "scheme": "JSON", "type": "nlohmann::json", "text": '{"depth": 5}'},
-        {"group": "out", "scheme": "1", "type": "test.NavStatus",
-         "payload": NAV_STATUS.hex()},
-        {"group": None, "scheme": "CSTR", "text": "no group: skipped"},
-        {"group": "out", "scheme": "3", "type": "RawString", "payload": "0102"},
-        {"group": "out", "scheme": "MSGPACK", "type": "Packed", "payload": "03"},
-        {"group": "out/sub", "scheme": "CSTR", "text": "a slash: skipped"},
-        {"group": "out", "scheme": "CSTR", "text": "bye"},
-    ]) + "\n")
-    writer = (spark.readStream.schema("group STRING, scheme STRING, type STRING, text STRING, "
-                                      "payload STRING").json(str(inbox))
-              .selectExpr("group", "scheme", "type", "text", "unhex(payload) AS payload")
-              .writeStream.format("goby").option("socketName", base)
-              .option("waitForSubscribers", "60")
-              .option("checkpointLocation", str(tmp_path / "cp-writer"))
-              .trigger(availableNow=True).start())
+    (inbox / "1.json").write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in [
+                {"group": "out", "scheme": "CSTR", "text": "hello"},
+                {
+                    "group": "out",
+                    "scheme": "JSON",
+                    "type": "nlohmann::json",
+                    "text": '{"depth": 5}',
+                },
+                {
+                    "group": "out",
+                    "scheme": "1",
+                    "type": "test.NavStatus",
+                    "payload": NAV_STATUS.hex(),
+                },
+                {"group": None, "scheme": "CSTR", "text": "no group: skipped"},
+                {"group": "out", "scheme": "3", "type": "RawString", "payload": "0102"},
+                {"group": "out", "scheme": "MSGPACK", "type": "Packed", "payload": "03"},
+                {"group": "out/sub", "scheme": "CSTR", "text": "a slash: skipped"},
+                {"group": "out", "scheme": "CSTR", "text": "bye"},
+            ]
+        )
+        + "\n"
+    )
+    writer = (
+        spark.readStream.schema(
+            "group STRING, scheme STRING, type STRING, text STRING, payload STRING"
+        )
+        .json(str(inbox))
+        .selectExpr("group", "scheme", "type", "text", "unhex(payload) AS payload")
+        .writeStream.format("goby")
+        .option("socketName", base)
+        .option("waitForSubscribers", "60")
+        .option("checkpointLocation", str(tmp_path / "cp-writer"))
+        .trigger(availableNow=True)
+        .start()
+    )
     received = []
     try:
         while len(received) < 6 and subscriber.poll(90_000):
@@ -236,14 +324,24 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
     heads = [GOBY_IDENTIFIER.match(frame) for frame in received]
     assert all(heads), received
     assert [h.group(1, 2, 3) for h in heads] == [
-        (b"out", b"CSTR", b"CSTR"), (b"out", b"JSON", b"nlohmann::json"),
-        (b"out", b"PROTOBUF", b"test.NavStatus"), (b"out", b"3", b"RawString"),
-        (b"out", b"4", b"Packed"), (b"out", b"CSTR", b"CSTR")]   # 3 and 4: numbers, as 3.x
-    assert [frame[h.end():] for frame, h in zip(received, heads)] == [
-        b"hello\0", BSON_DEPTH_5, NAV_STATUS, b"\x01\x02", b"\x03", b"bye\0"]
+        (b"out", b"CSTR", b"CSTR"),
+        (b"out", b"JSON", b"nlohmann::json"),
+        (b"out", b"PROTOBUF", b"test.NavStatus"),
+        (b"out", b"3", b"RawString"),
+        (b"out", b"4", b"Packed"),
+        (b"out", b"CSTR", b"CSTR"),
+    ]  # 3 and 4: numbers, as 3.x
+    assert [frame[h.end() :] for frame, h in zip(received, heads)] == [
+        b"hello\0",
+        BSON_DEPTH_5,
+        NAV_STATUS,
+        b"\x01\x02",
+        b"\x03",
+        b"bye\0",
+    ]
     pids = {int(h.group(4)) for h in heads}
-    assert len(pids) == 1 and pids != {os.getpid()}        # a Python worker's pid
-    assert (APP_NAME, pids.pop()) in daemon.clients         # clientName: the application's
+    assert len(pids) == 1 and pids != {os.getpid()}  # a Python worker's pid
+    assert (APP_NAME, pids.pop()) in daemon.clients  # clientName: the application's
 
 
 def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, tmp_path):
@@ -257,16 +355,26 @@ def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, 
     inbox.mkdir()
     (inbox / "1.json").write_text("".join(json.dumps({"n": n}) + "\n" for n in range(30)))
     navigator = RawClient(f"ipc://{base}.manager", "navigator", 777)
-    writer = (spark.readStream.schema("n INT").json(str(inbox)).coalesce(1)
-              .selectExpr("'held' AS group", "'CSTR' AS scheme", "cast(n AS STRING) AS text")
-              .writeStream.format("goby").option("socketName", base)
-              .option("waitForSubscribers", "60").option("holdTimeout", "120")
-              .option("checkpointLocation", str(tmp_path / "cp-writer"))
-              .trigger(availableNow=True).start())
+    writer = (
+        spark.readStream.schema("n INT")
+        .json(str(inbox))
+        .coalesce(1)
+        .selectExpr("'held' AS group", "'CSTR' AS scheme", "cast(n AS STRING) AS text")
+        .writeStream.format("goby")
+        .option("socketName", base)
+        .option("waitForSubscribers", "60")
+        .option("holdTimeout", "120")
+        .option("checkpointLocation", str(tmp_path / "cp-writer"))
+        .trigger(availableNow=True)
+        .start()
+    )
     received = []
     try:
-        wait_until(lambda: any(name == APP_NAME for name, _ in set(daemon.hold_askers)),
-                   timeout=90, what="the writer to ask gobyd for the hold state")
+        wait_until(
+            lambda: any(name == APP_NAME for name, _ in set(daemon.hold_askers)),
+            timeout=90,
+            what="the writer to ask gobyd for the hold state",
+        )
         assert not subscriber.poll(2000), "a message got through while gobyd holds"
         assert writer.isActive and daemon.hold
         assert navigator.hold_state(ready=True, until=False)[1] is False
@@ -286,8 +394,9 @@ def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, 
 def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, tmp_path):
     daemon = GobyDaemon(tcp_port=0)
     manager = ManagerAddress.tcp("127.0.0.1", daemon.tcp_port)
-    query = start_reader(spark, tmp_path, "goby_restart", managerPort=str(daemon.tcp_port),
-                         subscribe="/r/")
+    query = start_reader(
+        spark, tmp_path, "goby_restart", managerPort=str(daemon.tcp_port), subscribe="/r/"
+    )
     publisher = TestPublisher(manager)
 
     def data_rows():
@@ -312,10 +421,10 @@ def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, 
         daemon = GobyDaemon(tcp_port=manager_port(manager))
         assert daemon.xpub_port != old_xpub
         publisher = TestPublisher(manager)
-        warm(publisher)                   # the reader asked the Manager again and reconnected
+        warm(publisher)  # the reader asked the Manager again and reconnected
         publisher.send(*(cstr("r", str(n)) for n in range(5, 10)))
         wait_until(lambda: len(data_rows()) >= 10, timeout=60, what="rows after the restart")
-        query.processAllAvailable()       # a duplicate would show now
+        query.processAllAvailable()  # a duplicate would show now
         result = rows(spark, "goby_restart", "error is null and text != 'warm'")
     finally:
         query.stop()
@@ -324,8 +433,10 @@ def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, 
     assert [r.text for r in result] == [str(n) for n in range(10)]
     assert {r.partition for r in result} == {f"/r/@127.0.0.1:{manager_port(manager)}"}
     assert [r.offset for r in result] == sorted({r.offset for r in result})
-    assert {r.endpoint for r in result} == {f"tcp://127.0.0.1:{old_xpub}",
-                                            f"tcp://127.0.0.1:{daemon.xpub_port}"}
+    assert {r.endpoint for r in result} == {
+        f"tcp://127.0.0.1:{old_xpub}",
+        f"tcp://127.0.0.1:{daemon.xpub_port}",
+    }
 
 
 def manager_port(manager: ManagerAddress) -> int:
@@ -334,8 +445,7 @@ def manager_port(manager: ManagerAddress) -> int:
 
 def test_unreachable_manager_fails_the_query_naming_the_address(spark, tmp_path):
     nobody = str(tmp_path / "nobody")
-    query = start_reader(spark, tmp_path, "goby_nobody", socketName=nobody,
-                         managerTimeout="2")
+    query = start_reader(spark, tmp_path, "goby_nobody", socketName=nobody, managerTimeout="2")
     started = time.monotonic()
     try:
         with pytest.raises(StreamingQueryException) as caught:
@@ -345,5 +455,8 @@ def test_unreachable_manager_fails_the_query_naming_the_address(spark, tmp_path)
         query.stop()
     assert elapsed < 120
     error = caught.value
-    assert re.search(rf"gobyd's Manager at ipc://{re.escape(nobody)}\.manager did not answer "
-                     rf"within 2 s \(managerTimeout\)", str(error))
+    assert re.search(
+        rf"gobyd's Manager at ipc://{re.escape(nobody)}\.manager did not answer "
+        rf"within 2 s \(managerTimeout\)",
+        str(error),
+    )

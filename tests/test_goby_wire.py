@@ -38,21 +38,26 @@ from spark_zmq.spool.layout import Source
 
 #: what a C++ Goby client parses: /group/scheme/type/decimal pid/hex thread/ NUL
 GOBY_IDENTIFIER = re.compile(rb"^/([^/]+)/([^/]+)/([^/]+)/(\d+)/([0-9a-f]+)/\x00")
-HOLD_REQUEST = (b"/goby::zeromq::_internal_manager_request/PROTOBUF/"
-                b"goby.zeromq.protobuf.ManagerRequest/")
-HOLD_RESPONSE = (b"/goby::zeromq::_internal_manager_response/PROTOBUF/"
-                 b"goby.zeromq.protobuf.ManagerResponse/")
+HOLD_REQUEST = (
+    b"/goby::zeromq::_internal_manager_request/PROTOBUF/goby.zeromq.protobuf.ManagerRequest/"
+)
+HOLD_RESPONSE = (
+    b"/goby::zeromq::_internal_manager_response/PROTOBUF/goby.zeromq.protobuf.ManagerResponse/"
+)
 #: ManagerRequest{PROVIDE_PUB_SUB_SOCKETS, "reader", 1234}, written out from the proto2 encoding
-REQUEST_SOCKETS_READER_1234 = bytes.fromhex("0801" "1206" "726561646572" "18d209")
+REQUEST_SOCKETS_READER_1234 = bytes.fromhex("0801120672656164657218d209")
 #: BSON of {"depth": 5} (int32), from the BSON spec
-BSON_DEPTH_5 = bytes.fromhex("10000000" "10" "646570746800" "05000000" "00")
+BSON_DEPTH_5 = bytes.fromhex("10000000106465707468000500000000")
 
 
 # -- identifiers and prefixes ----------------------------------------------------------------
 
+
 def test_identifier_has_the_five_parts_a_cpp_client_parses():
-    assert identifier("nav", "PROTOBUF", "goby.Status", 1234, "7f3a") == \
-        b"/nav/PROTOBUF/goby.Status/1234/7f3a/\0"
+    assert (
+        identifier("nav", "PROTOBUF", "goby.Status", 1234, "7f3a")
+        == b"/nav/PROTOBUF/goby.Status/1234/7f3a/\0"
+    )
     assert identifier("nav", 1, "goby.Status", 7, "a") == b"/nav/PROTOBUF/goby.Status/7/a/\0"
     assert identifier("raw", 42, "T", 7, "a") == b"/raw/42/T/7/a/\0"
     with pytest.raises(IdentifierError, match="unknown scheme 'BOGUS'"):
@@ -67,29 +72,35 @@ def test_schemes_3_and_4_go_on_the_wire_as_numbers_as_goby3_writes_them(scheme):
     number = 3 if str(scheme) in ("3", "CAPTN_PROTO") else 4
     message = identifier("raw3", scheme, "RawString", 7, "a")
     assert message == b"/raw3/%d/RawString/7/a/\0" % number
-    assert int(GOBY_IDENTIFIER.match(message).group(2)) == number     # what stoi reads
+    assert int(GOBY_IDENTIFIER.match(message).group(2)) == number  # what stoi reads
 
 
 @pytest.mark.parametrize("group, type_name", [("a/b", "T"), ("g", "x/y")])
 def test_a_slash_in_a_group_or_type_is_refused_not_written(group, type_name):
     """goby3 writes a '/' in a name unescaped, which no 3.x peer reads back (byte 0x1a is no
     escape in any release): refuse rather than send bytes nobody can read."""
-    with pytest.raises(IdentifierError, match="contains '/'.*no 3.x peer reads"):
+    with pytest.raises(IdentifierError, match=r"contains '/'.*no 3\.x peer reads"):
         identifier(group, "CSTR", type_name, 7, "a")
 
 
 def test_split_message_reads_the_parts_and_the_payload():
     ident, payload = split_message(b"/ab/JSON/nlohmann::json/99/ff01/\0\x01\x00rest")
-    assert (ident.group, ident.scheme, ident.scheme_id, ident.type, ident.process,
-            ident.thread) == ("ab", "JSON", 7, "nlohmann::json", 99, "ff01")
-    assert payload == b"\x01\x00rest"           # split at the first NUL only
+    assert (
+        ident.group,
+        ident.scheme,
+        ident.scheme_id,
+        ident.type,
+        ident.process,
+        ident.thread,
+    ) == ("ab", "JSON", 7, "nlohmann::json", 99, "ff01")
+    assert payload == b"\x01\x00rest"  # split at the first NUL only
     ident, _ = split_message(b"/g/5/T/1/a/\0")
     assert (ident.scheme, ident.scheme_id) == ("CXX_OBJECT", 5)
     ident, _ = split_message(b"/g/99/T/1/a/\0")
     assert (ident.scheme, ident.scheme_id) == ("99", 99)
-    ident, _ = split_message(b"/g/CSTR/old/style/type/1/a/\0")      # surplus: not a scheme
+    ident, _ = split_message(b"/g/CSTR/old/style/type/1/a/\0")  # surplus: not a scheme
     assert (ident.group, ident.type) == ("g", "old/style/type")
-    ident, _ = split_message(b"/a\x1ab/CSTR/CSTR/1/a/\0")           # 0x1a: an ordinary byte
+    ident, _ = split_message(b"/a\x1ab/CSTR/CSTR/1/a/\0")  # 0x1a: an ordinary byte
     assert ident.group == "a\x1ab"
 
 
@@ -100,21 +111,25 @@ def test_split_message_reads_what_goby3_writes_for_a_group_with_a_slash():
     assert (ident.group, ident.scheme, ident.type, ident.process) == ("a/b", "CSTR", "CSTR", 12)
 
 
-@pytest.mark.parametrize("wire, number", [(b"3", 3), (b"CAPTN_PROTO", 3), (b"4", 4),
-                                          (b"MSGPACK", 4)])
+@pytest.mark.parametrize(
+    "wire, number", [(b"3", 3), (b"CAPTN_PROTO", 3), (b"4", 4), (b"MSGPACK", 4)]
+)
 def test_schemes_3_and_4_are_read_in_both_spellings_and_shown_as_3x_writes_them(wire, number):
     ident, _ = split_message(b"/raw3/" + wire + b"/RawString/7/a/\0x")
     assert (ident.scheme, ident.scheme_id) == (str(number), number)
 
 
-@pytest.mark.parametrize("message, fault", [
-    (b"/g/CSTR/CSTR/1/a/", "no NUL"),
-    (b"/g/CSTR/CSTR/1/\0x", "has 4 parts; expected five"),
-    (b"/g/CSTR/CSTR/12x/a/\0x", "process id '12x' is not a decimal"),
-    (b"/g/CSTR/CSTR/99999999999/a/\0x", "process id"),
-    (b"g/CSTR/CSTR/1/a\0x", "does not start and end with '/'"),
-    (b"/g/CSTR/\xff/1/a/\0x", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "message, fault",
+    [
+        (b"/g/CSTR/CSTR/1/a/", "no NUL"),
+        (b"/g/CSTR/CSTR/1/\0x", "has 4 parts; expected five"),
+        (b"/g/CSTR/CSTR/12x/a/\0x", "process id '12x' is not a decimal"),
+        (b"/g/CSTR/CSTR/99999999999/a/\0x", "process id"),
+        (b"g/CSTR/CSTR/1/a\0x", "does not start and end with '/'"),
+        (b"/g/CSTR/\xff/1/a/\0x", "not UTF-8"),
+    ],
+)
 def test_split_message_names_what_is_malformed(message, fault):
     with pytest.raises(IdentifierError, match=fault):
         split_message(message)
@@ -123,87 +138,126 @@ def test_split_message_names_what_is_malformed(message, fault):
 def test_subscription_prefixes_are_completed_so_foo_never_matches_foobar():
     assert subscription_prefix("/") == b"/"
     assert subscription_prefix("Foo") == b"/Foo/"
-    assert subscription_prefix("/nav/1") == b"/nav/PROTOBUF/"       # numbers as Goby writes
-    assert subscription_prefix("/raw3/3/") == b"/raw3/3/"            # 3 and 4 stay numbers
+    assert subscription_prefix("/nav/1") == b"/nav/PROTOBUF/"  # numbers as Goby writes
+    assert subscription_prefix("/raw3/3/") == b"/raw3/3/"  # 3 and 4 stay numbers
     assert subscription_prefix("/raw3/CAPTN_PROTO/") == b"/raw3/3/"
     assert subscription_prefix("/raw4/MSGPACK/T") == b"/raw4/4/T/"
     assert subscription_prefix("/nav/PROTOBUF/goby.Status/") == b"/nav/PROTOBUF/goby.Status/"
     foo = subscription_prefix("Foo")
     assert identifier("Foo", "CSTR", "CSTR", 1, "a").startswith(foo)
     assert not identifier("FooBar", "CSTR", "CSTR", 1, "a").startswith(foo)
-    for bad, fault in (("//x", "empty part"), ("/a/CSTR/T/1/2/3", "at most five"),
-                       ("/a/BOGUS/", "unknown scheme")):
+    for bad, fault in (
+        ("//x", "empty part"),
+        ("/a/CSTR/T/1/2/3", "at most five"),
+        ("/a/BOGUS/", "unknown scheme"),
+    ):
         with pytest.raises(IdentifierError, match=fault):
             subscription_prefix(bad)
 
 
 def goby_options(raw: dict, writer: bool = False):
     protocol = Goby()
-    specs = (WRITER_OPTIONS + protocol.writer_options if writer
-             else READER_OPTIONS + protocol.reader_options)
+    specs = (
+        WRITER_OPTIONS + protocol.writer_options
+        if writer
+        else READER_OPTIONS + protocol.reader_options
+    )
     return parse_options("goby", specs, raw)
 
 
 def test_options_choose_the_managers_address_and_reject_bad_values():
-    assert manager_address(goby_options({})).endpoint == \
-        "ipc:///tmp/goby_default_goby_platform.manager"
-    assert manager_address(goby_options({"platform": "auv"})).endpoint == \
-        "ipc:///tmp/goby_auv.manager"
-    assert manager_address(goby_options({"socketName": "/run/g"})).endpoint == \
-        "ipc:///run/g.manager"
-    assert manager_address(goby_options({"managerPort": "11150"})).endpoint == \
-        "tcp://127.0.0.1:11150"
-    assert manager_address(goby_options({"managerHost": "10.0.0.2"})).endpoint == \
-        "tcp://10.0.0.2:11144"
-    with pytest.raises(OptionError, match="platform .IPC. and managerPort .TCP."):
+    assert (
+        manager_address(goby_options({})).endpoint
+        == "ipc:///tmp/goby_default_goby_platform.manager"
+    )
+    assert (
+        manager_address(goby_options({"platform": "auv"})).endpoint == "ipc:///tmp/goby_auv.manager"
+    )
+    assert (
+        manager_address(goby_options({"socketName": "/run/g"})).endpoint == "ipc:///run/g.manager"
+    )
+    assert (
+        manager_address(goby_options({"managerPort": "11150"})).endpoint == "tcp://127.0.0.1:11150"
+    )
+    assert (
+        manager_address(goby_options({"managerHost": "10.0.0.2"})).endpoint
+        == "tcp://10.0.0.2:11144"
+    )
+    with pytest.raises(OptionError, match=r"platform .IPC. and managerPort .TCP."):
         manager_address(goby_options({"platform": "x", "managerPort": "1"}))
     assert goby_options({"subscribe": "Foo, /nav/PROTOBUF"})["subscribe"] == (
-        b"/Foo/", b"/nav/PROTOBUF/")
+        b"/Foo/",
+        b"/nav/PROTOBUF/",
+    )
     with pytest.raises(OptionError, match="'subscribe' must be comma-separated identifier"):
         goby_options({"subscribe": "Foo,/Foo/"})
     with pytest.raises(OptionError, match="'managerTimeout' must be a positive number"):
         goby_options({"managerTimeout": "0"})
-    with pytest.raises(OptionError, match="protobufDescriptorSet.*cannot read /nonexistent"):
+    with pytest.raises(OptionError, match=r"protobufDescriptorSet.*cannot read /nonexistent"):
         Goby().check_options(goby_options({"protobufDescriptorSet": "/nonexistent.pb"}))
     assert goby_options({"holdTimeout": "0"}, writer=True)["holdTimeout"] is None
 
 
 # -- the Manager's messages, byte for byte -----------------------------------------------------
 
+
 def test_manager_request_bytes_match_the_proto2_encoding():
     request = ManagerRequest(request=1, client_name="reader", client_pid=1234)
     assert request.SerializeToString() == REQUEST_SOCKETS_READER_1234
-    assert not request.ready                                  # [default = false]
+    assert not request.ready  # [default = false]
     request.ready = True
     assert request.SerializeToString() == REQUEST_SOCKETS_READER_1234 + bytes.fromhex("2001")
-    negative = ManagerRequest(request=2, client_name="", client_pid=-1)   # int32: 10-byte varint
-    assert negative.SerializeToString() == bytes.fromhex("0802" "1200" "18ffffffffffffffffff01")
+    negative = ManagerRequest(request=2, client_name="", client_pid=-1)  # int32: 10-byte varint
+    assert negative.SerializeToString() == bytes.fromhex("0802120018ffffffffffffffffff01")
 
 
 def test_manager_response_parses_hand_built_bytes_with_the_fact_sheets_defaults():
     # publish_socket {PUBLISH, transport TCP, CONNECT, ethernet_port 40000}
-    publish = bytes.fromhex("0801" "1803" "2001" "38c0b802")
+    publish = bytes.fromhex("08011803200138c0b802")
     # subscribe_socket {SUBSCRIBE, transport IPC, socket_name "/tmp/g.xpub"}
-    subscribe = bytes.fromhex("0802" "1802") + b"\x42\x0b/tmp/g.xpub"
-    wire = (bytes.fromhex("0801" "1201") + b"c" + bytes.fromhex("1807")
-            + b"\x22" + bytes([len(publish)]) + publish
-            + b"\x2a" + bytes([len(subscribe)]) + subscribe + bytes.fromhex("3000"))
+    subscribe = bytes.fromhex("08021802") + b"\x42\x0b/tmp/g.xpub"
+    wire = (
+        bytes.fromhex("08011201")
+        + b"c"
+        + bytes.fromhex("1807")
+        + b"\x22"
+        + bytes([len(publish)])
+        + publish
+        + b"\x2a"
+        + bytes([len(subscribe)])
+        + subscribe
+        + bytes.fromhex("3000")
+    )
     response = ManagerResponse.FromString(wire)
     assert (response.request, response.client_name, response.client_pid, response.hold) == (
-        1, "c", 7, False)
+        1,
+        "c",
+        7,
+        False,
+    )
     pub, sub = response.publish_socket, response.subscribe_socket
     assert (pub.socket_type, pub.transport, pub.connect_or_bind, pub.ethernet_port) == (
-        Socket.PUBLISH, Socket.TCP, Socket.CONNECT, 40000)
+        Socket.PUBLISH,
+        Socket.TCP,
+        Socket.CONNECT,
+        40000,
+    )
     assert not pub.HasField("ethernet_address") and pub.ethernet_address == "127.0.0.1"
     assert (sub.transport, sub.socket_name) == (Socket.IPC, "/tmp/g.xpub")
-    assert (sub.ethernet_port, sub.socket_id, sub.multicast_address, sub.send_queue_size,
-            sub.receive_queue_size) == (11142, 0, "239.255.7.15", 1000, 1000)
-    assert Socket(socket_type=Socket.SUBSCRIBE).transport == Socket.EPGM     # [default = EPGM]
+    assert (
+        sub.ethernet_port,
+        sub.socket_id,
+        sub.multicast_address,
+        sub.send_queue_size,
+        sub.receive_queue_size,
+    ) == (11142, 0, "239.255.7.15", 1000, 1000)
+    assert Socket(socket_type=Socket.SUBSCRIBE).transport == Socket.EPGM  # [default = EPGM]
     assert ManagerResponse(request=2, client_name="c", client_pid=1).hold is True
     assert response.SerializeToString() == wire
 
 
 # -- the stand-in gobyd against a client written from the fact sheet -------------------------
+
 
 @pytest.fixture
 def ipc_base(tmp_path):
@@ -225,16 +279,25 @@ def ask_raw(endpoint: str, frame: bytes, timeout: float = 10.0) -> bytes:
 def test_daemon_hands_out_ipc_sockets_as_the_fact_sheet_says(ipc_base):
     daemon = GobyDaemon(socket_name=ipc_base)
     try:
-        reply = ManagerResponse.FromString(ask_raw(f"ipc://{ipc_base}.manager",
-                                                   REQUEST_SOCKETS_READER_1234))
+        reply = ManagerResponse.FromString(
+            ask_raw(f"ipc://{ipc_base}.manager", REQUEST_SOCKETS_READER_1234)
+        )
     finally:
         daemon.close()
     assert (reply.request, reply.client_name, reply.client_pid) == (1, "reader", 1234)
     sub, pub = reply.subscribe_socket, reply.publish_socket
     assert (sub.socket_type, sub.connect_or_bind, sub.transport, sub.socket_name) == (
-        Socket.SUBSCRIBE, Socket.CONNECT, Socket.IPC, f"{ipc_base}.xpub")
+        Socket.SUBSCRIBE,
+        Socket.CONNECT,
+        Socket.IPC,
+        f"{ipc_base}.xpub",
+    )
     assert (pub.socket_type, pub.connect_or_bind, pub.transport, pub.socket_name) == (
-        Socket.PUBLISH, Socket.CONNECT, Socket.IPC, f"{ipc_base}.xsub")
+        Socket.PUBLISH,
+        Socket.CONNECT,
+        Socket.IPC,
+        f"{ipc_base}.xsub",
+    )
     assert ("reader", 1234) in daemon.clients
 
 
@@ -251,7 +314,9 @@ def test_daemon_on_tcp_leaves_the_address_to_the_client_and_relays_messages():
         assert reply.publish_socket.ethernet_port == daemon.xsub_port
         router = request_router(manager, "me", os.getpid(), 10)
         assert (router.subscribe, router.publish) == (
-            f"tcp://127.0.0.1:{daemon.xpub_port}", f"tcp://127.0.0.1:{daemon.xsub_port}")
+            f"tcp://127.0.0.1:{daemon.xpub_port}",
+            f"tcp://127.0.0.1:{daemon.xsub_port}",
+        )
         for sock in (sub, pub):
             sock.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, b"/nav/")
@@ -259,7 +324,7 @@ def test_daemon_on_tcp_leaves_the_address_to_the_client_and_relays_messages():
         pub.connect(router.publish)
         message = identifier("nav", "CSTR", "CSTR", 1, "a") + b"hi\0"
 
-        def relayed():                 # until the subscription has reached the publisher
+        def relayed():  # until the subscription has reached the publisher
             pub.send(identifier("other", "CSTR", "CSTR", 1, "a") + b"not for /nav/\0")
             pub.send(message)
             return sub.poll(100) and sub.recv() == message
@@ -283,6 +348,7 @@ def test_unreachable_manager_fails_within_the_timeout_naming_the_address(tmp_pat
 
 # -- the hold handshake ----------------------------------------------------------------------
 
+
 class RawClient:
     """A Goby client from the fact sheet alone: Manager exchange by hand-built bytes, then a
     PUB on the XSUB and a SUB on the XPUB."""
@@ -302,8 +368,7 @@ class RawClient:
     def hold_state(self, ready: bool, until: bool | None = None) -> tuple[bytes, bool]:
         """Ask every 100 ms until gobyd answers this client (with ``until``, if given: answers
         to earlier requests may still be on their way): (answer's identifier, hold)."""
-        request = ManagerRequest(request=2, client_name=self.name, client_pid=self.pid,
-                                 ready=ready)
+        request = ManagerRequest(request=2, client_name=self.name, client_pid=self.pid, ready=ready)
         frame = HOLD_REQUEST + f"{self.pid}/1a2b/".encode() + b"\0" + request.SerializeToString()
         deadline = time.monotonic() + 30
         answer = None
@@ -312,8 +377,10 @@ class RawClient:
             if self.sub.poll(100):
                 head, _, payload = self.sub.recv().partition(b"\0")
                 answer = ManagerResponse.FromString(payload)
-                if ((answer.client_name, answer.client_pid) == (self.name, self.pid)
-                        and until in (None, answer.hold)):
+                if (answer.client_name, answer.client_pid) == (self.name, self.pid) and until in (
+                    None,
+                    answer.hold,
+                ):
                     return head + b"\0", answer.hold
         raise AssertionError(f"gobyd did not answer the hold request as expected: {answer}")
 
@@ -324,14 +391,16 @@ class RawClient:
 
 def test_daemon_answers_hold_requests_until_the_required_clients_are_ready(ipc_base):
     daemon = GobyDaemon(socket_name=ipc_base, required_clients=["navigator", "logger"])
-    clients = [RawClient(f"ipc://{ipc_base}.manager", name, 100 + n)
-               for n, name in enumerate(("writer", "navigator", "logger"))]
+    clients = [
+        RawClient(f"ipc://{ipc_base}.manager", name, 100 + n)
+        for n, name in enumerate(("writer", "navigator", "logger"))
+    ]
     writer, navigator, logger = clients
     try:
         head, hold = writer.hold_state(ready=True)
         assert hold is True and GOBY_IDENTIFIER.match(head)
         assert head.startswith(HOLD_RESPONSE)
-        assert navigator.hold_state(ready=True)[1] is True        # logger is not ready yet
+        assert navigator.hold_state(ready=True)[1] is True  # logger is not ready yet
         assert logger.hold_state(ready=False)[1] is True
         assert logger.hold_state(ready=True, until=False)[1] is False
         assert writer.hold_state(ready=True, until=False)[1] is False
@@ -349,27 +418,36 @@ def test_publisher_sends_nothing_while_held_then_everything_in_order(ipc_base):
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, b"/out/")
     sub.connect(f"ipc://{ipc_base}.xpub")
-    publisher = GobyPublisher(manager, "writer", manager_timeout=10, hold_timeout=60,
-                              send_hwm=1000, send_timeout=10)
+    publisher = GobyPublisher(
+        manager, "writer", manager_timeout=10, hold_timeout=60, send_hwm=1000, send_timeout=10
+    )
     navigator = RawClient(f"ipc://{ipc_base}.manager", "navigator", 4242)
-    messages = [identifier("out", "CSTR", "CSTR", os.getpid(), "a") + b"%d\0" % n
-                for n in range(20)]
+    messages = [
+        identifier("out", "CSTR", "CSTR", os.getpid(), "a") + b"%d\0" % n for n in range(20)
+    ]
     failures = []
 
     def send_all():
         try:
             for message in messages:
                 publisher.send([message])
-        except Exception as exc:      # surfaced below
+        except Exception as exc:  # surfaced below
             failures.append(exc)
 
     try:
-        wait_until(lambda: publisher.subscribers(b"/out/") >= 1, timeout=30,
-                   interval=0.05, what="the SUB's subscription to reach the publisher")
+        wait_until(
+            lambda: publisher.subscribers(b"/out/") >= 1,
+            timeout=30,
+            interval=0.05,
+            what="the SUB's subscription to reach the publisher",
+        )
         sender = threading.Thread(target=send_all, daemon=True)
         sender.start()
-        wait_until(lambda: ("writer", os.getpid()) in daemon.hold_askers, timeout=30,
-                   what="the publisher to ask for the hold state")
+        wait_until(
+            lambda: ("writer", os.getpid()) in daemon.hold_askers,
+            timeout=30,
+            what="the publisher to ask for the hold state",
+        )
         assert not sub.poll(1500), "a message got through while gobyd holds"
         assert sender.is_alive() and daemon.hold
         assert navigator.hold_state(ready=True, until=False)[1] is False
@@ -388,12 +466,20 @@ def test_publisher_sends_nothing_while_held_then_everything_in_order(ipc_base):
 
 def test_publisher_fails_after_the_hold_timeout_naming_gobyd(ipc_base):
     daemon = GobyDaemon(socket_name=ipc_base, required_clients=["never"])
-    publisher = GobyPublisher(ManagerAddress.ipc(socket_name=ipc_base), "writer",
-                              manager_timeout=10, hold_timeout=1.0, send_hwm=1000,
-                              send_timeout=10)
+    publisher = GobyPublisher(
+        ManagerAddress.ipc(socket_name=ipc_base),
+        "writer",
+        manager_timeout=10,
+        hold_timeout=1.0,
+        send_hwm=1000,
+        send_timeout=10,
+    )
     try:
-        with pytest.raises(HoldTimeout, match=r"still holds publications of client 'writer' "
-                                              r"after 1 s \(holdTimeout\)"):
+        with pytest.raises(
+            HoldTimeout,
+            match=r"still holds publications of client 'writer' "
+            r"after 1 s \(holdTimeout\)",
+        ):
             publisher.send([identifier("out", "CSTR", "CSTR", 1, "a") + b"x\0"])
     finally:
         publisher.close()
@@ -403,8 +489,9 @@ def test_publisher_fails_after_the_hold_timeout_naming_gobyd(ipc_base):
 def test_publisher_follows_gobyd_to_its_new_router_after_a_restart():
     daemon = GobyDaemon(tcp_port=0)
     manager = ManagerAddress.tcp("127.0.0.1", daemon.tcp_port)
-    publisher = GobyPublisher(manager, "writer", manager_timeout=10, hold_timeout=60,
-                              send_hwm=1000, send_timeout=10)
+    publisher = GobyPublisher(
+        manager, "writer", manager_timeout=10, hold_timeout=60, send_hwm=1000, send_timeout=10
+    )
     subscribers = []
 
     def received_through(daemon) -> bytes:
@@ -438,11 +525,13 @@ def test_publisher_follows_gobyd_to_its_new_router_after_a_restart():
 
 # -- decoding and encoding -------------------------------------------------------------------
 
+
 def write_descriptor_set(path) -> str:
     """A FileDescriptorSet of ``test.NavStatus {double x = 1; string name = 2;}``."""
     F = descriptor_pb2.FieldDescriptorProto
-    proto = descriptor_pb2.FileDescriptorProto(name="test/nav.proto", package="test",
-                                               syntax="proto2")
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="test/nav.proto", package="test", syntax="proto2"
+    )
     message = proto.message_type.add(name="NavStatus")
     message.field.add(name="x", number=1, label=F.LABEL_OPTIONAL, type=F.TYPE_DOUBLE)
     message.field.add(name="name", number=2, label=F.LABEL_OPTIONAL, type=F.TYPE_STRING)
@@ -451,7 +540,7 @@ def write_descriptor_set(path) -> str:
 
 
 #: test.NavStatus{x: 1.5, name: "auv"} in the protobuf encoding
-NAV_STATUS = bytes.fromhex("09" "000000000000f83f" "1203") + b"auv"
+NAV_STATUS = bytes.fromhex("09000000000000f83f1203") + b"auv"
 
 
 def test_decode_shows_cstr_json_and_protobuf_payloads_and_malformed_messages(tmp_path):
@@ -465,8 +554,9 @@ def test_decode_shows_cstr_json_and_protobuf_payloads_and_malformed_messages(tmp
         [b"/log/CSTR/CSTR/pid/ab/\0x\0"],
         [b"/two/", b"frames"],
     ]
-    decoded = Goby().decode(pa.array(messages, pa.list_(pa.binary())),
-                            Source("ipc:///tmp/g.xpub", {}), options)
+    decoded = Goby().decode(
+        pa.array(messages, pa.list_(pa.binary())), Source("ipc:///tmp/g.xpub", {}), options
+    )
     columns = {name: array.to_pylist() for name, array in decoded.columns.items()}
     assert columns["group"] == ["log", "state", "nav", "nav", "nav", None, None]
     assert columns["scheme"][:5] == ["CSTR", "JSON", "PROTOBUF", "PROTOBUF", "PROTOBUF"]
@@ -474,7 +564,7 @@ def test_decode_shows_cstr_json_and_protobuf_payloads_and_malformed_messages(tmp
     assert columns["process"][:5] == [12] * 5 and columns["thread"][:5] == ["ab"] * 5
     assert columns["text"][:2] == ["hello", '{"depth": 5}']
     assert json.loads(columns["json"][2]) == {"x": 1.5, "name": "auv"}
-    assert columns["json"][3] is None                          # a type the set does not hold
+    assert columns["json"][3] is None  # a type the set does not hold
     errors = decoded.error.to_pylist()
     assert errors[:4] == [None] * 4
     assert "does not parse as test.NavStatus" in errors[4]
@@ -485,18 +575,38 @@ def test_decode_shows_cstr_json_and_protobuf_payloads_and_malformed_messages(tmp
 
 
 def test_encode_rows_into_messages_and_name_rows_that_cannot_be_sent():
-    batch = pa.RecordBatch.from_pylist([
-        {"group": "log", "scheme": "CSTR", "type": None, "payload": None, "text": "hi"},
-        {"group": "state", "scheme": "7", "type": "nlohmann::json", "payload": None,
-         "text": '{"depth": 5}'},
-        {"group": "nav", "scheme": "PROTOBUF", "type": "test.NavStatus", "payload": NAV_STATUS,
-         "text": None},
-        {"group": None, "scheme": "CSTR", "type": None, "payload": None, "text": "x"},
-        {"group": "g", "scheme": "BOGUS", "type": "T", "payload": b"", "text": None},
-        {"group": "g", "scheme": "PROTOBUF", "type": "T", "payload": None, "text": "x"},
-        {"group": "g", "scheme": "JSON", "type": "T", "payload": None, "text": "[1]"},
-    ], schema=pa.schema([("group", pa.string()), ("scheme", pa.string()), ("type", pa.string()),
-                         ("payload", pa.binary()), ("text", pa.string())]))
+    batch = pa.RecordBatch.from_pylist(
+        [
+            {"group": "log", "scheme": "CSTR", "type": None, "payload": None, "text": "hi"},
+            {
+                "group": "state",
+                "scheme": "7",
+                "type": "nlohmann::json",
+                "payload": None,
+                "text": '{"depth": 5}',
+            },
+            {
+                "group": "nav",
+                "scheme": "PROTOBUF",
+                "type": "test.NavStatus",
+                "payload": NAV_STATUS,
+                "text": None,
+            },
+            {"group": None, "scheme": "CSTR", "type": None, "payload": None, "text": "x"},
+            {"group": "g", "scheme": "BOGUS", "type": "T", "payload": b"", "text": None},
+            {"group": "g", "scheme": "PROTOBUF", "type": "T", "payload": None, "text": "x"},
+            {"group": "g", "scheme": "JSON", "type": "T", "payload": None, "text": "[1]"},
+        ],
+        schema=pa.schema(
+            [
+                ("group", pa.string()),
+                ("scheme", pa.string()),
+                ("type", pa.string()),
+                ("payload", pa.binary()),
+                ("text", pa.string()),
+            ]
+        ),
+    )
     protocol = Goby()
     options = goby_options({}, writer=True)
     protocol.check_input(batch.schema, options)
@@ -504,11 +614,13 @@ def test_encode_rows_into_messages_and_name_rows_that_cannot_be_sent():
     frames = [m[0] if m else None for m in encoded.messages]
     heads = [GOBY_IDENTIFIER.match(f) for f in frames[:3]]
     assert [h.group(1, 2, 3) for h in heads] == [
-        (b"log", b"CSTR", b"CSTR"), (b"state", b"JSON", b"nlohmann::json"),
-        (b"nav", b"PROTOBUF", b"test.NavStatus")]
+        (b"log", b"CSTR", b"CSTR"),
+        (b"state", b"JSON", b"nlohmann::json"),
+        (b"nav", b"PROTOBUF", b"test.NavStatus"),
+    ]
     assert {int(h.group(4)) for h in heads} == {os.getpid()}
-    assert [f[h.end():] for f, h in zip(frames, heads)] == [b"hi\0", BSON_DEPTH_5, NAV_STATUS]
-    assert encoded.topics[0] == frames[0][:heads[0].end() - 1]
+    assert [f[h.end() :] for f, h in zip(frames, heads)] == [b"hi\0", BSON_DEPTH_5, NAV_STATUS]
+    assert encoded.topics[0] == frames[0][: heads[0].end() - 1]
     errors = encoded.errors
     assert errors[:3] == [None] * 3 and frames[3:] == [None] * 4
     assert "no group" in errors[3] and "unknown scheme 'BOGUS'" in errors[4]
@@ -517,35 +629,74 @@ def test_encode_rows_into_messages_and_name_rows_that_cannot_be_sent():
     with pytest.raises(ValueError, match="the rows need columns `group`, `scheme`"):
         protocol.check_input(pa.schema([("group", pa.string()), ("text", pa.string())]), options)
     with pytest.raises(ValueError, match="column `payload` has type string"):
-        protocol.check_input(pa.schema([("group", pa.string()), ("scheme", pa.int32()),
-                                        ("payload", pa.string())]), options)
+        protocol.check_input(
+            pa.schema([("group", pa.string()), ("scheme", pa.int32()), ("payload", pa.string())]),
+            options,
+        )
 
 
 # -- the command line ------------------------------------------------------------------------
 
+
 def test_cli_daemon_publish_and_subscribe(ipc_base):
     run = [sys.executable, "-m", "spark_zmq", "goby"]
-    daemon = subprocess.Popen(run + ["daemon", "--socket-name", ipc_base],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    daemon = subprocess.Popen(
+        run + ["daemon", "--socket-name", ipc_base],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     subscriber = internal = None
     try:
         assert f"manager ipc://{ipc_base}.manager" in daemon.stdout.readline()
         # everything ("/"): gobyd's hold handshake with each publish is hidden unless asked for
         subscriber, internal = (
-            subprocess.Popen(run + ["subscribe", "--socket-name", ipc_base, "--count", "1",
-                                    "--timeout", "120", *flag],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for flag in ([], ["--include-internal-groups"]))
+            subprocess.Popen(
+                run
+                + [
+                    "subscribe",
+                    "--socket-name",
+                    ipc_base,
+                    "--count",
+                    "1",
+                    "--timeout",
+                    "120",
+                    *flag,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for flag in ([], ["--include-internal-groups"])
+        )
 
         def published_to_both_subscribers():
-            result = subprocess.run(run + ["publish", "--socket-name", ipc_base, "--group",
-                                           "cli", "--text", "hello", "--wait", "2"],
-                                    capture_output=True, text=True, timeout=60)
+            result = subprocess.run(
+                run
+                + [
+                    "publish",
+                    "--socket-name",
+                    ipc_base,
+                    "--group",
+                    "cli",
+                    "--text",
+                    "hello",
+                    "--wait",
+                    "2",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert result.returncode == 0, result.stderr
             return subscriber.poll() is not None and internal.poll() is not None
 
-        wait_until(published_to_both_subscribers, timeout=120, interval=0,
-                   what="the subscribers to print a message")
+        wait_until(
+            published_to_both_subscribers,
+            timeout=120,
+            interval=0,
+            what="the subscribers to print a message",
+        )
         out, err = subscriber.communicate(timeout=30)
         assert subscriber.returncode == 0, err
         internal_out, _ = internal.communicate(timeout=30)
@@ -557,10 +708,17 @@ def test_cli_daemon_publish_and_subscribe(ipc_base):
                 process.wait(30)
     line = json.loads(out.splitlines()[0])
     assert {k: line[k] for k in ("group", "scheme", "type", "text")} == {
-        "group": "cli", "scheme": "CSTR", "type": "CSTR", "text": "hello"}
+        "group": "cli",
+        "scheme": "CSTR",
+        "type": "CSTR",
+        "text": "hello",
+    }
     assert re.fullmatch("[0-9a-f]+", line["thread"]) and line["process"] > 0
-    missing = subprocess.run(run + ["subscribe", "--socket-name", ipc_base + "-none",
-                                    "--manager-timeout", "1"], capture_output=True, text=True,
-                             timeout=60)
+    missing = subprocess.run(
+        run + ["subscribe", "--socket-name", ipc_base + "-none", "--manager-timeout", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 1
     assert f"ipc://{ipc_base}-none.manager did not answer within 1 s" in missing.stderr

@@ -29,7 +29,7 @@ from spark_zmq.testing.standalone import free_port
 ECHO = event_id("zeroeq::test::Echo")
 FLOOD_SECONDS = 12
 FLOOD_MESSAGE = 64 << 10
-RECEIVE_HWM = 200           # messages: zmq's queue holds at most 200 x 64 KiB = 12.5 MiB
+RECEIVE_HWM = 200  # messages: zmq's queue holds at most 200 x 64 KiB = 12.5 MiB
 MAX_MESSAGE = 256 << 10
 
 
@@ -87,33 +87,48 @@ def log_of(spool: Path, key: str) -> str:
 def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path):
     stalled = socket.socket()
     stalled.bind(("127.0.0.1", 0))
-    stalled.listen(8)                # accepts (the kernel does), never says a word
+    stalled.listen(8)  # accepts (the kernel does), never says a word
     stalled_port = stalled.getsockname()[1]
     good = GoodPublisher(0)
     good_port = int(good.sock.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
     spawn = multiprocessing.get_context("spawn")
     flood_port, go = free_port(), spawn.Event()
     flooder = spawn.Process(target=flood, args=(flood_port, go, FLOOD_SECONDS))
-    flooder.start()                  # it binds at once, and floods when told to
-    keys = {name: f"127.0.0.1:{port}" for name, port in
-            (("good", good_port), ("flood", flood_port), ("stalled", stalled_port))}
+    flooder.start()  # it binds at once, and floods when told to
+    keys = {
+        name: f"127.0.0.1:{port}"
+        for name, port in (("good", good_port), ("flood", flood_port), ("stalled", stalled_port))
+    }
     spool = tmp_path / "spool"
-    query = (spark.readStream.format("zeroeq")
-             .options(publishers=",".join(keys.values()), capture="executors",
-                      spoolPath=str(spool), receiveHighWaterMark=str(RECEIVE_HWM),
-                      maxMessageBytes=str(MAX_MESSAGE), maxSpoolBytes="256m",
-                      captureIdleTimeout="10")
-             .load().where(f"partition != '{keys['flood']}'")
-             .writeStream.format("memory").queryName("hostile")
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("zeroeq")
+        .options(
+            publishers=",".join(keys.values()),
+            capture="executors",
+            spoolPath=str(spool),
+            receiveHighWaterMark=str(RECEIVE_HWM),
+            maxMessageBytes=str(MAX_MESSAGE),
+            maxSpoolBytes="256m",
+            captureIdleTimeout="10",
+        )
+        .load()
+        .where(f"partition != '{keys['flood']}'")
+        .writeStream.format("memory")
+        .queryName("hostile")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     peak_rss = 0
     try:
-        wait_until(lambda: spark.sql("select * from hostile").count() > 0, timeout=120,
-                   what="the good publisher's first rows")
+        wait_until(
+            lambda: spark.sql("select * from hostile").count() > 0,
+            timeout=120,
+            what="the good publisher's first rows",
+        )
         go.set()
         start = time.monotonic()
-        while time.monotonic() - start < FLOOD_SECONDS + 12:   # two handshake timeouts
+        while time.monotonic() - start < FLOOD_SECONDS + 12:  # two handshake timeouts
             peak_rss = max([peak_rss] + [rss_bytes(pid) for pid in running_holders()])
             if good.oversize_at is None and time.monotonic() - start > 4:
                 good.send_oversize()
@@ -123,8 +138,10 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path)
 
         def last_row_in():
             assert query.exception() is None, query.exception()
-            return spark.sql(f"select * from hostile where error is null and "
-                             f"cast(payload as string) = '{sent - 1}'").count()
+            return spark.sql(
+                f"select * from hostile where error is null and "
+                f"cast(payload as string) = '{sent - 1}'"
+            ).count()
 
         wait_until(last_row_in, timeout=90, what=f"the good publisher's last row ({sent - 1})")
         query.processAllAvailable()
@@ -143,18 +160,20 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path)
     gaps = [r for r in rows if r.error is not None]
     assert len(gaps) == 1 and "maxMessageBytes (262144 bytes)" in gaps[0].error
     missing = sorted(set(range(min(seqs), sent)) - set(seqs))
-    if missing:                      # zmq drops what the publisher sends while it reconnects
+    if missing:  # zmq drops what the publisher sends while it reconnects
         assert good.oversize_at - 1 <= missing[0] < good.oversize_at + 50
         assert missing[-1] - missing[0] == len(missing) - 1 < 300, "one hole, after the oversize"
 
-    good_log, flood_log, stalled_log = (log_of(spool, keys[n])
-                                        for n in ("good", "flood", "stalled"))
-    assert good_log.count("after a protocol error, such as a message over "
-                          "maxMessageBytes") == 1
+    good_log, flood_log, stalled_log = (
+        log_of(spool, keys[n]) for n in ("good", "flood", "stalled")
+    )
+    assert good_log.count("after a protocol error, such as a message over maxMessageBytes") == 1
     assert stalled_log.count("did not complete the zmq handshake") == 1
     assert "connected to" in stalled_log and "gap" not in stalled_log
-    outpaced = flood_log.count(f"tcp://{keys['flood']} (partition {keys['flood']}) sends "
-                               f"faster than capture takes: its receive queue is full")
+    outpaced = flood_log.count(
+        f"tcp://{keys['flood']} (partition {keys['flood']}) sends "
+        f"faster than capture takes: its receive queue is full"
+    )
     caught_up = flood_log.count(f"capture keeps up with tcp://{keys['flood']}")
     assert outpaced >= 1 and outpaced - caught_up in (0, 1), flood_log[-3000:]
     assert outpaced <= 5, "logged per episode, not per message"
@@ -199,18 +218,31 @@ def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path):
     flooder = spawn.Process(target=flood, args=(flood_port, go, 8, 1 << 20))
     flooder.start()
     flood_key = f"127.0.0.1:{flood_port}"
-    query = (spark.readStream.format("zeroeq")
-             .options(publishers=f"{good_key},{flood_key}", spoolPath=str(tmp_path / "spool"),
-                      receiveHighWaterMark="100", maxMessageBytes="2m", maxSpoolBytes="1g")
-             .load().where(f"partition = '{good_key}'")
-             .writeStream.format("memory").queryName("flood_1m")
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="500 milliseconds").start())
+    query = (
+        spark.readStream.format("zeroeq")
+        .options(
+            publishers=f"{good_key},{flood_key}",
+            spoolPath=str(tmp_path / "spool"),
+            receiveHighWaterMark="100",
+            maxMessageBytes="2m",
+            maxSpoolBytes="1g",
+        )
+        .load()
+        .where(f"partition = '{good_key}'")
+        .writeStream.format("memory")
+        .queryName("flood_1m")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     peaks: dict[int, int] = {}
     commands: dict[int, str] = {}
     try:
-        wait_until(lambda: spark.sql("select * from flood_1m").count() > 0, timeout=120,
-                   what="the good publisher's first rows")
+        wait_until(
+            lambda: spark.sql("select * from flood_1m").count() > 0,
+            timeout=120,
+            what="the good publisher's first rows",
+        )
         go.set()
         start = time.monotonic()
         while time.monotonic() - start < 14:
@@ -224,8 +256,9 @@ def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path):
 
         def last_row_in():
             assert query.exception() is None, query.exception()
-            return spark.sql(f"select * from flood_1m where cast(payload as string) = "
-                             f"'{sent - 1}'").count()
+            return spark.sql(
+                f"select * from flood_1m where cast(payload as string) = '{sent - 1}'"
+            ).count()
 
         wait_until(last_row_in, timeout=120, what=f"the good publisher's last row ({sent - 1})")
         query.processAllAvailable()
@@ -261,20 +294,44 @@ def test_a_garbage_zeroconf_record_is_logged_once_however_often_it_is_announced(
     """A record whose instance name is not host:port, announced anew with other garbage TXT
     five times, is one warning; a record with garbage TXT values but a usable address is read."""
     port = free_port()
-    discovery = ZeroEQDiscovery(session="hostile", events={}, interfaces=("127.0.0.1",),
-                                static=(), compatible_only=False, management_bind=None,
-                                application="test", state=MemoryState())
+    discovery = ZeroEQDiscovery(
+        session="hostile",
+        events={},
+        interfaces=("127.0.0.1",),
+        static=(),
+        compatible_only=False,
+        management_bind=None,
+        application="test",
+        state=MemoryState(),
+    )
     joined = Joined()
 
     def record(instance: str, properties: dict) -> ServiceInfo:
-        return ServiceInfo(PUBLISHER_SERVICE, f"{instance}.{PUBLISHER_SERVICE}", port=port,
-                           addresses=[socket.inet_aton("127.0.0.1")], server="hostile.local.",
-                           properties=properties)
+        return ServiceInfo(
+            PUBLISHER_SERVICE,
+            f"{instance}.{PUBLISHER_SERVICE}",
+            port=port,
+            addresses=[socket.inet_aton("127.0.0.1")],
+            server="hostile.local.",
+            properties=properties,
+        )
 
-    usable = record(f"127.0.0.1:{port}", {b"session": b"hostile", b"vocabulary": b"\xff;zz;;",
-                                          b"\xfe\x00": b"\x00" * 200, b"user": None})
-    garbage = [record("not an address", {b"session": b"hostile", b"n": str(n).encode(),
-                                         b"\xff" * (n + 1): b"\xff" * 100}) for n in range(6)]
+    usable = record(
+        f"127.0.0.1:{port}",
+        {
+            b"session": b"hostile",
+            b"vocabulary": b"\xff;zz;;",
+            b"\xfe\x00": b"\x00" * 200,
+            b"user": None,
+        },
+    )
+    garbage = [
+        record(
+            "not an address",
+            {b"session": b"hostile", b"n": str(n).encode(), b"\xff" * (n + 1): b"\xff" * 100},
+        )
+        for n in range(6)
+    ]
     with logged_warnings() as lines:
         discovery.start(joined)
         try:
@@ -283,7 +340,7 @@ def test_a_garbage_zeroconf_record_is_logged_once_however_often_it_is_announced(
             for info in garbage[1:]:
                 zeroconf.update_service(info)
             wait_until(lambda: f"127.0.0.1:{port}" in joined.keys, what="the usable record")
-            time.sleep(2)                # the last updates arrive
+            time.sleep(2)  # the last updates arrive
         finally:
             discovery.close()
             for info in (garbage[-1], usable):

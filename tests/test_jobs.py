@@ -20,18 +20,31 @@ from spark_zmq.protocols.ebus import Broker, pack
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-LOOPBACK_CONF = ("spark.driver.host=127.0.0.1", "spark.driver.bindAddress=127.0.0.1",
-                 "spark.ui.enabled=false")
+LOOPBACK_CONF = (
+    "spark.driver.host=127.0.0.1",
+    "spark.driver.bindAddress=127.0.0.1",
+    "spark.ui.enabled=false",
+)
 
 
 def spark_submit(job: str, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1", SPARK_ZMQ_LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_ZMQ_LOG_LEVEL="WARNING",
+    )
     command = [str(SPARK_SUBMIT), "--master", "local[2]"]
     for setting in LOOPBACK_CONF:
         command += ["--conf", setting]
-    return subprocess.Popen(command + [str(ROOT / "jobs" / job), *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        command + [str(ROOT / "jobs" / job), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 class Lines:
@@ -48,8 +61,14 @@ class Lines:
 
     def progress(self) -> list[tuple[int, int, int]]:
         """(rows, endpoints, gaps) of every progress line so far."""
-        found = (re.match(r"batch \d+: (\d+) rows, \d+ rows/s, backlog \d+ rows, (\d+) "
-                          r"endpoints, (\d+) gaps", line) for line in list(self.lines))
+        found = (
+            re.match(
+                r"batch \d+: (\d+) rows, \d+ rows/s, backlog \d+ rows, (\d+) "
+                r"endpoints, (\d+) gaps",
+                line,
+            )
+            for line in list(self.lines)
+        )
         return [tuple(int(g) for g in m.groups()) for m in found if m]
 
 
@@ -73,10 +92,23 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
     pub = broadcaster(broker)
     output = tmp_path / "table"
-    job = spark_submit("capture_to_parquet.py", "--format", "ebus",
-                       "--option", f"subPort={broker.sub_port}", "--option", "channels=demo/",
-                       "--option", f"spoolPath={tmp_path / 'spool'}",
-                       "--output", str(output), "--trigger", "1", "--seconds", "60")
+    job = spark_submit(
+        "capture_to_parquet.py",
+        "--format",
+        "ebus",
+        "--option",
+        f"subPort={broker.sub_port}",
+        "--option",
+        "channels=demo/",
+        "--option",
+        f"spoolPath={tmp_path / 'spool'}",
+        "--output",
+        str(output),
+        "--trigger",
+        "1",
+        "--seconds",
+        "60",
+    )
     lines = Lines(job)
     try:
         warm_until_read(pub, lines, job)
@@ -96,24 +128,37 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
     assert {r.endpoint for r in data} == {f"tcp://127.0.0.1:{broker.sub_port}"}
     dates = [p.name for p in output.iterdir() if p.name.startswith("date=")]
     assert len(dates) >= 1 and all(re.fullmatch(r"date=\d{4}-\d{2}-\d{2}", d) for d in dates)
-    assert all(child.name.startswith("endpoint=") for d in dates
-               for child in (output / d).iterdir())
+    assert all(
+        child.name.startswith("endpoint=") for d in dates for child in (output / d).iterdir()
+    )
 
 
 def test_monitor_job_prints_a_progress_line_per_batch(tmp_path):
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
     pub = broadcaster(broker)
-    job = spark_submit("monitor.py", "--format", "ebus",
-                       "--option", f"subPort={broker.sub_port}",
-                       "--option", "channels=demo/,other/",
-                       "--option", f"spoolPath={tmp_path / 'spool'}", "--seconds", "40")
+    job = spark_submit(
+        "monitor.py",
+        "--format",
+        "ebus",
+        "--option",
+        f"subPort={broker.sub_port}",
+        "--option",
+        "channels=demo/,other/",
+        "--option",
+        f"spoolPath={tmp_path / 'spool'}",
+        "--seconds",
+        "40",
+    )
     lines = Lines(job)
     try:
         warm_until_read(pub, lines, job)
         for n in range(50):
             pub.send_multipart([b"demo/data", pack(n)])
-        wait_until(lambda: sum(rows for rows, _, _ in lines.progress()) >= 51, timeout=60,
-                   what="progress lines counting the broadcasts")
+        wait_until(
+            lambda: sum(rows for rows, _, _ in lines.progress()) >= 51,
+            timeout=60,
+            what="progress lines counting the broadcasts",
+        )
         code = job.wait(120)
     finally:
         if job.poll() is None:
@@ -137,17 +182,37 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, b"/sensors/")
     sub.connect(f"ipc://{tmp_path}/g.xpub")
-    job = spark_submit("republish.py", "--from", "ebus",
-                       "--from-option", f"subPort={broker.sub_port}",
-                       "--from-option", "channels=sensors/",
-                       "--from-option", f"spoolPath={tmp_path / 'spool'}",
-                       "--to", "goby", "--to-option", f"socketName={tmp_path / 'g'}",
-                       "--select", "'sensors' AS group", "--select", "'JSON' AS scheme",
-                       "--select", "'nlohmann::json' AS type", "--select", "data AS text",
-                       "--checkpoint", str(tmp_path / "cp"), "--seconds", "60")
+    job = spark_submit(
+        "republish.py",
+        "--from",
+        "ebus",
+        "--from-option",
+        f"subPort={broker.sub_port}",
+        "--from-option",
+        "channels=sensors/",
+        "--from-option",
+        f"spoolPath={tmp_path / 'spool'}",
+        "--to",
+        "goby",
+        "--to-option",
+        f"socketName={tmp_path / 'g'}",
+        "--select",
+        "'sensors' AS group",
+        "--select",
+        "'JSON' AS scheme",
+        "--select",
+        "'nlohmann::json' AS type",
+        "--select",
+        "data AS text",
+        "--checkpoint",
+        str(tmp_path / "cp"),
+        "--seconds",
+        "60",
+    )
     lines = Lines(job)
     received = []
     try:
+
         def relayed() -> bool:
             assert job.poll() is None, job.stderr.read()[-3000:]
             pub.send_multipart([b"sensors/warm", pack({"warm": True})])
@@ -174,7 +239,8 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
     assert code == 0, job.stderr.read()[-3000:]
     messages = [split_message(m) for m in received]
     assert {(i.group, i.scheme, i.type) for i, _ in messages} == {
-        ("sensors", "JSON", "nlohmann::json")}
+        ("sensors", "JSON", "nlohmann::json")
+    }
     numbers = [json.loads(json_text(m)).get("n") for m in received]
     assert [n for n in numbers if n is not None] == list(range(20))
     assert any(line.startswith("republishing ebus as goby") for line in lines.lines)

@@ -23,37 +23,49 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXPECTED = {
     "zeroeq_quickstart": {
         "messages": 150,
-        "rows": [r"\|127\.0\.0\.1:(?P<a>\d+)\|tcp://127\.0\.0\.1:(?P=a)\|demo::Counter\|100\|",
-                 r"\|127\.0\.0\.1:(?P<b>\d+)\|tcp://127\.0\.0\.1:(?P=b)\|demo::Counter\|50\|",
-                 r"\|127\.0\.0\.1:\d+\|0\|[-0-9: .]+\|demo::Counter\|0\|"],
+        "rows": [
+            r"\|127\.0\.0\.1:(?P<a>\d+)\|tcp://127\.0\.0\.1:(?P=a)\|demo::Counter\|100\|",
+            r"\|127\.0\.0\.1:(?P<b>\d+)\|tcp://127\.0\.0\.1:(?P=b)\|demo::Counter\|50\|",
+            r"\|127\.0\.0\.1:\d+\|0\|[-0-9: .]+\|demo::Counter\|0\|",
+        ],
     },
     "ebus_quickstart": {
         "messages": 170,
-        "rows": [r"\|sensors/@127\.0\.0\.1:\d+\|sensors/temperature\|100\|",
-                 r"\|sensors/@127\.0\.0\.1:\d+\|sensors/pressure\|50\|",
-                 r"\|alarms/@127\.0\.0\.1:\d+\|alarms/door\|20\|",
-                 r'\|alarms/@127\.0\.0\.1:\d+\|0\|[-0-9: .]+\|alarms/door\|\{"open": true, "tick": 0\}\|',
-                 r'\|alarms/@127\.0\.0\.1:\d+\|1\|[-0-9: .]+\|alarms/door\|\{"open": false, "tick": 5\}\|',
-                 r'\|sensors/@127\.0\.0\.1:\d+\|\d\|[-0-9: .]+\|sensors/temperature\|\{"celsius": 20\.0\}\|',
-                 r'\|sensors/@127\.0\.0\.1:\d+\|\d\|[-0-9: .]+\|sensors/pressure\|\{"hPa": 1000\}\|'],
+        "rows": [
+            r"\|sensors/@127\.0\.0\.1:\d+\|sensors/temperature\|100\|",
+            r"\|sensors/@127\.0\.0\.1:\d+\|sensors/pressure\|50\|",
+            r"\|alarms/@127\.0\.0\.1:\d+\|alarms/door\|20\|",
+            r"\|alarms/@127\.0\.0\.1:\d+\|0\|[-0-9: .]+\|alarms/door\|"
+            r'\{"open": true, "tick": 0\}\|',
+            r"\|alarms/@127\.0\.0\.1:\d+\|1\|[-0-9: .]+\|alarms/door\|"
+            r'\{"open": false, "tick": 5\}\|',
+            r"\|sensors/@127\.0\.0\.1:\d+\|\d\|[-0-9: .]+\|sensors/temperature\|"
+            r'\{"celsius": 20\.0\}\|',
+            r"\|sensors/@127\.0\.0\.1:\d+\|\d\|[-0-9: .]+\|sensors/pressure\|"
+            r'\{"hPa": 1000\}\|',
+        ],
     },
     "goby_quickstart": {
         "messages": 170,
-        "rows": [r"\|/nav/@/\S+/goby\.manager\|nav\|JSON\|nlohmann::json\|100\|",
-                 r"\|/nav/@/\S+/goby\.manager\|nav\|CSTR\|CSTR\|50\|",
-                 r"\|/log/@/\S+/goby\.manager\|log\|CSTR\|CSTR\|20\|",
-                 r"\|/log/@/\S+/goby\.manager\|0\|[-0-9: .]+\|log\|CSTR\|tick 0\|",
-                 r"\|/log/@/\S+/goby\.manager\|1\|[-0-9: .]+\|log\|CSTR\|tick 5\|",
-                 r'\|/nav/@/\S+/goby\.manager\|\d\|[-0-9: .]+\|nav\|JSON\|\{"depth": 5\.0\}\|',
-                 r"\|/nav/@/\S+/goby\.manager\|\d\|[-0-9: .]+\|nav\|CSTR\|heading 0\|"],
+        "rows": [
+            r"\|/nav/@/\S+/goby\.manager\|nav\|JSON\|nlohmann::json\|100\|",
+            r"\|/nav/@/\S+/goby\.manager\|nav\|CSTR\|CSTR\|50\|",
+            r"\|/log/@/\S+/goby\.manager\|log\|CSTR\|CSTR\|20\|",
+            r"\|/log/@/\S+/goby\.manager\|0\|[-0-9: .]+\|log\|CSTR\|tick 0\|",
+            r"\|/log/@/\S+/goby\.manager\|1\|[-0-9: .]+\|log\|CSTR\|tick 5\|",
+            r'\|/nav/@/\S+/goby\.manager\|\d\|[-0-9: .]+\|nav\|JSON\|\{"depth": 5\.0\}\|',
+            r"\|/nav/@/\S+/goby\.manager\|\d\|[-0-9: .]+\|nav\|CSTR\|heading 0\|",
+        ],
     },
     "yamz_quickstart": {
         "messages": 150,
-        "rows": [r"\|daq41\|tps\|\{apa -> 41, det -> tpc\}\|tcp://127\.0\.0\.1:\d+\|100\|",
-                 r"\|daq42\|tps\|\{apa -> 42, det -> tpc\}\|tcp://127\.0\.0\.1:\d+\|50\|",
-                 r"\|daq41\|1\|[-0-9: .]+\|apa 41 trigger primitive 1\|",
-                 r"\|daq42\|1\|[-0-9: .]+\|apa 42 trigger primitive 2\|"],
-        "absent": ["|daq43|", "apa 43 trigger"],     # the port that the address does not match
+        "rows": [
+            r"\|daq41\|tps\|\{apa -> 41, det -> tpc\}\|tcp://127\.0\.0\.1:\d+\|100\|",
+            r"\|daq42\|tps\|\{apa -> 42, det -> tpc\}\|tcp://127\.0\.0\.1:\d+\|50\|",
+            r"\|daq41\|1\|[-0-9: .]+\|apa 41 trigger primitive 1\|",
+            r"\|daq42\|1\|[-0-9: .]+\|apa 42 trigger primitive 2\|",
+        ],
+        "absent": ["|daq43|", "apa 43 trigger"],  # the port that the address does not match
     },
 }
 
@@ -78,11 +90,17 @@ def kernel(tmp_path, monkeypatch):
     """A kernelspec running this interpreter (the one with spark_zmq installed), found first."""
     spec = tmp_path / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "spark_zmq tests", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "spark_zmq tests",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    monkeypatch.delenv("MPLBACKEND", raising=False)   # the kernel's inline backend shows plots
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend shows plots
     return KERNEL
 
 
@@ -93,8 +111,12 @@ def run_notebook(path: Path, kernel_name: str, cwd: Path):
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
     notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
-    NotebookClient(notebook, kernel_name=kernel_name, timeout=CELL_TIMEOUT,
-                   resources={"metadata": {"path": str(cwd)}}).execute()
+    NotebookClient(
+        notebook,
+        kernel_name=kernel_name,
+        timeout=CELL_TIMEOUT,
+        resources={"metadata": {"path": str(cwd)}},
+    ).execute()
     return notebook
 
 
@@ -110,8 +132,11 @@ def texts(cell) -> list[str]:
 
 
 def pngs(cell) -> list[bytes]:
-    return [b64decode(output.data["image/png"]) for output in cell.get("outputs", [])
-            if output.output_type == "display_data" and "image/png" in output.data]
+    return [
+        b64decode(output.data["image/png"])
+        for output in cell.get("outputs", [])
+        if output.output_type == "display_data" and "image/png" in output.data
+    ]
 
 
 @pytest.mark.spark
@@ -137,11 +162,15 @@ def test_notebook_runs_and_shows_what_its_demo_sent(path, kernel, tmp_path):
     images = [image for cell in code for image in pngs(cell)]
     assert len(images) == 1, f"{path.name} shows {len(images)} images, not its one plot"
     assert images[0].startswith(PNG_SIGNATURE)
-    width, height = struct.unpack(">II", images[0][16:24])     # the IHDR chunk
+    width, height = struct.unpack(">II", images[0][16:24])  # the IHDR chunk
     assert width >= 400 and height >= 150 and len(images[0]) > 10_000
 
-    report = [line for text in texts(probe) for line in text.splitlines()
-              if line.startswith("PROBE ")]
+    report = [
+        line for text in texts(probe) for line in text.splitlines() if line.startswith("PROBE ")
+    ]
     assert len(report) == 1, texts(probe)
-    assert json.loads(report[0][len("PROBE "):]) == {
-        "spark_running": False, "work_left": False, "threads": []}
+    assert json.loads(report[0][len("PROBE ") :]) == {
+        "spark_running": False,
+        "work_left": False,
+        "threads": [],
+    }

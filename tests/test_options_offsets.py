@@ -18,15 +18,18 @@ def test_defaults_and_case_insensitive_names():
     assert options.is_set("mode") and not options.is_set("session")
 
 
-@pytest.mark.parametrize("raw, words", [
-    ({"sesion": "a"}, ["unknown option 'sesion'", "Did you mean 'session'"]),
-    ({"mode": "LENIENT"}, ["'mode'", "PERMISSIVE, DROPMALFORMED, FAILFAST", "'LENIENT'"]),
-    ({"maxRecordsPerTrigger": "0"}, ["'maxRecordsPerTrigger'", "positive integer"]),
-    ({"maxMessageBytes": "lots"}, ["'maxMessageBytes'", "64m"]),
-    ({"publishers": "127.0.0.1"}, ["'publishers'", "host:port"]),
-    ({"events": "a,,b"}, ["'events'"]),
-    ({"startingOffsets": "middle"}, ["'startingOffsets'", "earliest or latest"]),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        ({"sesion": "a"}, ["unknown option 'sesion'", "Did you mean 'session'"]),
+        ({"mode": "LENIENT"}, ["'mode'", "PERMISSIVE, DROPMALFORMED, FAILFAST", "'LENIENT'"]),
+        ({"maxRecordsPerTrigger": "0"}, ["'maxRecordsPerTrigger'", "positive integer"]),
+        ({"maxMessageBytes": "lots"}, ["'maxMessageBytes'", "64m"]),
+        ({"publishers": "127.0.0.1"}, ["'publishers'", "host:port"]),
+        ({"events": "a,,b"}, ["'events'"]),
+        ({"startingOffsets": "middle"}, ["'startingOffsets'", "earliest or latest"]),
+    ],
+)
 def test_bad_options_name_the_option_and_accepted_values(raw, words):
     with pytest.raises(OptionError) as info:
         parse_options("zeroeq", SPECS, raw)
@@ -48,3 +51,20 @@ def test_admit_shares_the_budget_in_proportion_and_exactly():
 def test_ranges_start_new_partitions_at_their_first_offset():
     assert ranges({"a": 5}, {"a": 9, "b": 4}, {"b": 2}) == [("a", 5, 9), ("b", 2, 4)]
     assert ranges({"a": 5}, {"a": 5}, {}) == []
+
+
+def test_offsets_carry_their_layout_version_and_the_claims_round():
+    from spark_zmq.spark.offsets import OffsetVersionError, StreamOffset
+
+    offset = StreamOffset({"a:1": 5, "b:2": 0}, claims_round=3)
+    doc = offset.to_json()
+    assert doc == {"a:1": 5, "b:2": 0, "spark_zmq.version": 1, "spark_zmq.claims": 3}
+    assert StreamOffset.from_json(doc) == offset
+    # a checkpoint written before versions: the same layout
+    assert StreamOffset.from_json({"a:1": 5}) == StreamOffset({"a:1": 5})
+    with pytest.raises(
+        OffsetVersionError,
+        match=r"layout version 2; this release reads version "
+        r"1.*start the query with a new checkpoint",
+    ):
+        StreamOffset.from_json({"a:1": 5, "spark_zmq.version": 2})

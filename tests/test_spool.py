@@ -21,7 +21,7 @@ def messages(first, count):
 
 def read_all(root, key, start, end):
     out = []
-    for first, source, table in read_range(root, key, start, end):
+    for _first, source, table in read_range(root, key, start, end):
         assert source == SOURCE
         rows = table.column("frames").to_pylist()
         assert len(rows) == table.num_rows
@@ -35,7 +35,7 @@ def test_append_read_any_range_truncate(tmp_path):
     spool.append("k", SOURCE, messages(5, 5))
     assert read_all(str(tmp_path), "k", 3, 8) == ["m3", "m4", "m5", "m6", "m7"]
     assert read_all(str(tmp_path), "k", 3, 8) == ["m3", "m4", "m5", "m6", "m7"]  # replayable
-    spool.truncate("k", 7)   # the first segment is committed, the second is still needed
+    spool.truncate("k", 7)  # the first segment is committed, the second is still needed
     assert load_index(str(tmp_path), "k").start == 5
     assert read_all(str(tmp_path), "k", 7, 10) == ["m7", "m8", "m9"]
     with pytest.raises(SpoolError, match=r"cannot serve offsets \[2, 4\) of partition 'k'"):
@@ -90,7 +90,7 @@ def test_a_claim_fences_the_previous_holder(tmp_path):
     root = str(tmp_path)
     first = Spool(root, 1 << 30, exclusive=False)
     with pytest.raises(LeaseLost, match="not held"):
-        first.append("k", SOURCE, messages(0, 1))     # a holder never claims implicitly
+        first.append("k", SOURCE, messages(0, 1))  # a holder never claims implicitly
     first.open_partition("k", expect_epoch=0)
     first.append("k", SOURCE, messages(0, 3))
     assert load_lease(root, "k").epoch == 1
@@ -101,7 +101,7 @@ def test_a_claim_fences_the_previous_holder(tmp_path):
     second.open_partition("k", expect_epoch=1)
     assert second.inherited["k"].holder and second.inherited["k"].epoch == 1
     with pytest.raises(LeaseLost, match="taken over"):
-        first.append("k", SOURCE, messages(3, 2))       # the stale holder is fenced
+        first.append("k", SOURCE, messages(3, 2))  # the stale holder is fenced
     with pytest.raises(LeaseLost):
         first.heartbeat("k")
     second.append("k", SOURCE, messages(3, 2))
@@ -110,9 +110,9 @@ def test_a_claim_fences_the_previous_holder(tmp_path):
     with pytest.raises(LeaseLost):
         Spool(root, 1 << 30, exclusive=False).open_partition("k", expect_epoch=1)
 
-    second.truncate("k", 3)            # the first epoch's segment goes, and its folder with it
+    second.truncate("k", 3)  # the first epoch's segment goes, and its folder with it
     assert [e for e, _ in epochs(partition_dir(root, "k"))] == [2]
-    second.close()                     # lets go: the partition is free
+    second.close()  # lets go: the partition is free
     assert load_lease(root, "k").sealed
     assert read_all(root, "k", 3, 5) == ["m3", "m4"]
 
@@ -130,3 +130,42 @@ def test_an_exclusive_spool_takes_every_partition_over(tmp_path):
         holder.append("k", SOURCE, messages(2, 1))
     assert read_all(root, "k", 0, 3) == ["m0", "m1", "m2"]
     driver.close()
+
+
+def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
+    """index.json, lease.json and the driver's documents say which layout wrote them; a file
+    of another layout is refused with a clear error, one without a version (an earlier
+    release) is read as version 1."""
+    import json
+
+    from spark_zmq.spool.layout import FORMAT_VERSION, INDEX_NAME, LEASE_NAME, JsonState
+
+    root = str(tmp_path / "spool")
+    spool = Spool(root, 1 << 20)
+    spool.append("p", SOURCE, messages(0, 3))
+    epoch = epochs(partition_dir(root, "p"))[-1][0]
+    folder = tmp_path / "spool" / "p" / f"e{epoch:08d}"
+    for name in (INDEX_NAME, LEASE_NAME):
+        assert json.loads((folder / name).read_text())["format_version"] == FORMAT_VERSION
+    state = JsonState(str(tmp_path / "spool" / "assignment.json"))
+    state.save({"beat": 1})
+    assert json.loads((tmp_path / "spool" / "assignment.json").read_text())["format_version"] == 1
+    assert state.load() == {"beat": 1}
+    spool.close()
+
+    index = folder.parent / f"e{epoch:08d}.sealed" / INDEX_NAME
+    doc = json.loads(index.read_text())
+    del doc["format_version"]
+    index.write_text(json.dumps(doc))
+    assert load_index(root, "p").end == 3
+    doc["format_version"] = 2
+    index.write_text(json.dumps(doc))
+    with pytest.raises(
+        SpoolError,
+        match=r"e00000001\.sealed/index\.json has spool format "
+        r"version 2; this release of spark_zmq reads version 1",
+    ):
+        load_index(root, "p")
+    (tmp_path / "spool" / "assignment.json").write_text('{"format_version": 7, "beat": 2}')
+    with pytest.raises(SpoolError, match=r"assignment\.json has spool format version 7"):
+        state.load()

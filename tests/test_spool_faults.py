@@ -25,13 +25,14 @@ def test_a_damaged_segment_is_read_up_to_the_damage_with_the_rest_as_gap_rows(tm
     root = str(tmp_path)
     spool = Spool(root, 1 << 30)
     count = 2 * BATCH_ROWS + 100
-    spool.append("k", SOURCE, spool_table([[b"%d" % i] for i in range(count)],
-                                          list(range(count)), {}))
+    spool.append(
+        "k", SOURCE, spool_table([[b"%d" % i] for i in range(count)], list(range(count)), {})
+    )
     spool.append("k", SOURCE, spool_table([[b"after"]], [0], {}))
     segment = load_index(root, "k").segments[0]
     path = segment_paths(root, "k", segment)[0]
     size = os.path.getsize(path)
-    with open(path, "r+b") as f:            # a crash cut the file in its second batch
+    with open(path, "r+b") as f:  # a crash cut the file in its second batch
         f.truncate(size * 2 // 3)
 
     def read(start, end):
@@ -41,16 +42,22 @@ def test_a_damaged_segment_is_read_up_to_the_damage_with_the_rest_as_gap_rows(tm
         return rows
 
     rows = read(0, count + 1)
-    assert len(rows) == count + 1                       # every offset still names one row
+    assert len(rows) == count + 1  # every offset still names one row
     assert [f for f, _ in rows[:BATCH_ROWS]] == [[b"%d" % i] for i in range(BATCH_ROWS)]
     kept = next(i for i, (_, fault) in enumerate(rows) if fault)
     assert kept % BATCH_ROWS == 0 and BATCH_ROWS <= kept < count
     lost = rows[kept:count]
-    assert all(frames == [] and re.match(
-        rf"gap: {count - kept} messages at offsets \[{kept}, {count}\) are lost: spool segment "
-        rf"\S+ is damaged", fault) for frames, fault in lost)
+    assert all(
+        frames == []
+        and re.match(
+            rf"gap: {count - kept} messages at offsets \[{kept}, {count}\) are lost: spool segment "
+            rf"\S+ is damaged",
+            fault,
+        )
+        for frames, fault in lost
+    )
     assert rows[count] == ([b"after"], None)
-    assert read(kept - 2, kept + 2) == rows[kept - 2:kept + 2]   # the same rows when replayed
+    assert read(kept - 2, kept + 2) == rows[kept - 2 : kept + 2]  # the same rows when replayed
     spool.close()
 
 
@@ -66,54 +73,81 @@ def small_disk(tmp_path):
 
 def accounted(rows) -> int:
     """Messages delivered as rows plus those the gap rows count as dropped at a full disk."""
-    dropped = sum(int(re.match(r"gap: (\d+) messages dropped between \S+ and \S+ because the "
-                               r"spool could not be written \(cannot write .*No space left on "
-                               r"device\)", r.error).group(1)) for r in rows if r.error)
+    dropped = sum(
+        int(
+            re.match(
+                r"gap: (\d+) messages dropped between \S+ and \S+ because the "
+                r"spool could not be written \(cannot write .*No space left on "
+                r"device\)",
+                r.error,
+            ).group(1)
+        )
+        for r in rows
+        if r.error
+    )
     return dropped + sum(1 for r in rows if not r.error)
 
 
 def start_query(spark, tmp_path, spool, name, **options):
-    return (spark.readStream.format("zeroeq")
-            .options(session=name, discoveryInterfaces="127.0.0.1", spoolPath=str(spool),
-                     **options)
-            .load().writeStream.format("memory").queryName(name)
-            .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
-            .trigger(processingTime="500 milliseconds").start())
+    return (
+        spark.readStream.format("zeroeq")
+        .options(session=name, discoveryInterfaces="127.0.0.1", spoolPath=str(spool), **options)
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
 
 @pytest.mark.spark
-def test_a_full_disk_fails_the_query_clearly_and_leaves_the_spool_readable(spark, tmp_path,
-                                                                          small_disk, zeroconf):
+def test_a_full_disk_fails_the_query_clearly_and_leaves_the_spool_readable(
+    spark, tmp_path, small_disk, zeroconf
+):
     publisher = Publisher("fulldisk", zeroconf=zeroconf)
     spool = small_disk / "spool"
     query = start_query(spark, tmp_path, spool, "fulldisk")
     try:
         publisher.wait_for_subscribers()
         publisher.publish(ECHO, b"small")
-        wait_until(lambda: (index := load_index(str(spool), publisher.instance_name))
-                   and index.end == 1, what="the first message in the spool")
+        wait_until(
+            lambda: (index := load_index(str(spool), publisher.instance_name)) and index.end == 1,
+            what="the first message in the spool",
+        )
         for _ in range(60):
             publisher.publish(ECHO, os.urandom(20_000))
-        wait_until(lambda: query.exception() is not None or not query.isActive, timeout=60,
-                   what="the query to fail")
+        wait_until(
+            lambda: query.exception() is not None or not query.isActive,
+            timeout=60,
+            what="the query to fail",
+        )
         error = str(query.exception())
     finally:
         query.stop()
         publisher.close()
-    assert re.search(r"cannot write \S+ \(spool \S+small/spool, partition \S+\): No space left "
-                     r"on device\. The spool holds everything written before", error), error
+    assert re.search(
+        r"cannot write \S+ \(spool \S+small/spool, partition \S+\): No space left "
+        r"on device\. The spool holds everything written before",
+        error,
+    ), error
     assert "set onSpoolWriteError=drop" in error
-    index = load_index(str(spool), publisher.instance_name)     # intact and readable
-    rows = [r for _, _, t in read_range(str(spool), publisher.instance_name, index.start,
-                                        index.end) for r in t.column("frames").to_pylist()]
+    index = load_index(str(spool), publisher.instance_name)  # intact and readable
+    rows = [
+        r
+        for _, _, t in read_range(str(spool), publisher.instance_name, index.start, index.end)
+        for r in t.column("frames").to_pylist()
+    ]
     assert len(rows) == index.end - index.start and [b"small"] in rows + [[b"small"]]
-    assert not [n for n in os.listdir(partition_dir(str(spool), publisher.instance_name))
-                if ".tmp" in n]
+    assert not [
+        n for n in os.listdir(partition_dir(str(spool), publisher.instance_name)) if ".tmp" in n
+    ]
 
 
 @pytest.mark.spark
-def test_drop_mode_counts_what_a_full_disk_dropped_and_goes_on(spark, tmp_path, small_disk,
-                                                               zeroconf):
+def test_drop_mode_counts_what_a_full_disk_dropped_and_goes_on(
+    spark, tmp_path, small_disk, zeroconf
+):
     publisher = Publisher("dropdisk", zeroconf=zeroconf)
     spool = small_disk / "spool"
     query = start_query(spark, tmp_path, spool, "dropdisk", onSpoolWriteError="drop")
@@ -124,7 +158,7 @@ def test_drop_mode_counts_what_a_full_disk_dropped_and_goes_on(spark, tmp_path, 
 
     try:
         publisher.wait_for_subscribers()
-        for i in range(big):                    # 1.2 MB at once into 512 KiB
+        for i in range(big):  # 1.2 MB at once into 512 KiB
             publisher.publish(ECHO, b"big/%d/" % i + os.urandom(20_000))
         # Small messages until every drop episode has ended: one gets written once Spark's
         # commits have freed the disk, and with it the gap row that counts the drops. There may
@@ -135,12 +169,18 @@ def test_drop_mode_counts_what_a_full_disk_dropped_and_goes_on(spark, tmp_path, 
             publisher.publish(ECHO, b"small/%d" % small)
             small += 1
             try:
-                got = wait_until(lambda: (r := rows()) and accounted(r) == big + small and r,
-                                 timeout=3, what="every message delivered or counted")
+
+                def all_accounted(small=small):
+                    return (r := rows()) and accounted(r) == big + small and r
+
+                got = wait_until(
+                    all_accounted, timeout=3, what="every message delivered or counted"
+                )
                 break
             except AssertionError:
                 assert time.monotonic() < deadline, (
-                    f"{big + small} messages not all delivered or counted as dropped in 90 s")
+                    f"{big + small} messages not all delivered or counted as dropped in 90 s"
+                )
         assert query.isActive
     finally:
         query.stop()

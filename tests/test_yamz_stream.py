@@ -47,14 +47,21 @@ def start_reader(spark, tmp_path, name: str, **options):
     stream = spark.readStream.format("yamz").option("spoolPath", str(tmp_path / f"spool-{name}"))
     for key, value in options.items():
         stream = stream.option(key, value)
-    return (stream.load().writeStream.format("memory").queryName(name)
-            .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-            .trigger(processingTime="500 milliseconds").start())
+    return (
+        stream.load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
 
 
 def payloads(spark, name: str) -> list[str]:
-    return [bytes(r.payload).decode() for r in
-            spark.sql(f"select payload from {name} order by partition, offset").collect()]
+    return [
+        bytes(r.payload).decode()
+        for r in spark.sql(f"select payload from {name} order by partition, offset").collect()
+    ]
 
 
 def end_offset(query) -> dict:
@@ -65,6 +72,7 @@ def end_offset(query) -> dict:
 
 def send_until_read(spark, name: str, sock: zmq.Socket, marker: str) -> None:
     """Send ``marker`` until the query has read it (a SUB's subscription takes a moment)."""
+
     def read():
         sock.send(marker.encode())
         return marker in payloads(spark, name)
@@ -74,46 +82,108 @@ def send_until_read(spark, name: str, sock: zmq.Socket, marker: str) -> None:
 
 def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_path):
     beacon = 5671
-    sockets = {name: bound(kind) for name, kind in (
-        ("alpha_tps", zmq.PUB), ("alpha_log", zmq.PUB), ("beta_tps", zmq.PUSH),
-        ("delta_tps", zmq.PUB), ("gamma_tps", zmq.PUB), ("epsilon_tps", zmq.PUB))}
+    sockets = {
+        name: bound(kind)
+        for name, kind in (
+            ("alpha_tps", zmq.PUB),
+            ("alpha_log", zmq.PUB),
+            ("beta_tps", zmq.PUSH),
+            ("delta_tps", zmq.PUB),
+            ("gamma_tps", zmq.PUB),
+            ("epsilon_tps", zmq.PUB),
+        )
+    }
     address = {name: endpoint for name, (_, endpoint) in sockets.items()}
     sock = {name: s for name, (s, _) in sockets.items()}
 
     def port(name: str, kind: str = "PUB") -> dict:
         return {"address": address[name], "type": kind}
 
-    alpha = TestNode("alpha", {"name": "alpha", "params": {"part": "2"}, "children": [
-        {"name": "tps", "params": {"det": "tpc", "apa": "41"}, "port": port("alpha_tps")},
-        {"name": "log", "params": {"det": "tpc", "apa": "41"}, "port": port("alpha_log")}]},
-        beacon)
-    beta = TestNode("beta", {"name": "beta", "params": {"part": "2", "det": "tpc"}, "children": [
-        {"name": "tps", "params": {"apa": "42"}, "port": port("beta_tps", "PUSH")}]}, beacon)
-    epsilon = TestNode("epsilon", {"name": "epsilon", "params": {"part": "2", "det": "tpc"},
-                                   "children": [{"name": "tps", "params": {"apa": "43"},
-                                                 "port": port("epsilon_tps")}]}, beacon)
+    alpha = TestNode(
+        "alpha",
+        {
+            "name": "alpha",
+            "params": {"part": "2"},
+            "children": [
+                {"name": "tps", "params": {"det": "tpc", "apa": "41"}, "port": port("alpha_tps")},
+                {"name": "log", "params": {"det": "tpc", "apa": "41"}, "port": port("alpha_log")},
+            ],
+        },
+        beacon,
+    )
+    beta = TestNode(
+        "beta",
+        {
+            "name": "beta",
+            "params": {"part": "2", "det": "tpc"},
+            "children": [
+                {"name": "tps", "params": {"apa": "42"}, "port": port("beta_tps", "PUSH")}
+            ],
+        },
+        beacon,
+    )
+    epsilon = TestNode(
+        "epsilon",
+        {
+            "name": "epsilon",
+            "params": {"part": "2", "det": "tpc"},
+            "children": [{"name": "tps", "params": {"apa": "43"}, "port": port("epsilon_tps")}],
+        },
+        beacon,
+    )
     # the flat header of the public yamz code: path client/port, idparms lists
-    delta = TestNode("delta", {
-        "clients": [{"clientid": "fanout", "idparms": [{"key": "det", "val": "tpc"}],
-                     "ports": [{"addresses": [address["delta_tps"]], "portid": "tps",
-                                "idparms": [{"key": "apa", "val": "42"}], "ztype": "PUB"}]}],
-        "idparms": [{"key": "part", "val": "2"}]}, beacon)
+    delta = TestNode(
+        "delta",
+        {
+            "clients": [
+                {
+                    "clientid": "fanout",
+                    "idparms": [{"key": "det", "val": "tpc"}],
+                    "ports": [
+                        {
+                            "addresses": [address["delta_tps"]],
+                            "portid": "tps",
+                            "idparms": [{"key": "apa", "val": "42"}],
+                            "ztype": "PUB",
+                        }
+                    ],
+                }
+            ],
+            "idparms": [{"key": "part", "val": "2"}],
+        },
+        beacon,
+    )
     nodes = [alpha, beta, epsilon, delta]
-    query = start_reader(spark, tmp_path, "yamz_match", beaconPort=str(beacon),
-                         address="yamz://*/tps?part=2&det=tpc&apa=4[12], "
-                                 "yamz://delta/fanout/*")
+    query = start_reader(
+        spark,
+        tmp_path,
+        "yamz_match",
+        beaconPort=str(beacon),
+        address="yamz://*/tps?part=2&det=tpc&apa=4[12], yamz://delta/fanout/*",
+    )
     try:
         send_until_read(spark, "yamz_match", sock["alpha_tps"], "alpha/warm")
         send_until_read(spark, "yamz_match", sock["delta_tps"], "delta/warm")
-        sock["beta_tps"].setsockopt(zmq.SNDTIMEO, 60_000)     # PUSH waits for its PULL
+        sock["beta_tps"].setsockopt(zmq.SNDTIMEO, 60_000)  # PUSH waits for its PULL
         for n in range(3):
             for name in ("alpha_tps", "alpha_log", "beta_tps", "delta_tps", "epsilon_tps"):
                 sock[name].send(f"{name.split('_')[0]}/{n}".encode())
         # gamma joins mid-stream; its root says det=pds, its tps vertex overrides it
-        gamma = TestNode("gamma", {"name": "gamma", "params": {"part": "2", "det": "pds"},
-                                   "children": [{"name": "tps", "port": port("gamma_tps"),
-                                                 "params": {"det": "tpc", "apa": "41"}}]},
-                         beacon)
+        gamma = TestNode(
+            "gamma",
+            {
+                "name": "gamma",
+                "params": {"part": "2", "det": "pds"},
+                "children": [
+                    {
+                        "name": "tps",
+                        "port": port("gamma_tps"),
+                        "params": {"det": "tpc", "apa": "41"},
+                    }
+                ],
+            },
+            beacon,
+        )
         nodes.append(gamma)
         send_until_read(spark, "yamz_match", sock["gamma_tps"], "gamma/warm")
         sock["gamma_tps"].send(b"gamma/0")
@@ -121,12 +191,16 @@ def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_
         alpha.stop()
         nodes.remove(alpha)
         sock["alpha_tps"].close(0)
-        wait_until(lambda: address["alpha_tps"] not in end_offset(query)
-                   and address["gamma_tps"] in end_offset(query), timeout=60,
-                   what="alpha's partition to be retired")
+        wait_until(
+            lambda: (
+                address["alpha_tps"] not in end_offset(query)
+                and address["gamma_tps"] in end_offset(query)
+            ),
+            timeout=60,
+            what="alpha's partition to be retired",
+        )
         sock["gamma_tps"].send(b"gamma/1")
-        wait_until(lambda: "gamma/1" in payloads(spark, "yamz_match"), timeout=60,
-                   what="gamma/1")
+        wait_until(lambda: "gamma/1" in payloads(spark, "yamz_match"), timeout=60, what="gamma/1")
         query.processAllAvailable()
         rows = spark.sql("select * from yamz_match order by partition, offset").collect()
     finally:
@@ -136,15 +210,21 @@ def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_
         for s in sock.values():
             s.close(0)
     data = sorted(bytes(r.payload).decode() for r in rows if b"warm" not in bytes(r.payload))
-    assert data == sorted([f"{who}/{n}" for who in ("alpha", "beta", "delta") for n in range(3)]
-                          + ["gamma/0", "gamma/1"])
+    assert data == sorted(
+        [f"{who}/{n}" for who in ("alpha", "beta", "delta") for n in range(3)]
+        + ["gamma/0", "gamma/1"]
+    )
     by_node = {r.node: r for r in rows}
     assert set(by_node) == {"alpha", "beta", "delta", "gamma"}
     assert (by_node["beta"].path, by_node["beta"].params) == (
-        "tps", {"part": "2", "det": "tpc", "apa": "42"})
+        "tps",
+        {"part": "2", "det": "tpc", "apa": "42"},
+    )
     assert by_node["gamma"].params == {"part": "2", "det": "tpc", "apa": "41"}
     assert (by_node["delta"].path, by_node["delta"].params) == (
-        "fanout/tps", {"part": "2", "det": "tpc", "apa": "42"})
+        "fanout/tps",
+        {"part": "2", "det": "tpc", "apa": "42"},
+    )
     for node, row in by_node.items():
         assert row.partition == row.address == row.endpoint == address[f"{node}_tps"]
         assert [bytes(f) for f in row.frames] == [bytes(row.payload)]
@@ -153,36 +233,57 @@ def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_
 
 def test_spark_writer_is_found_by_an_abstract_address(spark, tmp_path):
     beacon = 5672
-    reader = start_reader(spark, tmp_path, "yamz_written", beaconPort=str(beacon),
-                          address="yamz://sparkw/spark/out?apa=4[0-9]&det=tpc")
+    reader = start_reader(
+        spark,
+        tmp_path,
+        "yamz_written",
+        beaconPort=str(beacon),
+        address="yamz://sparkw/spark/out?apa=4[0-9]&det=tpc",
+    )
     inbox = tmp_path / "in"
     inbox.mkdir()
-    (inbox / "1.json").write_text("\n".join(json.dumps(row) for row in [
-        {"topic": "t", "payload": "one"},
-        {"payload": "two"},
-        {"frames": ["a", "b", "three"]},
-        {"topic": "t"},                                   # no payload: skipped (PERMISSIVE)
-    ]) + "\n")
-    writer = (spark.readStream.schema("topic STRING, payload STRING, frames ARRAY<STRING>")
-              .json(str(inbox)).coalesce(1)
-              .writeStream.format("yamz").option("beaconPort", str(beacon))
-              .option("address", "tcp://127.0.0.1:*?det=tpc&apa=42")
-              .option("path", "spark/out").option("node", "sparkw")
-              .option("waitForSubscribers", "90")
-              .option("checkpointLocation", str(tmp_path / "cp-writer"))
-              .trigger(availableNow=True).start())
+    (inbox / "1.json").write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in [
+                {"topic": "t", "payload": "one"},
+                {"payload": "two"},
+                {"frames": ["a", "b", "three"]},
+                {"topic": "t"},  # no payload: skipped (PERMISSIVE)
+            ]
+        )
+        + "\n"
+    )
+    writer = (
+        spark.readStream.schema("topic STRING, payload STRING, frames ARRAY<STRING>")
+        .json(str(inbox))
+        .coalesce(1)
+        .writeStream.format("yamz")
+        .option("beaconPort", str(beacon))
+        .option("address", "tcp://127.0.0.1:*?det=tpc&apa=42")
+        .option("path", "spark/out")
+        .option("node", "sparkw")
+        .option("waitForSubscribers", "90")
+        .option("checkpointLocation", str(tmp_path / "cp-writer"))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         writer.awaitTermination(180)
         assert writer.exception() is None
-        wait_until(lambda: len(payloads(spark, "yamz_written")) >= 3, timeout=60,
-                   what="the written rows")
+        wait_until(
+            lambda: len(payloads(spark, "yamz_written")) >= 3, timeout=60, what="the written rows"
+        )
         reader.processAllAvailable()
         rows = spark.sql("select * from yamz_written order by offset").collect()
     finally:
         writer.stop()
         reader.stop()
     assert [[bytes(f) for f in r.frames] for r in rows] == [
-        [b"t", b"one"], [b"two"], [b"a", b"b", b"three"]]
+        [b"t", b"one"],
+        [b"two"],
+        [b"a", b"b", b"three"],
+    ]
     assert [bytes(r.payload) for r in rows] == [b"one", b"two", b"three"]
     assert {(r.node, r.path) for r in rows} == {("sparkw", "spark/out")}
     assert rows[0].params == {"det": "tpc", "apa": "42"}
@@ -193,34 +294,47 @@ def test_a_node_on_another_host_is_found_across_a_veth_pair(spark, tmp_path):
     """Two network namespaces joined by a veth pair, one node on each side: pyre beacons on
     the first non-loopback interface, here the veth."""
     beacon = 5673
-    remote = subprocess.Popen(["unshare", "--net", sys.executable,
-                               str(HERE / "yamz_remote_node.py"), str(beacon)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    remote = subprocess.Popen(
+        ["unshare", "--net", sys.executable, str(HERE / "yamz_remote_node.py"), str(beacon)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     query = None
     try:
+
         def ip(*args: str, netns_of: int | None = None) -> None:
             prefix = ["nsenter", "-t", str(netns_of), "-n"] if netns_of else []
             subprocess.run(prefix + ["ip", *args], check=True, capture_output=True)
 
-        wait_until(lambda: os.readlink(f"/proc/{remote.pid}/ns/net")
-                   != os.readlink("/proc/self/ns/net"), timeout=30, what="the remote namespace")
+        wait_until(
+            lambda: os.readlink(f"/proc/{remote.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
+            timeout=30,
+            what="the remote namespace",
+        )
         ip("link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", str(remote.pid))
         ip("addr", "add", "10.77.0.1/24", "brd", "+", "dev", "v0")
         ip("link", "set", "v0", "up")
-        for args in (("link", "set", "lo", "up"),
-                     ("addr", "add", "10.77.0.2/24", "brd", "+", "dev", "v1"),
-                     ("link", "set", "v1", "up")):
+        for args in (
+            ("link", "set", "lo", "up"),
+            ("addr", "add", "10.77.0.2/24", "brd", "+", "dev", "v1"),
+            ("link", "set", "v1", "up"),
+        ):
             ip(*args, netns_of=remote.pid)
-        query = start_reader(spark, tmp_path, "yamz_remote", beaconPort=str(beacon),
-                             address="yamz://remote/tps")
-        wait_until(lambda: len(payloads(spark, "yamz_remote")) >= 3, timeout=120,
-                   what="messages from the node in the other namespace")
+        query = start_reader(
+            spark, tmp_path, "yamz_remote", beaconPort=str(beacon), address="yamz://remote/tps"
+        )
+        wait_until(
+            lambda: len(payloads(spark, "yamz_remote")) >= 3,
+            timeout=120,
+            what="messages from the node in the other namespace",
+        )
         rows = spark.sql("select * from yamz_remote").collect()
     finally:
         if query is not None:
             query.stop()
         remote.terminate()
-        out, err = remote.communicate(timeout=30)
+        _out, err = remote.communicate(timeout=30)
         subprocess.run(["ip", "link", "del", "v0"], capture_output=True)
     # the node announced tcp://0.0.0.0:port; the reader connected to its Zyre host instead
     assert {r.node for r in rows} == {"remote"}

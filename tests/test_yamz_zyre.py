@@ -43,8 +43,14 @@ def pyre_node(name: str, header: str | None, beacon_port: int) -> Pyre:
 
 def test_zyre_node_reports_peers_entering_and_leaving():
     entered, exited = [], []
-    ours = ZyreNode("ours", {"YAMZ": '{"name": "ours"}'}, 5681, entered.append,
-                    lambda uuid, name: exited.append(name), pytest.fail).start()
+    ours = ZyreNode(
+        "ours",
+        {"YAMZ": '{"name": "ours"}'},
+        5681,
+        entered.append,
+        lambda uuid, name: exited.append(name),
+        pytest.fail,
+    ).start()
     peer = pyre_node("peer", '{"name": "peer"}', 5681)
     try:
         wait_until(lambda: entered, timeout=30, what="the peer's ENTER")
@@ -72,24 +78,37 @@ def test_a_beacon_without_a_network_is_an_error_naming_the_port():
             print("ZyreError:", exc, flush=True)
         os._exit(0)   # pyre's actor threads are not daemons; one whose beacon died can linger
     """)
-    result = subprocess.run(["unshare", "--net", sys.executable, "-c", script],
-                            capture_output=True, text=True, timeout=60)
-    assert re.search(r"ZyreError: Zyre node 'lonely': (no beacon on|its beacon on) UDP port 5682",
-                     result.stdout), (result.stdout, result.stderr[-2000:])
+    result = subprocess.run(
+        ["unshare", "--net", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert re.search(
+        r"ZyreError: Zyre node 'lonely': (no beacon on|its beacon on) UDP port 5682", result.stdout
+    ), (result.stdout, result.stderr[-2000:])
 
 
 def test_discovery_resolves_ports_as_peers_announce_and_leave():
     beacon = 5683
     listener = Listener()
     discovery = ZyreDiscovery(
-        "reader", beacon, (for_connect("yamz://*/tps?apa=4[12]"),
-                           for_connect("tcp://127.0.0.1:9999")), frozenset({"alpha", "beta"}),
-        lambda address, port, kind: Endpoint(address, address,
-                                             {"node": port.node if port else ""},
-                                             socket_type=kind))
-    tree = {"name": "x", "params": {"apa": "41"}, "children": [
-        {"name": "tps", "port": {"address": "tcp://0.0.0.0:7001", "type": "PUSH"}},
-        {"name": "req", "port": {"address": "tcp://127.0.0.1:7002", "type": "REP"}}]}
+        "reader",
+        beacon,
+        (for_connect("yamz://*/tps?apa=4[12]"), for_connect("tcp://127.0.0.1:9999")),
+        frozenset({"alpha", "beta"}),
+        lambda address, port, kind: Endpoint(
+            address, address, {"node": port.node if port else ""}, socket_type=kind
+        ),
+    )
+    tree = {
+        "name": "x",
+        "params": {"apa": "41"},
+        "children": [
+            {"name": "tps", "port": {"address": "tcp://0.0.0.0:7001", "type": "PUSH"}},
+            {"name": "req", "port": {"address": "tcp://127.0.0.1:7002", "type": "REP"}},
+        ],
+    }
     peers = []
     with logged_warnings() as warnings:
         discovery.start(listener)
@@ -97,18 +116,25 @@ def test_discovery_resolves_ports_as_peers_announce_and_leave():
             assert listener.joined["tcp://127.0.0.1:9999"].socket_type == zmq.SUB
             peers.append(pyre_node("alpha", json.dumps(tree), beacon))
             peers.append(pyre_node("gamma", json.dumps(tree), beacon))  # not expected: no match
-            peers.append(pyre_node("beta", "not json", beacon))         # logged, ignored
-            peers.append(pyre_node("delta", None, beacon))              # no header: ignored
-            wait_until(lambda: "tcp://127.0.0.1:7001" in listener.joined, timeout=30,
-                       what="alpha's port")
-            endpoint = listener.joined["tcp://127.0.0.1:7001"]   # 0.0.0.0: alpha's Zyre host
+            peers.append(pyre_node("beta", "not json", beacon))  # logged, ignored
+            peers.append(pyre_node("delta", None, beacon))  # no header: ignored
+            wait_until(
+                lambda: "tcp://127.0.0.1:7001" in listener.joined, timeout=30, what="alpha's port"
+            )
+            endpoint = listener.joined["tcp://127.0.0.1:7001"]  # 0.0.0.0: alpha's Zyre host
             assert (endpoint.socket_type, endpoint.metadata["node"]) == (zmq.PULL, "alpha")
             peers[0].stop()
-            wait_until(lambda: listener.left == ["tcp://127.0.0.1:7001"], timeout=30,
-                       what="alpha's port to leave")
-            discovery.check()                                    # the beacon is alive
-            wait_until(lambda: any("beta" in line for line in warnings), timeout=30,
-                       what="the warning about beta's header")
+            wait_until(
+                lambda: listener.left == ["tcp://127.0.0.1:7001"],
+                timeout=30,
+                what="alpha's port to leave",
+            )
+            discovery.check()  # the beacon is alive
+            wait_until(
+                lambda: any("beta" in line for line in warnings),
+                timeout=30,
+                what="the warning about beta's header",
+            )
         finally:
             discovery.close()
             for peer in peers[1:]:
@@ -131,17 +157,21 @@ def test_option_errors_name_the_option_and_what_is_wrong_with_the_address():
 
     reader, writer = READER_OPTIONS + Yamz.reader_options, WRITER_OPTIONS + Yamz.writer_options
     for specs, raw, fault in (
-            (reader, {"address": "tcp://*:*"}, "'address' .* is ephemeral .*: it can only be "
-                                               "bound"),
-            (writer, {"address": "yamz://*/x"}, "'address' .* is abstract .* cannot be bound"),
-            (reader, {"address": "yamz://*/x?apa=4[12"}, "not a valid regular expression"),
-            (reader, {"address": "udp://h:1"}, "unsupported scheme 'udp'"),
-            (writer, {"path": "spark/*"}, "'path' must be a path")):
+        (reader, {"address": "tcp://*:*"}, "'address' .* is ephemeral .*: it can only be bound"),
+        (writer, {"address": "yamz://*/x"}, "'address' .* is abstract .* cannot be bound"),
+        (reader, {"address": "yamz://*/x?apa=4[12"}, "not a valid regular expression"),
+        (reader, {"address": "udp://h:1"}, "unsupported scheme 'udp'"),
+        (writer, {"path": "spark/*"}, "'path' must be a path"),
+    ):
         with pytest.raises(OptionError, match=fault):
             parse_options("yamz", specs, raw)
-    addresses = parse_options("yamz", reader, {
-        "address": "yamz://*/tps?apa=4{1,2}, yamz://b/x tcp://127.0.0.1:5"})["address"]
-    assert [a.text for a in addresses] == ["yamz://*/tps?apa=4{1,2}", "yamz://b/x",
-                                           "tcp://127.0.0.1:5"]
+    addresses = parse_options(
+        "yamz", reader, {"address": "yamz://*/tps?apa=4{1,2}, yamz://b/x tcp://127.0.0.1:5"}
+    )["address"]
+    assert [a.text for a in addresses] == [
+        "yamz://*/tps?apa=4{1,2}",
+        "yamz://b/x",
+        "tcp://127.0.0.1:5",
+    ]
     with pytest.raises(OptionError, match="'address' is required"):
         Yamz().check_options(parse_options("yamz", reader, {}))

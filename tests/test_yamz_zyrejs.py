@@ -35,16 +35,25 @@ def start_peer(*args: str) -> subprocess.Popen:
     node = shutil.which("node")
     if node is None or not (NODE_PEER.parent / "node_modules" / "zyre.js").is_dir():
         pytest.fail("zyre.js is not installed: run scripts/peers-node.sh (scripts/setup.sh does)")
-    peer = subprocess.Popen(["unshare", "--net", node, str(NODE_PEER), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_until(lambda: os.readlink(f"/proc/{peer.pid}/ns/net")
-               != os.readlink("/proc/self/ns/net"), timeout=30, what="the peer's namespace")
+    peer = subprocess.Popen(
+        ["unshare", "--net", node, str(NODE_PEER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(
+        lambda: os.readlink(f"/proc/{peer.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
+        timeout=30,
+        what="the peer's namespace",
+    )
     ip("link", "add", LOCAL[0], "type", "veth", "peer", "name", REMOTE[0], "netns", str(peer.pid))
     ip("addr", "add", f"{LOCAL[1]}/24", "brd", "+", "dev", LOCAL[0])
     ip("link", "set", LOCAL[0], "up")
-    for command in (("link", "set", "lo", "up"),
-                    ("addr", "add", f"{REMOTE[1]}/24", "brd", "+", "dev", REMOTE[0]),
-                    ("link", "set", REMOTE[0], "up")):
+    for command in (
+        ("link", "set", "lo", "up"),
+        ("addr", "add", f"{REMOTE[1]}/24", "brd", "+", "dev", REMOTE[0]),
+        ("link", "set", REMOTE[0], "up"),
+    ):
         ip(*command, netns_of=peer.pid)
     return peer
 
@@ -64,10 +73,18 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
     name = f"yamz_zyrejs_{layout}"
     query = None
     try:
-        query = start_reader(spark, tmp_path, name, beaconPort=beacon,
-                             address=f"yamz://{node}/tps/out?det=tpc&apa=4[0-9]")
-        wait_until(lambda: len(payloads(spark, name)) >= count, timeout=120,
-                   what=f"{count} messages from the zyre.js node")
+        query = start_reader(
+            spark,
+            tmp_path,
+            name,
+            beaconPort=beacon,
+            address=f"yamz://{node}/tps/out?det=tpc&apa=4[0-9]",
+        )
+        wait_until(
+            lambda: len(payloads(spark, name)) >= count,
+            timeout=120,
+            what=f"{count} messages from the zyre.js node",
+        )
         query.processAllAvailable()
         rows = spark.sql(f"select * from {name} order by offset").collect()
     finally:
@@ -77,24 +94,35 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
     assert f"sent {count}" in out, err
     assert [bytes(r.payload).decode() for r in rows] == [f"{node}/{i}" for i in range(count)]
     assert {(r.node, r.path, r.address) for r in rows} == {
-        (node, "tps/out", f"tcp://{REMOTE[1]}:45678")}
+        (node, "tps/out", f"tcp://{REMOTE[1]}:45678")
+    }
     assert rows[0].params["det"] == "tpc" and rows[0].params["apa"] == "42"
 
 
 def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path):
     beacon, count = "5675", 20
-    peer = start_peer("subscribe", "zjs-reader", REMOTE[0], beacon, "sparkzw", "spark/out",
-                      str(count))
+    peer = start_peer(
+        "subscribe", "zjs-reader", REMOTE[0], beacon, "sparkzw", "spark/out", str(count)
+    )
     inbox = tmp_path / "in"
     inbox.mkdir()
-    (inbox / "1.json").write_text("".join(json.dumps({"payload": f"w/{i}"}) + "\n"
-                                          for i in range(count)))
-    writer = (spark.readStream.schema("payload STRING").json(str(inbox)).coalesce(1)
-              .writeStream.format("yamz").option("beaconPort", beacon)
-              .option("address", "tcp://*:*?det=tpc").option("path", "spark/out")
-              .option("node", "sparkzw").option("waitForSubscribers", "90")
-              .option("checkpointLocation", str(tmp_path / "cp-writer"))
-              .trigger(availableNow=True).start())
+    (inbox / "1.json").write_text(
+        "".join(json.dumps({"payload": f"w/{i}"}) + "\n" for i in range(count))
+    )
+    writer = (
+        spark.readStream.schema("payload STRING")
+        .json(str(inbox))
+        .coalesce(1)
+        .writeStream.format("yamz")
+        .option("beaconPort", beacon)
+        .option("address", "tcp://*:*?det=tpc")
+        .option("path", "spark/out")
+        .option("node", "sparkzw")
+        .option("waitForSubscribers", "90")
+        .option("checkpointLocation", str(tmp_path / "cp-writer"))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         writer.awaitTermination(180)
         assert writer.exception() is None

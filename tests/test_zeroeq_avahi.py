@@ -17,7 +17,7 @@ from test_zeroeq_writer import start_writer, write_rows
 
 from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Publisher, event_id
 
-SERVICE = PUBLISHER_SERVICE.removesuffix(".local.")        # avahi's spelling
+SERVICE = PUBLISHER_SERVICE.removesuffix(".local.")  # avahi's spelling
 ECHO = "zeroeq::test::Echo"
 #: a veth pair inside the test's own namespace stands for a LAN interface
 LAN_INTERFACE, LAN_PEER, LAN_ADDRESS = "szmqav0", "szmqav1", "10.213.7.1"
@@ -106,7 +106,7 @@ def test_a_cxx_style_subscriber_finds_our_publisher_by_session(avahi, host):
     try:
         with publisher_on(host, session) as publisher:
             record = avahi.wait_for_instance(SERVICE, publisher.instance_name)
-            assert record.name == f"{host}:{publisher.port}"    # one label, dots included
+            assert record.name == f"{host}:{publisher.port}"  # one label, dots included
             assert record.port == publisher.port and record.address == host
             assert record.txt["Type"] == "ZeroEQ" and record.txt["Session"] == session
             assert not record.host.startswith(avahi.hostname + ".")  # a host name of our own
@@ -124,19 +124,23 @@ def test_a_cxx_style_subscriber_finds_our_publisher_by_session(avahi, host):
             time.sleep(0.5)
     finally:
         subscriber.close()
-    assert got == [[event_id(ECHO), b"0"], [event_id(ECHO), b"1"], [event_id(ECHO), b"2"],
-                   [event_id(ECHO)]]
+    assert got == [
+        [event_id(ECHO), b"0"],
+        [event_id(ECHO), b"1"],
+        [event_id(ECHO), b"2"],
+        [event_id(ECHO)],
+    ]
 
 
 @pytest.mark.spark
-def test_the_spark_writer_with_default_options_reaches_a_cxx_style_subscriber(spark, tmp_path,
-                                                                             avahi):
+def test_the_spark_writer_with_default_options_reaches_a_cxx_style_subscriber(
+    spark, tmp_path, avahi
+):
     inbox = tmp_path / "in"
     inbox.mkdir()
     subscriber = AvahiSubscriber(avahi, "avahi-writer", [ECHO])
     write_rows(inbox, "1", [{"event": ECHO, "payload": f"w/{i}"} for i in range(5)])
-    writer = start_writer(spark, tmp_path, inbox, session="avahi-writer",
-                          waitForSubscribers="60")
+    writer = start_writer(spark, tmp_path, inbox, session="avahi-writer", waitForSubscribers="60")
     try:
         got = subscriber.receive(5, timeout=90)
     finally:
@@ -153,14 +157,23 @@ def test_our_reader_finds_a_publisher_that_avahi_announces(spark, tmp_path, avah
     socket = zmq.Context.instance().socket(zmq.XPUB)
     socket.setsockopt(zmq.LINGER, 0)
     port = socket.bind_to_random_port("tcp://127.0.0.1")
-    avahi.publish(f"127.0.0.1:{port}", SERVICE, port,
-                  {"Type": "ZeroEQ", "Instance": "1:2", "User": "cxx", "Application": "cxxpub",
-                   "Session": "avahi-reader"})
+    avahi.publish(
+        f"127.0.0.1:{port}",
+        SERVICE,
+        port,
+        {
+            "Type": "ZeroEQ",
+            "Instance": "1:2",
+            "User": "cxx",
+            "Application": "cxxpub",
+            "Session": "avahi-reader",
+        },
+    )
     query = start_query(spark, tmp_path, "from_avahi", session="avahi-reader")
     try:
         deadline = time.monotonic() + 60
         subscriptions: set[bytes] = set()
-        while event_id(MEERKAT) not in subscriptions:     # the reader has connected
+        while event_id(MEERKAT) not in subscriptions:  # the reader has connected
             assert time.monotonic() < deadline, "the reader never subscribed"
             if socket.poll(200):
                 subscriptions.add(socket.recv()[1:])
@@ -174,5 +187,4 @@ def test_our_reader_finds_a_publisher_that_avahi_announces(spark, tmp_path, avah
         socket.close(0)
     assert sorted(bytes(r.payload) for r in rows) == [b"cxx/%d" % i for i in range(5)]
     assert {r.partition for r in rows} == {f"127.0.0.1:{port}"}
-    assert {(r.application, r.user, r.session) for r in rows} == {("cxxpub", "cxx",
-                                                                     "avahi-reader")}
+    assert {(r.application, r.user, r.session) for r in rows} == {("cxxpub", "cxx", "avahi-reader")}

@@ -26,23 +26,28 @@ ECHO, OTHER = "zeroeq::test::Echo", "zeroeq::test::Other"
 def subscriber_record(zeroconf, session, reading=None):
     """The `_zeroeq_sub._tcp` record of the reader of ``session`` (the one reading event
     ``reading``, when several readers share the session)."""
-    records = [r for r in announced(zeroconf, SUBSCRIBER_SERVICE, session, timeout=30).values()
-               if reading is None or event_id(reading) in r.vocabulary]
+    records = [
+        r
+        for r in announced(zeroconf, SUBSCRIBER_SERVICE, session, timeout=30).values()
+        if reading is None or event_id(reading) in r.vocabulary
+    ]
     assert len(records) == 1, records
     return records[0]
 
 
 def test_vocabulary_names_events_and_compatible_only_picks_publishers(
-        spark, tmp_path, publishers, zeroconf):
+    spark, tmp_path, publishers, zeroconf
+):
     echoing = publishers("voc", registered={event_id(ECHO): ECHO})
     other = publishers("voc", registered={event_id(OTHER): OTHER})
     assert request_vocabulary(echoing.vocabulary.address) == {event_id(ECHO): ECHO}
-    compatible = start_query(spark, tmp_path, "compatible", session="voc", events=ECHO,
-                             compatibleOnly="true")
-    named = start_query(spark, tmp_path, "named", session="voc")   # names from vocabularies
+    compatible = start_query(
+        spark, tmp_path, "compatible", session="voc", events=ECHO, compatibleOnly="true"
+    )
+    named = start_query(spark, tmp_path, "named", session="voc")  # names from vocabularies
     try:
         echoing.wait_for_subscribers(2)
-        other.wait_for_subscribers(1)                 # only the reader of every event
+        other.wait_for_subscribers(1)  # only the reader of every event
         for i in range(3):
             echoing.publish(ECHO, b"e%d" % i)
             other.publish(OTHER, b"o%d" % i)
@@ -58,18 +63,21 @@ def test_vocabulary_names_events_and_compatible_only_picks_publishers(
     assert sorted(bytes(r.payload) for r in rows) == [b"e0", b"e1", b"e2"]
     assert {r.publisher for r in rows} == {echoing.instance_name}
     assert sorted((r.event, bytes(r.payload)) for r in named_rows) == sorted(
-        [(ECHO, b"e%d" % i) for i in range(3)] + [(OTHER, b"o%d" % i) for i in range(3)])
+        [(ECHO, b"e%d" % i) for i in range(3)] + [(OTHER, b"o%d" % i) for i in range(3)]
+    )
     # the reader announces itself as the seed's subscriber, with a UUID instance name
     assert len(record.instance_name) == 36 and record.instance_name.count("-") == 4
-    assert {"vocabulary", "vocabulary_request", "user", "application", "management"} \
-        <= set(record.txt)
+    assert {"vocabulary", "vocabulary_request", "user", "application", "management"} <= set(
+        record.txt
+    )
 
 
 def test_subscriber_vocabulary_answers_its_events(spark, tmp_path, zeroconf):
     query = start_query(spark, tmp_path, "subvoc", session="subvoc", events=f"{ECHO},{OTHER}")
     try:
-        record = wait_until(lambda: subscriber_record(zeroconf, "subvoc"), timeout=60,
-                            what="the reader's record")
+        record = wait_until(
+            lambda: subscriber_record(zeroconf, "subvoc"), timeout=60, what="the reader's record"
+        )
         vocabulary = request_vocabulary(record.vocabulary_request)
     finally:
         query.stop()
@@ -78,8 +86,9 @@ def test_subscriber_vocabulary_answers_its_events(spark, tmp_path, zeroconf):
 
 
 def test_management_port_subscribes_lists_unsubscribes_and_survives_restart(
-        spark, tmp_path, publishers, zeroconf):
-    elsewhere = publishers("elsewhere")       # not in the reader's session
+    spark, tmp_path, publishers, zeroconf
+):
+    elsewhere = publishers("elsewhere")  # not in the reader's session
     query = start_query(spark, tmp_path, "managed", session="mgmt", events=ECHO)
     try:
         port = subscriber_record(zeroconf, "mgmt").txt["management"]
@@ -88,8 +97,10 @@ def test_management_port_subscribes_lists_unsubscribes_and_survives_restart(
         assert reply["ok"] is True
         elsewhere.wait_for_subscribers(1, event=OTHER)
         # reached at once at host:port; its record (session, ...) fills in when browsed
-        wait_until(lambda: manage(port, "list")["subscriptions"][0]["session"] == "elsewhere",
-                   what="the publisher's record")
+        wait_until(
+            lambda: manage(port, "list")["subscriptions"][0]["session"] == "elsewhere",
+            what="the publisher's record",
+        )
         elsewhere.publish(ECHO, b"not asked for")
         elsewhere.publish(OTHER, b"o1")
         rows = wait_for_rows(spark, "managed", 1)
@@ -112,14 +123,22 @@ def test_management_port_subscribes_lists_unsubscribes_and_survives_restart(
     # a restart keeps the subscription: it is saved in the spool, which a restart from the
     # checkpoint finds again (the memory sink cannot restart from a checkpoint: new name)
     wait_until(lambda: elsewhere.count_subscribers() == 0, what="the reader to disconnect")
-    query = start_query(spark, tmp_path, "managed_again", session="mgmt", events=ECHO,
-                        spoolPath=str(tmp_path / "spool-managed"))
+    query = start_query(
+        spark,
+        tmp_path,
+        "managed_again",
+        session="mgmt",
+        events=ECHO,
+        spoolPath=str(tmp_path / "spool-managed"),
+    )
     try:
         elsewhere.wait_for_subscribers(1, event=OTHER)
         port = subscriber_record(zeroconf, "mgmt").txt["management"]
         manage(port, "unsubscribe", elsewhere.instance_name, OTHER)
-        wait_until(lambda: elsewhere.count_subscribers() == 0,
-                   what="the unsubscribed publisher to lose its subscriber")
+        wait_until(
+            lambda: elsewhere.count_subscribers() == 0,
+            what="the unsubscribed publisher to lose its subscriber",
+        )
         assert manage(port, "list")["subscriptions"] == []
     finally:
         query.stop()

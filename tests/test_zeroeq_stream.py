@@ -27,8 +27,12 @@ def reader(spark, tmp_path, name, **options):
 
 def start_query(spark, tmp_path, name, trigger=None, **options):
     """A query into the memory table ``name``."""
-    writer = (reader(spark, tmp_path, name, **options).writeStream.format("memory")
-              .queryName(name).option("checkpointLocation", str(tmp_path / f"checkpoint-{name}")))
+    writer = (
+        reader(spark, tmp_path, name, **options)
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
+    )
     return writer.trigger(**(trigger or {"processingTime": "500 milliseconds"})).start()
 
 
@@ -37,8 +41,11 @@ def rows_of(spark, name):
 
 
 def wait_for_rows(spark, name, count, timeout=60):
-    return wait_until(lambda: (r := rows_of(spark, name)) and len(r) >= count and r,
-                      timeout=timeout, what=f"{count} rows in {name}")
+    return wait_until(
+        lambda: (r := rows_of(spark, name)) and len(r) >= count and r,
+        timeout=timeout,
+        what=f"{count} rows in {name}",
+    )
 
 
 def end_offset(query):
@@ -82,17 +89,22 @@ def test_publisher_joining_late_and_one_leaving(spark, tmp_path, publishers):
         early.wait_for_subscribers()
         for i in range(20):
             early.publish(ECHO, b"early/%d" % i)
-        late = publishers("churn")          # starts after the query
+        late = publishers("churn")  # starts after the query
         late.wait_for_subscribers(timeout=20)
         for i in range(20):
             late.publish(ECHO, b"late/%d" % i)
             early.publish(ECHO, b"early/%d" % (20 + i))
-        early.close()                       # leaves mid-stream
+        early.close()  # leaves mid-stream
         rows = wait_for_rows(spark, "churn", 60)
         # its partition is retired once its data was read
-        wait_until(lambda: late.instance_name in end_offset(query)
-                   and early.instance_name not in end_offset(query), timeout=30,
-                   what="the departed publisher's partition to be retired")
+        wait_until(
+            lambda: (
+                late.instance_name in end_offset(query)
+                and early.instance_name not in end_offset(query)
+            ),
+            timeout=30,
+            what="the departed publisher's partition to be retired",
+        )
         for i in range(5):
             late.publish(ECHO, b"late/%d" % (20 + i))
         rows = wait_for_rows(spark, "churn", 65)
@@ -109,16 +121,26 @@ def test_restart_from_checkpoint_delivers_captured_rows_exactly_once(spark, tmp_
     spool = tmp_path / "spool"
 
     def start():
-        return (reader(spark, tmp_path, "restart", session="restart", spoolPath=str(spool),
-                       maxRecordsPerTrigger="10")
-                .writeStream.format("parquet").option("path", str(sink))
-                .option("checkpointLocation", str(checkpoint))
-                .trigger(processingTime="1 second").start())
+        return (
+            reader(
+                spark,
+                tmp_path,
+                "restart",
+                session="restart",
+                spoolPath=str(spool),
+                maxRecordsPerTrigger="10",
+            )
+            .writeStream.format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="1 second")
+            .start()
+        )
 
     def sink_count():
         try:
             return spark.read.parquet(str(sink)).count()
-        except Exception:   # no file written yet
+        except Exception:  # no file written yet
             return 0
 
     first = start()
@@ -127,8 +149,11 @@ def test_restart_from_checkpoint_delivers_captured_rows_exactly_once(spark, tmp_
         for i in range(200):
             publisher.publish(ECHO, b"%d" % i)
         # all 200 captured, far fewer processed (10 per second) when the query stops
-        wait_until(lambda: (index := load_index(str(spool), publisher.instance_name))
-                   and index.end == 200, timeout=30, what="200 messages in the spool")
+        wait_until(
+            lambda: (index := load_index(str(spool), publisher.instance_name)) and index.end == 200,
+            timeout=30,
+            what="200 messages in the spool",
+        )
         wait_until(lambda: sink_count() >= 10, what="a first batch in the sink")
     finally:
         first.stop()
@@ -140,8 +165,7 @@ def test_restart_from_checkpoint_delivers_captured_rows_exactly_once(spark, tmp_
         publisher.wait_for_subscribers()
         for i in range(200, 260):
             publisher.publish(ECHO, b"%d" % i)
-        wait_until(lambda: sink_count() >= 260, timeout=120,
-                   what="260 rows in the sink")
+        wait_until(lambda: sink_count() >= 260, timeout=120, what="260 rows in the sink")
         second.processAllAvailable()
     finally:
         second.stop()
@@ -162,7 +186,7 @@ def publish_malformed(publisher, kinds):
     publisher.publish(ECHO, b"before")
     for kind in kinds:
         MALFORMED[kind](publisher)
-    if "oversize" in kinds:   # zmq drops the connection; wait until the reader is back
+    if "oversize" in kinds:  # zmq drops the connection; wait until the reader is back
         time.sleep(1.0)
         publisher.wait_for_subscribers()
     publisher.publish(ECHO, b"after")
@@ -172,13 +196,16 @@ def publish_malformed(publisher, kinds):
 def test_malformed_messages_kept_or_dropped(spark, tmp_path, publishers, mode):
     publisher = publishers("bad-" + mode)
     name = "malformed_" + mode.lower()
-    query = start_query(spark, tmp_path, name, session="bad-" + mode, mode=mode,
-                        maxMessageBytes="1024")
+    query = start_query(
+        spark, tmp_path, name, session="bad-" + mode, mode=mode, maxMessageBytes="1024"
+    )
     try:
         publish_malformed(publisher, list(MALFORMED))
         expected = 5 if mode == "PERMISSIVE" else 2
-        wait_until(lambda: any(bytes(r.payload or b"") == b"after" for r in rows_of(spark, name)),
-                   what="the last message")
+        wait_until(
+            lambda: any(bytes(r.payload or b"") == b"after" for r in rows_of(spark, name)),
+            what="the last message",
+        )
         query.processAllAvailable()
         rows = sorted(rows_of(spark, name), key=lambda r: r.offset)
     finally:
@@ -187,22 +214,32 @@ def test_malformed_messages_kept_or_dropped(spark, tmp_path, publishers, mode):
     assert [bytes(r.payload) for r in (rows[0], rows[-1])] == [b"before", b"after"]
     if mode == "PERMISSIVE":
         short, three, gap = rows[1:4]
-        assert bytes(short.payload) == b"short-idpayload" and "2 frames of 8, 7 bytes" in short.error
+        assert bytes(short.payload) == b"short-idpayload"
+        assert "2 frames of 8, 7 bytes" in short.error
         assert short.event_id is None
         assert bytes(three.payload) == event_id(ECHO) + b"ab" and "3 frames" in three.error
         assert gap.payload is None and "maxMessageBytes (1024 bytes)" in gap.error
     assert all(r.error is None for r in (rows[0], rows[-1]))
 
 
-@pytest.mark.parametrize("kind, words", [
-    ("short-id", "2 frames of 8, 7 bytes"),
-    ("three-frames", "3 frames of 16, 1, 1 bytes"),
-    ("oversize", "maxMessageBytes (1024 bytes)"),
-])
+@pytest.mark.parametrize(
+    "kind, words",
+    [
+        ("short-id", "2 frames of 8, 7 bytes"),
+        ("three-frames", "3 frames of 16, 1, 1 bytes"),
+        ("oversize", "maxMessageBytes (1024 bytes)"),
+    ],
+)
 def test_malformed_message_fails_a_failfast_query(spark, tmp_path, publishers, kind, words):
     publisher = publishers("failfast-" + kind)
-    query = start_query(spark, tmp_path, "failfast_" + kind.replace("-", "_"),
-                        session="failfast-" + kind, mode="FAILFAST", maxMessageBytes="1024")
+    query = start_query(
+        spark,
+        tmp_path,
+        "failfast_" + kind.replace("-", "_"),
+        session="failfast-" + kind,
+        mode="FAILFAST",
+        maxMessageBytes="1024",
+    )
     try:
         publish_malformed(publisher, [kind])
         with pytest.raises(Exception) as info:
@@ -215,22 +252,31 @@ def test_malformed_message_fails_a_failfast_query(spark, tmp_path, publishers, k
     assert "mode=FAILFAST" in message
 
 
-@pytest.mark.parametrize("options, words", [
-    ({"mode": "LENIENT"}, "zeroeq: option 'mode' must be one of PERMISSIVE, DROPMALFORMED"),
-    ({"sesion": "x"}, "zeroeq: unknown option 'sesion'. Did you mean 'session'?"),
-    ({"maxRecordsPerTrigger": "-5"}, "option 'maxRecordsPerTrigger' must be a positive integer"),
-    ({"publishers": "nohost"}, "option 'publishers' must be comma-separated host:port"),
-])
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"mode": "LENIENT"}, "zeroeq: option 'mode' must be one of PERMISSIVE, DROPMALFORMED"),
+        ({"sesion": "x"}, "zeroeq: unknown option 'sesion'. Did you mean 'session'?"),
+        (
+            {"maxRecordsPerTrigger": "-5"},
+            "option 'maxRecordsPerTrigger' must be a positive integer",
+        ),
+        ({"publishers": "nohost"}, "option 'publishers' must be comma-separated host:port"),
+    ],
+)
 def test_invalid_options_fail_when_the_query_is_defined(spark, tmp_path, options, words):
     with pytest.raises(Exception) as info:
         reader(spark, tmp_path, "invalid", **options)
     assert words in str(info.value)
 
 
-@pytest.mark.parametrize("options, words", [
-    ({"discoveryInterfaces": "nosuchif0"}, "discoveryInterfaces: no interface 'nosuchif0'"),
-    ({"spoolPath": "/proc/version/spool"}, "as a spool folder (option spoolPath)"),
-])
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"discoveryInterfaces": "nosuchif0"}, "discoveryInterfaces: no interface 'nosuchif0'"),
+        ({"spoolPath": "/proc/version/spool"}, "as a spool folder (option spoolPath)"),
+    ],
+)
 def test_unusable_environment_fails_the_query_with_a_clear_error(spark, tmp_path, options, words):
     query = start_query(spark, tmp_path, "unusable", **options)
     try:
@@ -246,8 +292,14 @@ def test_available_now_ends_and_max_records_per_trigger_caps_batches(spark, tmp_
     one, two = publishers("bounded"), publishers("bounded")
     spool = str(tmp_path / "spool")
     # a first query captures 160 messages but plans no batch after its first (empty) one
-    capturing = start_query(spark, tmp_path, "capturing", session="bounded", spoolPath=spool,
-                            trigger={"processingTime": "1 hour"})
+    capturing = start_query(
+        spark,
+        tmp_path,
+        "capturing",
+        session="bounded",
+        spoolPath=spool,
+        trigger={"processingTime": "1 hour"},
+    )
     try:
         one.wait_for_subscribers()
         two.wait_for_subscribers()
@@ -255,13 +307,22 @@ def test_available_now_ends_and_max_records_per_trigger_caps_batches(spark, tmp_
             one.publish(ECHO, b"one/%d" % i)
         for i in range(60):
             two.publish(ECHO, b"two/%d" % i)
-        wait_until(lambda: sum(load_index(spool, p.instance_name).end for p in (one, two)) == 160,
-                   what="160 messages in the spool")
+        wait_until(
+            lambda: sum(load_index(spool, p.instance_name).end for p in (one, two)) == 160,
+            what="160 messages in the spool",
+        )
     finally:
         capturing.stop()
-    bounded = start_query(spark, tmp_path, "bounded", session="bounded", spoolPath=spool,
-                          startingOffsets="earliest", maxRecordsPerTrigger="50",
-                          trigger={"availableNow": True})
+    bounded = start_query(
+        spark,
+        tmp_path,
+        "bounded",
+        session="bounded",
+        spoolPath=spool,
+        startingOffsets="earliest",
+        maxRecordsPerTrigger="50",
+        trigger={"availableNow": True},
+    )
     try:
         assert bounded.awaitTermination(120), "an availableNow query must end by itself"
         sizes = [p["numInputRows"] for p in bounded.recentProgress if p["numInputRows"]]
@@ -275,8 +336,9 @@ def test_available_now_ends_and_max_records_per_trigger_caps_batches(spark, tmp_
 def test_publisher_speaks_the_shipped_wire_format(zeroconf, publishers):
     """Our demo publisher, checked at the wire level against the fact sheet."""
     publisher = publishers("wire", application="wire-test")
-    info = zeroconf.get_service_info(PUBLISHER_SERVICE,
-                                     f"{publisher.instance_name}.{PUBLISHER_SERVICE}", 3000)
+    info = zeroconf.get_service_info(
+        PUBLISHER_SERVICE, f"{publisher.instance_name}.{PUBLISHER_SERVICE}", 3000
+    )
     txt = {k.decode(): v.decode() for k, v in info.properties.items()}
     assert txt["Type"] == "ZeroEQ" and txt["Session"] == "wire"
     assert txt["Application"] == "wire-test" and txt["User"] and ":" in txt["Instance"]

@@ -23,20 +23,26 @@ from spark_zmq.spool.layout import Source
 ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
 
 
-@pytest.mark.parametrize("name, wire", [
-    ("zeroeq::test::Echo", ECHO_WIRE),
-    ("zeroeq::Meerkat", "bf96a55c8bd7ca42e4b4333b90187236"),
-    ("Echo", "416b1c3011f81ed325619d95da0d3811"),
-])
+@pytest.mark.parametrize(
+    "name, wire",
+    [
+        ("zeroeq::test::Echo", ECHO_WIRE),
+        ("zeroeq::Meerkat", "bf96a55c8bd7ca42e4b4333b90187236"),
+        ("Echo", "416b1c3011f81ed325619d95da0d3811"),
+    ],
+)
 def test_event_id_wire_bytes(name, wire):
     assert event_id(name).hex() == wire
 
 
-@pytest.mark.parametrize("name, text", [
-    ("zeroeq::test::Echo", "880e00827119dbdd:282e2ef9016e98e3"),
-    ("", "d41d8cd98f00b204:e9800998ecf8427e"),
-    ("The quick brown fox jumps over the lazy dog.", "e4d909c290d0fb1c:a068ffaddf22cbd0"),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("zeroeq::test::Echo", "880e00827119dbdd:282e2ef9016e98e3"),
+        ("", "d41d8cd98f00b204:e9800998ecf8427e"),
+        ("The quick brown fox jumps over the lazy dog.", "e4d909c290d0fb1c:a068ffaddf22cbd0"),
+    ],
+)
 def test_event_id_text_form(name, text):
     assert event_id_text(event_id(name)) == text
 
@@ -49,19 +55,29 @@ def test_parse_event_accepts_names_wire_hex_and_text_ids():
 
 
 def test_record_keys_are_case_insensitive_and_instance_name_gives_the_address():
-    shipped = PublisherRecord.parse("127.0.0.1:5555._zeroeq_pub._tcp.local.",
-                                    {b"Session": b"alice", b"User": b"bob", b"Type": b"ZeroEQ",
-                                     b"Application": b"viewer", b"Instance": b"1:2"})
-    seed = PublisherRecord.parse("host.example:6000._zeroeq_pub._tcp.local.",
-                                 {b"session": b"alice", b"vocabulary": b"a;b",
-                                  b"vocabulary_request": b"tcp://h:1"})
+    shipped = PublisherRecord.parse(
+        "127.0.0.1:5555._zeroeq_pub._tcp.local.",
+        {
+            b"Session": b"alice",
+            b"User": b"bob",
+            b"Type": b"ZeroEQ",
+            b"Application": b"viewer",
+            b"Instance": b"1:2",
+        },
+    )
+    seed = PublisherRecord.parse(
+        "host.example:6000._zeroeq_pub._tcp.local.",
+        {b"session": b"alice", b"vocabulary": b"a;b", b"vocabulary_request": b"tcp://h:1"},
+    )
     assert shipped.session == seed.session == "alice"
     assert shipped.instance_name == "127.0.0.1:5555" and shipped.address == "tcp://127.0.0.1:5555"
     assert shipped.txt["application"] == "viewer" and shipped.txt["user"] == "bob"
     assert seed.vocabulary_request == "tcp://h:1" and seed.address == "tcp://host.example:6000"
     assert shipped.vocabulary == set() and shipped.vocabulary_request is None
-    ids = PublisherRecord.parse("h:1._zeroeq_pub._tcp.local.", {
-        b"vocabulary": b"880e00827119dbdd:282e2ef9016e98e3;nonsense;" + ECHO_WIRE.encode()})
+    ids = PublisherRecord.parse(
+        "h:1._zeroeq_pub._tcp.local.",
+        {b"vocabulary": b"880e00827119dbdd:282e2ef9016e98e3;nonsense;" + ECHO_WIRE.encode()},
+    )
     assert ids.vocabulary == {event_id("zeroeq::test::Echo")}
     with pytest.raises(ValueError):
         PublisherRecord.parse("not-an-address._zeroeq_pub._tcp.local.", {})
@@ -70,12 +86,13 @@ def test_record_keys_are_case_insensitive_and_instance_name_gives_the_address():
 def test_session_filter():
     assert in_session("alice", "alice")
     assert not in_session("bob", "alice")
-    assert in_session(None, "alice")      # a record without a session is accepted
-    assert in_session("bob", "")          # empty session: no filtering
+    assert in_session(None, "alice")  # a record without a session is accepted
+    assert in_session("bob", "")  # empty session: no filtering
 
 
 def test_default_session_order(monkeypatch):
     from spark_zmq.protocols.zeroeq import default_session
+
     monkeypatch.setenv("ZEROEQ_SESSION", "old")
     monkeypatch.setenv("ZEROEQ_PUB_SESSION", "new")
     assert default_session() == "new"
@@ -83,6 +100,7 @@ def test_default_session_order(monkeypatch):
     assert default_session() == "old"
     monkeypatch.delenv("ZEROEQ_SESSION")
     import getpass
+
     assert default_session() == getpass.getuser()
 
 
@@ -98,8 +116,9 @@ def decode(messages, metadata=None, **raw_options):
     protocol = ZeroEQ()
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw_options)
     frames = pa.array(messages, pa.list_(pa.binary()))
-    source = Source("tcp://127.0.0.1:1",
-                    {"publisher": "127.0.0.1:1", "session": "s", **(metadata or {})})
+    source = Source(
+        "tcp://127.0.0.1:1", {"publisher": "127.0.0.1:1", "session": "s", **(metadata or {})}
+    )
     return protocol.decode(frames, source, options)
 
 
@@ -119,11 +138,12 @@ def test_decode_well_formed_and_malformed_messages():
 
 def test_decode_names_from_events_option_filters_by_the_endpoint_subscription():
     echo, meerkat = event_id("zeroeq::test::Echo"), event_id(MEERKAT)
-    decoded = decode([[echo, b"1"], [meerkat], [b"bad"]], {"events": echo.hex()},
-                     events="zeroeq::test::Echo")
+    decoded = decode(
+        [[echo, b"1"], [meerkat], [b"bad"]], {"events": echo.hex()}, events="zeroeq::test::Echo"
+    )
     assert decoded.columns["event"].to_pylist() == ["zeroeq::test::Echo", None, None]
     assert decoded.keep.to_pylist() == [True, False, False]
-    assert decoded.error.to_pylist()[2] is not None   # malformed rows still go through `mode`
+    assert decoded.error.to_pylist()[2] is not None  # malformed rows still go through `mode`
 
 
 def test_decode_names_from_vocabulary_and_excluded_events():

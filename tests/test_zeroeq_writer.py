@@ -30,22 +30,32 @@ def start_writer(spark, tmp_path, inbox, trigger=None, **options):
     return stream.trigger(**(trigger or {"processingTime": "500 milliseconds"})).start()
 
 
-def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, tmp_path,
-                                                                        zeroconf):
+def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, tmp_path, zeroconf):
     inbox = tmp_path / "in"
     inbox.mkdir()
     reader = start_query(spark, tmp_path, "written", session="w1")
-    write_rows(inbox, "1", [{"event": A, "payload": f"a/{i}"} for i in range(5)]
-               + [{"event": A}, {"event_id": event_id(B).hex(), "payload": "b/0"}])
-    writer = start_writer(spark, tmp_path, inbox, session="w1", registeredEvents=f"{A},{B}",
-                          waitForSubscribers="60", minSubscribers="2")
+    write_rows(
+        inbox,
+        "1",
+        [{"event": A, "payload": f"a/{i}"} for i in range(5)]
+        + [{"event": A}, {"event_id": event_id(B).hex(), "payload": "b/0"}],
+    )
+    writer = start_writer(
+        spark,
+        tmp_path,
+        inbox,
+        session="w1",
+        registeredEvents=f"{A},{B}",
+        waitForSubscribers="60",
+        minSubscribers="2",
+    )
     subscriber = None
     try:
         # the writer's task has opened its publisher and waits for a second subscriber
         records = announced(zeroconf, PUBLISHER_SERVICE, "w1")
-        subscriber = WireSubscriber(zeroconf, "w1", [A, B])   # connects late
+        subscriber = WireSubscriber(zeroconf, "w1", [A, B])  # connects late
         got = subscriber.receive(7)
-        write_rows(inbox, "2", [{"event": B, "payload": "b/1"}])   # a second micro-batch
+        write_rows(inbox, "2", [{"event": B, "payload": "b/1"}])  # a second micro-batch
         got = subscriber.receive(8)
         rows = wait_for_rows(spark, "written", 8)
     finally:
@@ -53,18 +63,29 @@ def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, t
         reader.stop()
         if subscriber is not None:
             subscriber.close()
-    expected = [[event_id(A), b"a/%d" % i] for i in range(5)] + [[event_id(A)]] \
+    expected = (
+        [[event_id(A), b"a/%d" % i] for i in range(5)]
+        + [[event_id(A)]]
         + [[event_id(B), b"b/0"], [event_id(B), b"b/1"]]
-    assert got == expected                     # one frame for the empty event
+    )
+    assert got == expected  # one frame for the empty event
     record = next(iter(records.values()))
-    assert {"type", "instance", "user", "application", "session", "vocabulary",
-            "vocabulary_request"} <= set(record.txt)
+    assert {
+        "type",
+        "instance",
+        "user",
+        "application",
+        "session",
+        "vocabulary",
+        "vocabulary_request",
+    } <= set(record.txt)
     assert record.txt["type"] == "ZeroEQ" and record.session == "w1"
     assert record.vocabulary == {event_id(A), event_id(B)}
     assert record.instance_name.startswith("127.0.0.1:")
     assert sorted((r.event, bytes(r.payload)) for r in rows) == sorted(
-        [(A, b"a/%d" % i) for i in range(5)] + [(A, b""), (B, b"b/0"), (B, b"b/1")])
-    assert len({r.publisher for r in rows}) == 1   # the publisher lived on between batches
+        [(A, b"a/%d" % i) for i in range(5)] + [(A, b""), (B, b"b/0"), (B, b"b/1")]
+    )
+    assert len({r.publisher for r in rows}) == 1  # the publisher lived on between batches
 
 
 @pytest.mark.parametrize("mode", ["PERMISSIVE", "FAILFAST"])
@@ -72,23 +93,36 @@ def test_rows_that_cannot_be_sent_follow_mode(spark, tmp_path, zeroconf, mode):
     inbox = tmp_path / "in"
     inbox.mkdir()
     session = f"bad-{mode.lower()}"
-    write_rows(inbox, "1", [
-        {"event": A, "payload": "first"},
-        {"event": "", "payload": "empty name"},
-        {"event_id": "abc", "payload": "short id"},
-        {"event": "spark::test::Unregistered", "payload": "not registered"},
-        {"event": A, "payload": "x" * 500},
-        {},
-        {"event": A, "payload": "last"},
-    ])
+    write_rows(
+        inbox,
+        "1",
+        [
+            {"event": A, "payload": "first"},
+            {"event": "", "payload": "empty name"},
+            {"event_id": "abc", "payload": "short id"},
+            {"event": "spark::test::Unregistered", "payload": "not registered"},
+            {"event": A, "payload": "x" * 500},
+            {},
+            {"event": A, "payload": "last"},
+        ],
+    )
     subscriber = WireSubscriber(zeroconf, session, [A])
-    writer = start_writer(spark, tmp_path, inbox, {"availableNow": True}, session=session,
-                          mode=mode, registeredEvents=A, maxMessageBytes="200",
-                          waitForSubscribers="60")
+    writer = start_writer(
+        spark,
+        tmp_path,
+        inbox,
+        {"availableNow": True},
+        session=session,
+        mode=mode,
+        registeredEvents=A,
+        maxMessageBytes="200",
+        waitForSubscribers="60",
+    )
     try:
         if mode == "FAILFAST":
-            with pytest.raises(Exception,
-                               match="row 2 of this task cannot be sent: empty event name"):
+            with pytest.raises(
+                Exception, match="row 2 of this task cannot be sent: empty event name"
+            ):
                 writer.awaitTermination(120)
             return
         assert [m[1] for m in subscriber.receive(2)] == [b"first", b"last"]
@@ -106,11 +140,13 @@ def test_writer_options_and_input_columns_are_checked(spark, tmp_path):
     frame = spark.readStream.schema("name STRING").json(str(inbox))
     with pytest.raises(Exception, match="need a column `event`"):
         frame.writeStream.format("zeroeq").option(
-            "checkpointLocation", str(tmp_path / "c1")).start().awaitTermination(60)
+            "checkpointLocation", str(tmp_path / "c1")
+        ).start().awaitTermination(60)
     frame = spark.readStream.schema(INPUT_SCHEMA).json(str(inbox))
     with pytest.raises(Exception, match="option 'waitForSubscribers' must be a number"):
         frame.writeStream.format("zeroeq").option("waitForSubscribers", "soon").option(
-            "checkpointLocation", str(tmp_path / "c2")).start().awaitTermination(60)
+            "checkpointLocation", str(tmp_path / "c2")
+        ).start().awaitTermination(60)
 
 
 def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path):
@@ -118,15 +154,23 @@ def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path):
     (the publisher's window), not once per event (which took 5 x the option before)."""
     inbox = tmp_path / "in"
     inbox.mkdir()
-    write_rows(inbox, "1", [{"event": f"spark::test::Lonely{i}", "payload": "x"}
-                            for i in range(5)])
-    writer = start_writer(spark, tmp_path, inbox, {"availableNow": True},
-                          session="nobody-listens", waitForSubscribers="8")
+    write_rows(inbox, "1", [{"event": f"spark::test::Lonely{i}", "payload": "x"} for i in range(5)])
+    writer = start_writer(
+        spark,
+        tmp_path,
+        inbox,
+        {"availableNow": True},
+        session="nobody-listens",
+        waitForSubscribers="8",
+    )
     try:
         writer.awaitTermination(180)
         assert writer.exception() is None
-        adding = max(progress["durationMs"]["addBatch"] for progress in writer.recentProgress
-                     if "addBatch" in progress["durationMs"])
+        adding = max(
+            progress["durationMs"]["addBatch"]
+            for progress in writer.recentProgress
+            if "addBatch" in progress["durationMs"]
+        )
     finally:
         writer.stop()
-    assert 8000 <= adding < 30000, adding          # per event, it was >= 40000
+    assert 8000 <= adding < 30000, adding  # per event, it was >= 40000

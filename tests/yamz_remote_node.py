@@ -16,10 +16,16 @@ from pyre import Pyre
 
 
 def has_veth_address() -> bool:
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "v1"], capture_output=True,
-                         text=True).stdout
-    return " inet " in out and " UP" in subprocess.run(
-        ["ip", "-o", "link", "show", "dev", "v1"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", "v1"], capture_output=True, text=True
+    ).stdout
+    return (
+        " inet " in out
+        and " UP"
+        in subprocess.run(
+            ["ip", "-o", "link", "show", "dev", "v1"], capture_output=True, text=True
+        ).stdout
+    )
 
 
 def main(beacon_port: int) -> None:
@@ -33,8 +39,15 @@ def main(beacon_port: int) -> None:
     pub.bind("tcp://*:*")
     address = pub.getsockopt_string(zmq.LAST_ENDPOINT)
     node = Pyre("remote", ctx=zmq.Context.instance())
-    node.set_header("YAMZ", json.dumps({"name": "remote", "children": [
-        {"name": "tps", "port": {"address": address, "type": "PUB"}}]}))
+    node.set_header(
+        "YAMZ",
+        json.dumps(
+            {
+                "name": "remote",
+                "children": [{"name": "tps", "port": {"address": address, "type": "PUB"}}],
+            }
+        ),
+    )
     node.set_port(str(beacon_port).encode())
     node.start()
     print(f"remote: {address} on {socket.gethostname()}", flush=True)

@@ -37,7 +37,7 @@ class WireSubscriber:
         txt = {k.decode().lower(): (v or b"").decode() for k, v in info.properties.items()}
         if txt.get("session") == self.session:
             with self._lock:
-                self._found.add(name[:-len(PUBLISHER_SERVICE) - 1])
+                self._found.add(name[: -len(PUBLISHER_SERVICE) - 1])
 
     def receive(self, count: int, timeout: float = 60.0) -> list[list[bytes]]:
         """Receive until ``count`` messages in all, connecting to publishers as found."""

@@ -1,9 +1,9 @@
 """Capture on an executor: the process that holds one partition's lease (``capture=executors``).
 
 A claim task (``take_partition``, run by the stream reader's ``read`` on an executor) starts
-``python -m spark_zmq.capture.holder`` on its host, detached from the Python worker, and waits until it
-has claimed the partition's next epoch in the spool. The holder then runs the same ``Capture``
-as the driver would, on one endpoint, and once per ``TICK``:
+``python -m spark_zmq.capture.holder`` on its host, detached from the Python worker, and waits
+until it has claimed the partition's next epoch in the spool. The holder then runs the same
+``Capture`` as the driver would, on one endpoint, and once per ``TICK``:
 
 - renews its lease (and stops at once if a newer holder has taken the partition over),
 - follows the driver's assignment: metadata changes, the endpoint leaving (read until its peer
@@ -40,18 +40,19 @@ from spark_zmq.spool.writer import Spool
 #: seconds between a holder's heartbeats and checks
 TICK = 0.5
 #: folder of the spool where tasks note which executors are alive
-EXECUTORS = "@executors"   # "@" is quoted in partition folder names: no clash
+EXECUTORS = "@executors"  # "@" is quoted in partition folder names: no clash
 #: folder of the spool where holders log
 HOLDER_LOGS = "@holders"
 #: seconds a claim task waits for the holder it started to claim the partition
 START_TIMEOUT = 60.0
 
 
-class SpoolNotShared(RuntimeError):
+class SpoolNotShared(SpoolError):
     """An executor does not see the driver's spool folder."""
 
 
 # -- the claim task (runs in a Python worker on an executor) ---------------------------------
+
 
 def take_partition(claim: Claim) -> None:
     """Make sure ``claim.key`` has a live holder; start one on this executor if needed."""
@@ -62,16 +63,22 @@ def take_partition(claim: Claim) -> None:
             f"storage that every node reaches; the executor on host {socket.gethostname()} "
             f"does not see the driver's spool {claim.spool_path!r} (its assignment.json is "
             f"{'missing' if not assignment else 'another spool'}). Use a shared filesystem "
-            f"path (NFS, a cluster filesystem mount) for spoolPath")
+            f"path (NFS, a cluster filesystem mount) for spoolPath"
+        )
     executor = executor_id()
     register_executor(claim.spool_path, executor)
     lease = load_lease(claim.spool_path, claim.key)
     if (lease.epoch if lease else 0) != claim.expect_epoch:
-        return      # somebody claimed it since the driver planned this task
-    if claim.declines_left and _more_loaded(claim.spool_path, executor,
-                                            claim.settings.lease_timeout):
-        logger.info("%s: executor %s leaves partition %s to a less loaded executor",
-                    claim.settings.format_name, executor, claim.key)
+        return  # somebody claimed it since the driver planned this task
+    if claim.declines_left and _more_loaded(
+        claim.spool_path, executor, claim.settings.lease_timeout
+    ):
+        logger.info(
+            "%s: executor %s leaves partition %s to a less loaded executor",
+            claim.settings.format_name,
+            executor,
+            claim.key,
+        )
         return
     _start_holder(claim)
 
@@ -87,7 +94,8 @@ def register_executor(root: str, executor: str, gone: bool = False) -> None:
     folder = os.path.join(root, EXECUTORS)
     os.makedirs(folder, exist_ok=True)
     JsonState(os.path.join(folder, urllib.parse.quote(executor, safe="") + ".json")).save(
-        {"executor": executor, "at": now, "gone": gone})
+        {"executor": executor, "at": now, "gone": gone}
+    )
 
 
 _registered: dict[tuple[str, str], float] = {}
@@ -121,17 +129,27 @@ def _more_loaded(root: str, executor: str, lease_timeout: float) -> bool:
 
 
 def _start_holder(claim: Claim) -> None:
-    args = json.dumps({"spool_path": claim.spool_path, "key": claim.key,
-                       "expect_epoch": claim.expect_epoch, "settings": asdict(claim.settings)})
+    args = json.dumps(
+        {
+            "spool_path": claim.spool_path,
+            "key": claim.key,
+            "expect_epoch": claim.expect_epoch,
+            "settings": asdict(claim.settings),
+        }
+    )
     log_path = holder_log(claim.spool_path, claim.key)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "spark_zmq.capture.holder"],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "spark_zmq.capture.holder"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+        )
     try:
-        process.stdin.write(args.encode())     # keys stay off the command line
+        process.stdin.write(args.encode())  # keys stay off the command line
         process.stdin.close()
-    except BrokenPipeError:                    # it ended at once: its exit status says why
+    except BrokenPipeError:  # it ended at once: its exit status says why
         pass
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
     line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
@@ -147,14 +165,20 @@ def _start_holder(claim: Claim) -> None:
     if ready and code is not None and code < 0:
         # killed while starting (OOM killer, an operator): not a fault of the query; the
         # partition is claimed again in a later micro-batch
-        logger.warning("%s: the capture process for partition %s was killed by signal %d "
-                       "while starting; it will be started again", claim.settings.format_name,
-                       claim.key, -code)
+        logger.warning(
+            "%s: the capture process for partition %s was killed by signal %d "
+            "while starting; it will be started again",
+            claim.settings.format_name,
+            claim.key,
+            -code,
+        )
         return
     status = "still running" if code is None else f"exit status {code}"
-    raise RuntimeError(f"{claim.settings.format_name}: the capture process for partition "
-                       f"{claim.key!r} did not start: {line or 'no answer'} ({status}); the end "
-                       f"of its log {log_path}:\n{_tail(log_path)}")
+    raise RuntimeError(
+        f"{claim.settings.format_name}: the capture process for partition "
+        f"{claim.key!r} did not start: {line or 'no answer'} ({status}); the end "
+        f"of its log {log_path}:\n{_tail(log_path)}"
+    )
 
 
 def holder_log(spool_path: str, key: str) -> str:
@@ -187,10 +211,10 @@ def jvm_pid(pid: int | None = None) -> int | None:
                 stat = f.read()
         except OSError:
             return None
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
         if name == "java":
             return pid
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
     return None
 
 
@@ -204,6 +228,7 @@ def _is_java(pid: int) -> bool:
 
 # -- the holder process ----------------------------------------------------------------------
 
+
 class Holder:
     """Captures one partition for as long as it holds the partition's lease."""
 
@@ -212,8 +237,9 @@ class Holder:
         self.settings = settings
         self.name = settings.format_name
         self.jvm = jvm_pid()
-        self.spool = Spool(spool_path, settings.max_spool_bytes, exclusive=False,
-                           executor=executor_id())
+        self.spool = Spool(
+            spool_path, settings.max_spool_bytes, exclusive=False, executor=executor_id()
+        )
         self.assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self.commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
         self.capture: Capture | None = None
@@ -225,10 +251,12 @@ class Holder:
         previous = self.spool.inherited.get(self.key)
         if previous is not None:
             now = time.time_ns()
-            text = (f"gap: partition {self.key} had no holder between "
-                    f"{utc_text(int(previous.at * 1e9))} and {utc_text(now)} (its holder "
-                    f"{previous.holder} on executor {previous.executor} stopped); what was "
-                    f"published meanwhile is lost")
+            text = (
+                f"gap: partition {self.key} had no holder between "
+                f"{utc_text(int(previous.at * 1e9))} and {utc_text(now)} (its holder "
+                f"{previous.holder} on executor {previous.executor} stopped); what was "
+                f"published meanwhile is lost"
+            )
             logger.warning("%s: %s", self.name, text)
             endpoint = self._assigned()
             source = endpoint.source if endpoint else None
@@ -247,10 +275,15 @@ class Holder:
         if endpoint is None:
             return "its endpoint is no longer assigned"
         settings = self.settings
-        self.capture = Capture(self.spool, max_message_bytes=settings.max_message_bytes,
-                               flush_interval=settings.flush_interval, name=self.name,
-                               drop_on_write_error=settings.drop_on_write_error,
-                               curve=settings.curve_keys(), receive_hwm=settings.receive_hwm)
+        self.capture = Capture(
+            self.spool,
+            max_message_bytes=settings.max_message_bytes,
+            flush_interval=settings.flush_interval,
+            name=self.name,
+            drop_on_write_error=settings.drop_on_write_error,
+            curve=settings.curve_keys(),
+            receive_hwm=settings.receive_hwm,
+        )
         self.capture.start()
         self.capture.endpoint_joined(endpoint)
         renewed_at, beat, leaving = time.monotonic(), None, False
@@ -309,8 +342,13 @@ def main() -> int:
     print(f"ready {epoch}", flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
-    logger.info("%s: holding partition %s (epoch %d) for executor %s", holder.name, holder.key,
-                epoch, holder.spool.executor)
+    logger.info(
+        "%s: holding partition %s (epoch %d) for executor %s",
+        holder.name,
+        holder.key,
+        epoch,
+        holder.spool.executor,
+    )
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     reason, failure = "an error", ""
     try:

@@ -53,10 +53,16 @@ MAX_SEGMENT_BYTES = 32 << 20
 #: messages taken from one socket before the loop looks at the others (fewer when their bytes
 #: reach MAX_SEGMENT_BYTES first: a burst of large messages is bounded by bytes, not count)
 BURST = 1024
-_MONITORED = (zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_DELAYED
-              | zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_HANDSHAKE_SUCCEEDED
-              | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-              | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+_MONITORED = (
+    zmq.EVENT_CONNECTED
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_CONNECT_DELAYED
+    | zmq.EVENT_CONNECT_RETRIED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 #: seconds after a drop by which zmq shows a reconnect attempt unless it gave the connection up
 RECONNECT_CHECK = 0.5
 #: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
@@ -73,20 +79,25 @@ PUSH_BACK_SECONDS = 2.0
 #: with no receive bound, a backlog this long (messages) is reported as growing
 UNBOUNDED_BACKLOG = 100_000
 _HANDSHAKE_FAILURES = {
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: (
         f"did not complete the zmq handshake within {HANDSHAKE_SECONDS} s (a stalled peer, or "
-        f"not a zmq peer)",
-    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-        "broke the zmq handshake protocol (not a zmq peer, or a socket type that does not fit)",
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-        "refused our CURVE handshake (check curveServerKey, and that the peer allows our key)",
+        f"not a zmq peer)"
+    ),
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: (
+        "broke the zmq handshake protocol (not a zmq peer, or a socket type that does not fit)"
+    ),
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: (
+        "refused our CURVE handshake (check curveServerKey, and that the peer allows our key)"
+    ),
 }
 
 
 def utc_text(ns: int) -> str:
     """A time in ns since the epoch as ISO 8601 UTC with milliseconds, as gap rows show it."""
-    return (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9))
-            + f".{ns // 1_000_000 % 1000:03d}Z")
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9))
+        + f".{ns // 1_000_000 % 1000:03d}Z"
+    )
 
 
 @dataclass
@@ -98,21 +109,21 @@ class _Connection:
     monitor: zmq.Socket
     frames: list = field(default_factory=list)
     times: list = field(default_factory=list)
-    buffered_bytes: int = 0                        # bytes of the frames in ``frames``
-    faults: dict = field(default_factory=dict)     # buffer index -> fault text (rare)
+    buffered_bytes: int = 0  # bytes of the frames in ``frames``
+    faults: dict = field(default_factory=dict)  # buffer index -> fault text (rare)
     disconnected_at: int | None = None
     drop_cause: str | None = None
-    recheck_at: float | None = None                # see Capture._reopen_abandoned
-    dropped_since: int | None = None               # first time of the current drop episode
-    dropping_because: str | None = None            # why: the spool's bound, or a write error
+    recheck_at: float | None = None  # see Capture._reopen_abandoned
+    dropped_since: int | None = None  # first time of the current drop episode
+    dropping_because: str | None = None  # why: the spool's bound, or a write error
     dropped: int = 0
-    received: int = 0                              # messages received since capture started
-    leave_by: float | None = None                  # set when discovery reported it gone
-    connected_once: bool = False                   # the first connection was logged
-    handshake_failures: int = 0                    # failed attempts since the last success
-    run: int = 0                                   # messages read since the queue was empty
-    full_at: float = 0.0                           # when the queue was last seen full
-    pushed_back: tuple[float, int] | None = None   # an episode: (since, received then)
+    received: int = 0  # messages received since capture started
+    leave_by: float | None = None  # set when discovery reported it gone
+    connected_once: bool = False  # the first connection was logged
+    handshake_failures: int = 0  # failed attempts since the last success
+    run: int = 0  # messages read since the queue was empty
+    full_at: float = 0.0  # when the queue was last seen full
+    pushed_back: tuple[float, int] | None = None  # an episode: (since, received then)
 
     def add_fault(self, text: str) -> None:
         self.faults[len(self.frames)] = text
@@ -123,11 +134,19 @@ class _Connection:
 class Capture:
     """Receives from every endpoint discovery reports and appends to ``spool``."""
 
-    def __init__(self, spool: Spool, *, max_message_bytes: int, flush_interval: float,
-                 name: str = "capture", drop_on_write_error: bool = False,
-                 curve: Curve = NO_CURVE, receive_hwm: int = 0) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        *,
+        max_message_bytes: int,
+        flush_interval: float,
+        name: str = "capture",
+        drop_on_write_error: bool = False,
+        curve: Curve = NO_CURVE,
+        receive_hwm: int = 0,
+    ) -> None:
         self.spool = spool
-        self.curve = curve          # CURVE client settings of every socket capture opens
+        self.curve = curve  # CURVE client settings of every socket capture opens
         self.max_message_bytes = max_message_bytes
         #: messages zmq queues per endpoint before it pushes back on the peer (0: no bound)
         self.receive_hwm = receive_hwm
@@ -136,7 +155,7 @@ class Capture:
         self.flush_interval = flush_interval
         self.name = name
         self._context = zmq.Context.instance()
-        self._mailbox = Mailbox()          # join/leave from discovery; wake-ups for sync/close
+        self._mailbox = Mailbox()  # join/leave from discovery; wake-ups for sync/close
         self._connections: dict[str, _Connection] = {}
         self._by_socket: dict[zmq.Socket, _Connection] = {}
         self._by_monitor: dict[zmq.Socket, _Connection] = {}
@@ -177,7 +196,8 @@ class Capture:
         self._mailbox.wake()
         with self._sync_lock:
             done = self._sync_lock.wait_for(
-                lambda: self._sync_done >= wanted or not self._thread.is_alive(), timeout)
+                lambda: self._sync_done >= wanted or not self._thread.is_alive(), timeout
+            )
         self._raise_if_failed()
         if not done:
             raise TimeoutError(f"{self.name}: capture did not flush within {timeout} s")
@@ -236,7 +256,7 @@ class Capture:
                     # A thin round: let a batch build up in zmq's queue rather than pay a
                     # poll round per message (10+ us of CPU each at moderate rates).
                     time.sleep(COALESCE_SECONDS)
-        except LeaseLost as exc:   # a newer holder took the partition over: stop writing
+        except LeaseLost as exc:  # a newer holder took the partition over: stop writing
             self._failure = exc
             logger.warning("%s: capture stopped: %s", self.name, exc)
         except BaseException as exc:  # surfaced to the reader through sync()
@@ -282,15 +302,22 @@ class Capture:
         if conn.pushed_back is not None:
             return
         conn.pushed_back = (conn.full_at, conn.received)
-        bound = (f"zmq queues at most receiveHighWaterMark={self.receive_hwm} messages, then "
-                 f"pushes back on the peer, which drops what its own send queue cannot hold (a "
-                 f"PUB) or waits (an XPUB with NODROP): messages may be lost at the peer, where "
-                 f"capture cannot count them"
-                 if self.receive_hwm else
-                 f"receiveHighWaterMark=0 (no bound): over {UNBOUNDED_BACKLOG} messages wait in "
-                 f"memory")
-        logger.warning("%s: %s (partition %s) sends faster than capture takes: its receive queue "
-                       "is full; %s", self.name, conn.endpoint.address, conn.endpoint.key, bound)
+        bound = (
+            f"zmq queues at most receiveHighWaterMark={self.receive_hwm} messages, then "
+            f"pushes back on the peer, which drops what its own send queue cannot hold (a "
+            f"PUB) or waits (an XPUB with NODROP): messages may be lost at the peer, where "
+            f"capture cannot count them"
+            if self.receive_hwm
+            else f"receiveHighWaterMark=0 (no bound): over {UNBOUNDED_BACKLOG} messages wait in "
+            f"memory"
+        )
+        logger.warning(
+            "%s: %s (partition %s) sends faster than capture takes: its receive queue is full; %s",
+            self.name,
+            conn.endpoint.address,
+            conn.endpoint.key,
+            bound,
+        )
 
     def _end_push_backs(self) -> None:
         now = time.monotonic()
@@ -299,10 +326,15 @@ class Capture:
             if conn.pushed_back is not None and now - conn.full_at >= PUSH_BACK_SECONDS:
                 since, received = conn.pushed_back
                 conn.pushed_back = None
-                logger.info("%s: capture keeps up with %s (partition %s) again, after %.1f s of "
-                            "a full receive queue (%d messages received meanwhile)", self.name,
-                            conn.endpoint.address, conn.endpoint.key, conn.full_at - since,
-                            conn.received - received)
+                logger.info(
+                    "%s: capture keeps up with %s (partition %s) again, after %.1f s of "
+                    "a full receive queue (%d messages received meanwhile)",
+                    self.name,
+                    conn.endpoint.address,
+                    conn.endpoint.key,
+                    conn.full_at - since,
+                    conn.received - received,
+                )
 
     def _on_monitor_event(self, conn: _Connection) -> None:
         event = recv_monitor_message(conn.monitor)["event"]
@@ -310,13 +342,23 @@ class Capture:
         if event in _HANDSHAKE_FAILURES:
             conn.handshake_failures += 1
             if conn.handshake_failures == 1:
-                logger.warning("%s: %s (partition %s) %s; zmq keeps retrying, logged again only "
-                               "once a handshake succeeds", self.name, address, key,
-                               _HANDSHAKE_FAILURES[event])
+                logger.warning(
+                    "%s: %s (partition %s) %s; zmq keeps retrying, logged again only "
+                    "once a handshake succeeds",
+                    self.name,
+                    address,
+                    key,
+                    _HANDSHAKE_FAILURES[event],
+                )
         elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             if conn.handshake_failures:
-                logger.info("%s: handshake with %s (partition %s) succeeded after %d failed "
-                            "attempts", self.name, address, key, conn.handshake_failures)
+                logger.info(
+                    "%s: handshake with %s (partition %s) succeeded after %d failed attempts",
+                    self.name,
+                    address,
+                    key,
+                    conn.handshake_failures,
+                )
             conn.handshake_failures = 0
         elif event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
             conn.leave_by = min(conn.leave_by, time.monotonic() + LEAVE_SETTLE)
@@ -329,7 +371,7 @@ class Capture:
             conn.recheck_at = time.monotonic() + RECONNECT_CHECK
             logger.info("%s: lost connection to %s (partition %s)", self.name, address, key)
         elif event in (zmq.EVENT_CONNECT_DELAYED, zmq.EVENT_CONNECT_RETRIED):
-            conn.recheck_at = None   # zmq is reconnecting by itself
+            conn.recheck_at = None  # zmq is reconnecting by itself
         elif event == zmq.EVENT_CONNECTED:
             conn.recheck_at = None
             if conn.disconnected_at is None:
@@ -338,14 +380,21 @@ class Capture:
                     logger.info("%s: connected to %s (partition %s)", self.name, address, key)
                 return
             since, conn.disconnected_at = conn.disconnected_at, None
-            cause = conn.drop_cause or ("the connection was lost (a publisher restart or a "
-                                        "network fault)")
+            cause = conn.drop_cause or (
+                "the connection was lost (a publisher restart or a network fault)"
+            )
             conn.drop_cause = None
-            conn.add_fault(f"gap: the connection to {address} was dropped at {utc_text(since)} "
-                           f"and re-established; what was published meanwhile is lost. Cause: "
-                           f"{cause}")
-            logger.warning("%s: reconnected to %s (partition %s) after a drop; gap recorded",
-                           self.name, address, key)
+            conn.add_fault(
+                f"gap: the connection to {address} was dropped at {utc_text(since)} "
+                f"and re-established; what was published meanwhile is lost. Cause: "
+                f"{cause}"
+            )
+            logger.warning(
+                "%s: reconnected to %s (partition %s) after a drop; gap recorded",
+                self.name,
+                address,
+                key,
+            )
 
     def _reopen_abandoned(self) -> None:
         """zmq does not reconnect after a protocol error, such as a message over
@@ -355,14 +404,20 @@ class Capture:
         for conn in list(self._connections.values()):
             if conn.recheck_at is None or conn.recheck_at > now:
                 continue
-            if conn.disconnected_at is not None:     # a connection that was up: a gap
-                conn.drop_cause = (f"zmq closed the connection on a protocol error, such as a "
-                                   f"message over maxMessageBytes ({self.max_message_bytes} "
-                                   f"bytes)")
-                logger.warning("%s: zmq gave up the connection to %s (partition %s) after a "
-                               "protocol error, such as a message over maxMessageBytes; "
-                               "reconnecting", self.name, conn.endpoint.address,
-                               conn.endpoint.key)
+            if conn.disconnected_at is not None:  # a connection that was up: a gap
+                conn.drop_cause = (
+                    f"zmq closed the connection on a protocol error, such as a "
+                    f"message over maxMessageBytes ({self.max_message_bytes} "
+                    f"bytes)"
+                )
+                logger.warning(
+                    "%s: zmq gave up the connection to %s (partition %s) after a "
+                    "protocol error, such as a message over maxMessageBytes; "
+                    "reconnecting",
+                    self.name,
+                    conn.endpoint.address,
+                    conn.endpoint.key,
+                )
             self._unregister(conn)
             conn.socket, conn.monitor = self._open_socket(conn.endpoint)
             conn.recheck_at = None
@@ -386,7 +441,7 @@ class Capture:
     def _join(self, endpoint: Endpoint) -> None:
         old = self._connections.get(endpoint.key)
         if old is not None and old.leave_by is not None:
-            if old.endpoint == endpoint:        # back before it was let go
+            if old.endpoint == endpoint:  # back before it was let go
                 old.leave_by = None
                 logger.info("%s: endpoint %s is back", self.name, endpoint.key)
                 return
@@ -395,14 +450,17 @@ class Capture:
         if old is not None:
             if old.endpoint == endpoint:
                 return
-            if (old.endpoint.address == endpoint.address
-                    and old.endpoint.socket_type == endpoint.socket_type):
+            if (
+                old.endpoint.address == endpoint.address
+                and old.endpoint.socket_type == endpoint.socket_type
+            ):
                 self._receive(old)
                 self._flush(old)  # rows so far keep the metadata they arrived under
                 self._resubscribe(old.socket, old.endpoint.subscriptions, endpoint.subscriptions)
                 old.endpoint = endpoint
-                logger.info("%s: endpoint %s updated its metadata or subscriptions", self.name,
-                            endpoint.key)
+                logger.info(
+                    "%s: endpoint %s updated its metadata or subscriptions", self.name, endpoint.key
+                )
                 return
             self._finish_leave(old)
         self.spool.open_partition(endpoint.key)
@@ -458,8 +516,12 @@ class Capture:
         settle = LEAVE_SETTLE if conn.disconnected_at is not None else LEAVE_GRACE
         conn.leave_by = time.monotonic() + settle
         conn.recheck_at = None
-        logger.info("%s: endpoint left: %s at %s; reading what it sent until it disconnects",
-                    self.name, key, conn.endpoint.address)
+        logger.info(
+            "%s: endpoint left: %s at %s; reading what it sent until it disconnects",
+            self.name,
+            key,
+            conn.endpoint.address,
+        )
 
     def _finish_leaving(self) -> None:
         now = time.monotonic()
@@ -495,51 +557,73 @@ class Capture:
         frames, times, faults = conn.frames, conn.times, conn.faults
         conn.frames, conn.times, conn.faults, conn.buffered_bytes = [], [], {}, 0
         if not self.spool.has_room(conn.endpoint.key):
-            self._drop(conn, frames, times, faults, f"the spool {self.spool.root} reached "
-                       f"maxSpoolBytes ({self.spool.max_bytes} bytes)")
+            self._drop(
+                conn,
+                frames,
+                times,
+                faults,
+                f"the spool {self.spool.root} reached maxSpoolBytes ({self.spool.max_bytes} bytes)",
+            )
             return
         try:
             if conn.dropped:
                 self._end_drop_episode(conn, times[0])
-            self.spool.append(conn.endpoint.key, conn.endpoint.source,
-                              spool_table(frames, times, faults))
+            self.spool.append(
+                conn.endpoint.key, conn.endpoint.source, spool_table(frames, times, faults)
+            )
         except SpoolWriteError as exc:
             if not self.drop_on_write_error:
                 raise SpoolWriteError(
                     f"{exc}. The spool holds everything written before; the {len(frames)} "
                     f"messages of this flush are lost. Free the storage, or set "
                     f"onSpoolWriteError=drop to drop and count messages while the spool cannot "
-                    f"be written") from None
+                    f"be written"
+                ) from None
             self._drop(conn, frames, times, faults, f"the spool could not be written ({exc})")
 
-    def _drop(self, conn: _Connection, frames: list, times: list, faults: dict,
-              cause: str) -> None:
+    def _drop(self, conn: _Connection, frames: list, times: list, faults: dict, cause: str) -> None:
         """Drop new messages, count them, and keep capture's own fault rows if it can."""
         if conn.dropped_since is None:
             conn.dropped_since, conn.dropping_because = times[0], cause
-            logger.warning("%s: dropping new messages of partition %s until they can be "
-                           "written: %s", self.name, conn.endpoint.key, cause)
+            logger.warning(
+                "%s: dropping new messages of partition %s until they can be written: %s",
+                self.name,
+                conn.endpoint.key,
+                cause,
+            )
         conn.dropped += len(frames) - len(faults)
         if faults:
             kept = sorted(faults)
             try:
-                self.spool.append(conn.endpoint.key, conn.endpoint.source, spool_table(
-                    [[] for _ in kept], [times[i] for i in kept],
-                    {n: faults[i] for n, i in enumerate(kept)}))
+                self.spool.append(
+                    conn.endpoint.key,
+                    conn.endpoint.source,
+                    spool_table(
+                        [[] for _ in kept],
+                        [times[i] for i in kept],
+                        {n: faults[i] for n, i in enumerate(kept)},
+                    ),
+                )
             except SpoolWriteError:
-                pass    # lost within the episode that the gap row reports
+                pass  # lost within the episode that the gap row reports
 
     def _end_drop_episode(self, conn: _Connection, until: int) -> None:
         """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot)."""
-        text = (f"gap: {conn.dropped} messages dropped between {utc_text(conn.dropped_since)} "
-                f"and {utc_text(until)} because {conn.dropping_because}")
-        self.spool.append(conn.endpoint.key, conn.endpoint.source,
-                          spool_table([[]], [until], {0: text}), dropped=conn.dropped)
+        text = (
+            f"gap: {conn.dropped} messages dropped between {utc_text(conn.dropped_since)} "
+            f"and {utc_text(until)} because {conn.dropping_because}"
+        )
+        self.spool.append(
+            conn.endpoint.key,
+            conn.endpoint.source,
+            spool_table([[]], [until], {0: text}),
+            dropped=conn.dropped,
+        )
         logger.warning("%s: partition %s: %s", self.name, conn.endpoint.key, text)
         conn.dropped, conn.dropped_since, conn.dropping_because = 0, None, None
 
     def _shutdown(self) -> None:
-        fenced = isinstance(self._failure, LeaseLost)   # nothing more may be written
+        fenced = isinstance(self._failure, LeaseLost)  # nothing more may be written
         for conn in list(self._connections.values()):
             if not fenced:
                 self._write_last(conn)
@@ -556,11 +640,13 @@ class Capture:
             if conn.dropped:
                 self._end_drop_episode(conn, time.time_ns())
         except LeaseLost as exc:
-            logger.warning("%s: last messages of %s not written: %s", self.name,
-                           conn.endpoint.key, exc)
+            logger.warning(
+                "%s: last messages of %s not written: %s", self.name, conn.endpoint.key, exc
+            )
         except Exception:  # keep closing the others
-            logger.exception("%s: could not write the last messages of %s", self.name,
-                             conn.endpoint.key)
+            logger.exception(
+                "%s: could not write the last messages of %s", self.name, conn.endpoint.key
+            )
 
 
 def spool_table(frames: list, times: list, faults: dict) -> pa.Table:
@@ -574,8 +660,11 @@ def spool_table(frames: list, times: list, faults: dict) -> pa.Table:
         fault_column = pa.array(fault_texts, type=pa.string())
     else:
         fault_column = pa.nulls(len(frames), pa.string())
-    return pa.Table.from_arrays([
-        received.cast(SPOOL_SCHEMA.field("received_at").type),
-        pa.array(frames, type=SPOOL_SCHEMA.field("frames").type),
-        fault_column,
-    ], schema=SPOOL_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            received.cast(SPOOL_SCHEMA.field("received_at").type),
+            pa.array(frames, type=SPOOL_SCHEMA.field("frames").type),
+            fault_column,
+        ],
+        schema=SPOOL_SCHEMA,
+    )

@@ -34,7 +34,7 @@ class Mailbox:
         """Make the owner's poll return, with or without a command."""
         try:
             os.write(self._write, b"x")
-        except OSError:          # closed, or the pipe is full: the owner wakes either way
+        except OSError:  # closed, or the pipe is full: the owner wakes either way
             pass
 
     def take(self) -> list:

@@ -27,11 +27,18 @@ from spark_zmq.spark.datasource import (
     ZeroEQDataSource,
 )
 
-FORMATS = {source.name(): source.protocol
-           for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)}
+FORMATS = {
+    source.name(): source.protocol
+    for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)
+}
 #: how each tool subcommand runs its parsed arguments
-RUNNERS = {"zeroeq": run_zeroeq, "ebus": run_ebus, "goby": run_goby,
-           "discover": lambda args: run_discover(args, FORMATS), "demo": run_demo}
+RUNNERS = {
+    "zeroeq": run_zeroeq,
+    "ebus": run_ebus,
+    "goby": run_goby,
+    "discover": lambda args: run_discover(args, FORMATS),
+    "demo": run_demo,
+}
 
 
 def options_markdown(format_name: str, shared: bool = True) -> str:
@@ -46,18 +53,17 @@ def options_markdown(format_name: str, shared: bool = True) -> str:
         if shared:
             tables.append(("every format's writer", WRITER_OPTIONS))
         tables.append((f"the `{format_name}` writer", protocol.writer_options))
-    return "\n".join(f"Options of {title}:\n\n{option_table(specs)}\n"
-                     for title, specs in tables)
+    return "\n".join(f"Options of {title}:\n\n{option_table(specs)}\n" for title, specs in tables)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_zmq",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m spark_zmq", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     options = commands.add_parser("options", help="print a format's options (Markdown)")
     options.add_argument("format", nargs="?", default="zeroeq", choices=sorted(FORMATS))
-    options.add_argument("--own", action="store_true",
-                         help="only the format's own options, not the generic ones")
+    options.add_argument(
+        "--own", action="store_true", help="only the format's own options, not the generic ones"
+    )
     add_zeroeq_parser(commands)
     add_ebus_parser(commands)
     add_goby_parser(commands)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from spark_zmq.options import CURVE_OPTIONS, Option
 from spark_zmq.security import NO_CURVE, Curve
@@ -25,8 +26,10 @@ def _checked(option: Option) -> Callable[[str], Any]:
         try:
             return option.parse(value)
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"must be {option.accepts}; got {value!r} "
-                                             f"({exc})") from None
+            raise argparse.ArgumentTypeError(
+                f"must be {option.accepts}; got {value!r} ({exc})"
+            ) from None
+
     return parse
 
 
@@ -34,9 +37,13 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
     """The four CURVE flags, in a group of their own."""
     group = parser.add_argument_group("CURVE (encryption and authentication)")
     for option in CURVE_OPTIONS:
-        group.add_argument(flag(option), dest=option.name, type=_checked(option),
-                           metavar="KEY" if option.name != "curveClientKeys" else "KEYS",
-                           help=option.doc)
+        group.add_argument(
+            flag(option),
+            dest=option.name,
+            type=_checked(option),
+            metavar="KEY" if option.name != "curveClientKeys" else "KEYS",
+            help=option.doc,
+        )
 
 
 def curve_of(args: argparse.Namespace) -> Curve:

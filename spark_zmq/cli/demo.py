@@ -18,11 +18,15 @@ PROG = "python -m spark_zmq demo"
 
 
 def add_demo_parser(commands: argparse._SubParsersAction) -> None:
-    parser = commands.add_parser("demo", help="run demo peers of a format until interrupted",
-                                 description=__doc__.split("\n\n")[1].replace("\n", " "))
+    parser = commands.add_parser(
+        "demo",
+        help="run demo peers of a format until interrupted",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
     parser.add_argument("--format", required=True, choices=sorted(DEMOS))
-    parser.add_argument("--rate", type=float, default=10.0,
-                        help="readings per second from each peer (default 10)")
+    parser.add_argument(
+        "--rate", type=float, default=10.0, help="readings per second from each peer (default 10)"
+    )
     parser.add_argument("--seconds", type=float, help="stop after this long")
 
 

@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
@@ -64,14 +64,22 @@ def option_arg(value: str) -> tuple[str, str]:
 
 def add_discover_parser(commands: argparse._SubParsersAction, formats: list[str]) -> None:
     parser = commands.add_parser(
-        "discover", help="list the endpoints a stream would read right now",
-        description=__doc__.split("\n\n")[1].replace("\n", " "))
-    parser.add_argument("--format", choices=formats,
-                        help="only this format (default: every one, with its defaults)")
-    parser.add_argument("--option", action="append", type=option_arg, default=[],
-                        metavar="KEY=VALUE", help="a reader option of --format (repeatable)")
-    parser.add_argument("--seconds", type=float, default=3.0,
-                        help="how long to listen (default 3)")
+        "discover",
+        help="list the endpoints a stream would read right now",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    parser.add_argument(
+        "--format", choices=formats, help="only this format (default: every one, with its defaults)"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=option_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a reader option of --format (repeatable)",
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="how long to listen (default 3)")
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
 
 
@@ -92,24 +100,36 @@ def discover(protocol: StreamProtocol, given: Mapping[str, str], seconds: float)
 
 
 def row_of(format_name: str, endpoint: Endpoint) -> dict:
-    return {"format": format_name, "partition": endpoint.key, "endpoint": endpoint.address,
-            "metadata": dict(sorted(endpoint.metadata.items()))}
+    return {
+        "format": format_name,
+        "partition": endpoint.key,
+        "endpoint": endpoint.address,
+        "metadata": dict(sorted(endpoint.metadata.items())),
+    }
 
 
 def table(rows: list[dict]) -> str:
     """A plain text table: format, partition, endpoint, metadata as key=value."""
     head = ("format", "partition", "endpoint", "metadata")
-    lines = [(r["format"], r["partition"], r["endpoint"],
-              " ".join(f"{k}={v}" for k, v in r["metadata"].items())) for r in rows]
+    lines = [
+        (
+            r["format"],
+            r["partition"],
+            r["endpoint"],
+            " ".join(f"{k}={v}" for k, v in r["metadata"].items()),
+        )
+        for r in rows
+    ]
     widths = [max(len(cell) for cell in column) for column in zip(head, *lines)]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in [head, *lines])
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+        for line in [head, *lines]
+    )
 
 
 def run_discover(args: argparse.Namespace, formats: Mapping[str, StreamProtocol]) -> int:
     if args.option and not args.format:
-        print(f"{PROG}: --option needs --format (options belong to one format)",
-              file=sys.stderr)
+        print(f"{PROG}: --option needs --format (options belong to one format)", file=sys.stderr)
         return 2
     names = [args.format] if args.format else list(formats)
     rows, failed = [], False
@@ -119,7 +139,7 @@ def run_discover(args: argparse.Namespace, formats: Mapping[str, StreamProtocol]
         except OptionError as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return 2
-        except Exception as exc:          # the format's own error: gobyd, Zyre, a bind
+        except Exception as exc:  # the format's own error: gobyd, Zyre, a bind
             print(f"{PROG}: {name}: {exc}", file=sys.stderr, flush=True)
             failed = True
             continue

@@ -30,13 +30,20 @@ from spark_zmq.protocols.ebus.wire import (
 
 
 def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
-    ebus = commands.add_parser("ebus", help="an EBUS broker, an echo worker, services, workers",
-                               description="EBUS peers from a shell, without Spark.")
+    ebus = commands.add_parser(
+        "ebus",
+        help="an EBUS broker, an echo worker, services, workers",
+        description="EBUS peers from a shell, without Spark.",
+    )
     actions = ebus.add_subparsers(dest="action", required=True, metavar="ACTION")
     broker = actions.add_parser("broker", help="run a broker until interrupted")
     broker.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    for name, default in (("frontend", FRONTEND_PORT), ("backend", BACKEND_PORT),
-                          ("pub", PUB_PORT), ("sub", SUB_PORT)):
+    for name, default in (
+        ("frontend", FRONTEND_PORT),
+        ("backend", BACKEND_PORT),
+        ("pub", PUB_PORT),
+        ("sub", SUB_PORT),
+    ):
         broker.add_argument(f"--{name}-port", type=int, default=default, metavar="PORT")
     broker.set_defaults(run=run_broker)
     worker = actions.add_parser("worker", help="serve an echo service until interrupted")
@@ -47,8 +54,7 @@ def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
     for kind in ("services", "workers"):
         question = actions.add_parser(kind, help=f"print the broker's {kind.upper()} answer")
         question.add_argument("--broker", default="127.0.0.1", help="the broker's host")
-        question.add_argument("--frontend-port", type=int, default=FRONTEND_PORT,
-                              metavar="PORT")
+        question.add_argument("--frontend-port", type=int, default=FRONTEND_PORT, metavar="PORT")
         question.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
         question.set_defaults(run=run_question)
     call = actions.add_parser("call", help="send one request to a service, print the answer")
@@ -56,8 +62,13 @@ def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
     call.add_argument("--data", default="null", help="the request's data, JSON text")
     call.add_argument("--broker", default="127.0.0.1", help="the broker's host")
     call.add_argument("--frontend-port", type=int, default=FRONTEND_PORT, metavar="PORT")
-    call.add_argument("--stales-ms", type=int, default=DEFAULT_STALES_MS, metavar="MS",
-                      help="how long the request may wait for an answer")
+    call.add_argument(
+        "--stales-ms",
+        type=int,
+        default=DEFAULT_STALES_MS,
+        metavar="MS",
+        help="how long the request may wait for an answer",
+    )
     call.set_defaults(run=run_call)
     for parser in actions.choices.values():
         add_curve_arguments(parser)
@@ -82,11 +93,15 @@ def _until_interrupted() -> None:
 
 def run_broker(args: argparse.Namespace) -> int:
     curve = curve_of(args)
-    broker = Broker(args.host, args.frontend_port, args.backend_port, args.pub_port,
-                    args.sub_port, curve=curve)
-    print(f"ebus broker on {args.host}: frontend {broker.frontend_port}, backend "
-          f"{broker.backend_port}, pub {broker.pub_port}, sub {broker.sub_port}"
-          f"{', CURVE' if curve.serves else ''}", flush=True)
+    broker = Broker(
+        args.host, args.frontend_port, args.backend_port, args.pub_port, args.sub_port, curve=curve
+    )
+    print(
+        f"ebus broker on {args.host}: frontend {broker.frontend_port}, backend "
+        f"{broker.backend_port}, pub {broker.pub_port}, sub {broker.sub_port}"
+        f"{', CURVE' if curve.serves else ''}",
+        flush=True,
+    )
     try:
         _until_interrupted()
     finally:
@@ -95,8 +110,12 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    worker = Worker(f"tcp://{args.broker}:{args.backend_port}", args.service, lambda data: data,
-                    curve=curve_of(args))
+    worker = Worker(
+        f"tcp://{args.broker}:{args.backend_port}",
+        args.service,
+        lambda data: data,
+        curve=curve_of(args),
+    )
     print(f"ebus worker {args.service!r} on tcp://{args.broker}:{args.backend_port}", flush=True)
     try:
         _until_interrupted()
@@ -106,8 +125,12 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def run_question(args: argparse.Namespace) -> int:
-    answer = ask(f"tcp://{args.broker}:{args.frontend_port}", args.action.upper(), args.timeout,
-                 curve_of(args))
+    answer = ask(
+        f"tcp://{args.broker}:{args.frontend_port}",
+        args.action.upper(),
+        args.timeout,
+        curve_of(args),
+    )
     print(json.dumps(answer, sort_keys=True))
     return 0
 
@@ -121,6 +144,14 @@ def run_call(args: argparse.Namespace) -> int:
     with Client(f"tcp://{args.broker}:{args.frontend_port}", curve=curve_of(args)) as client:
         answer = client.request(args.service, data, stales_ms=args.stales_ms).result()
     reply = None if answer.data is None else answer_json(answer.data)
-    print(json.dumps({"requestId": answer.request_id, "status": answer.status,
-                      "data": None if reply is None else json.loads(reply)}, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "requestId": answer.request_id,
+                "status": answer.status,
+                "data": None if reply is None else json.loads(reply),
+            },
+            sort_keys=True,
+        )
+    )
     return 0 if answer.status == "REPLY" else 1

@@ -21,6 +21,7 @@ import time
 
 import zmq
 
+from spark_zmq.cli.common import CommandError
 from spark_zmq.cli.curve import add_curve_arguments, curve_of
 from spark_zmq.protocols.goby import (
     GobyDaemon,
@@ -41,53 +42,75 @@ PROG = "python -m spark_zmq goby"
 CLIENT_NAME = "spark_zmq_cli"
 
 
-class CommandError(Exception):
-    """A failure the user can act on: one stderr line and exit status 1."""
-
-
 def add_goby_parser(commands: argparse._SubParsersAction) -> None:
-    goby = commands.add_parser("goby", help="a stand-in gobyd, subscribe, publish",
-                               description="Goby3 interprocess from a shell, without Spark.")
+    goby = commands.add_parser(
+        "goby",
+        help="a stand-in gobyd, subscribe, publish",
+        description="Goby3 interprocess from a shell, without Spark.",
+    )
     actions = goby.add_subparsers(dest="action", required=True, metavar="ACTION")
     daemon = actions.add_parser("daemon", help="run a stand-in gobyd until interrupted")
-    daemon.add_argument("--platform", default=DEFAULT_PLATFORM,
-                        help="IPC sockets at /tmp/goby_PLATFORM.* (default %(default)s)")
-    daemon.add_argument("--socket-name", help="IPC sockets at SOCKET_NAME.* (overrides "
-                                              "--platform)")
-    daemon.add_argument("--tcp-port", type=int, metavar="PORT",
-                        help=f"TCP instead of IPC: the Manager on this port (gobyd's default "
-                             f"is {DEFAULT_TCP_PORT}; 0 picks one)")
-    daemon.add_argument("--host", default="127.0.0.1", help="TCP address to bind (default "
-                                                            "loopback)")
-    daemon.add_argument("--required-client", action="append", default=[], metavar="NAME",
-                        help="hold publications until this client is ready (repeatable)")
+    daemon.add_argument(
+        "--platform",
+        default=DEFAULT_PLATFORM,
+        help="IPC sockets at /tmp/goby_PLATFORM.* (default %(default)s)",
+    )
+    daemon.add_argument("--socket-name", help="IPC sockets at SOCKET_NAME.* (overrides --platform)")
+    daemon.add_argument(
+        "--tcp-port",
+        type=int,
+        metavar="PORT",
+        help=f"TCP instead of IPC: the Manager on this port (gobyd's default "
+        f"is {DEFAULT_TCP_PORT}; 0 picks one)",
+    )
+    daemon.add_argument(
+        "--host", default="127.0.0.1", help="TCP address to bind (default loopback)"
+    )
+    daemon.add_argument(
+        "--required-client",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="hold publications until this client is ready (repeatable)",
+    )
     daemon.set_defaults(run=run_daemon)
 
     subscribe = actions.add_parser("subscribe", help="print messages as JSON lines")
     _add_client_arguments(subscribe)
-    subscribe.add_argument("prefixes", nargs="*", default=["/"], metavar="PREFIX",
-                           help="identifier prefixes such as /nav/PROTOBUF/ (default /: all)")
+    subscribe.add_argument(
+        "prefixes",
+        nargs="*",
+        default=["/"],
+        metavar="PREFIX",
+        help="identifier prefixes such as /nav/PROTOBUF/ (default /: all)",
+    )
     subscribe.add_argument("--count", type=int, help="stop after this many messages")
-    subscribe.add_argument("--timeout", type=float, metavar="SECONDS",
-                           help="stop after this long")
-    subscribe.add_argument("--include-internal-groups", action="store_true",
-                           help="also print gobyd's own hold handshake (groups "
-                                f"{INTERNAL_GROUP_PREFIX}...), hidden by default as Goby's "
-                                "tools hide it")
+    subscribe.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long")
+    subscribe.add_argument(
+        "--include-internal-groups",
+        action="store_true",
+        help="also print gobyd's own hold handshake (groups "
+        f"{INTERNAL_GROUP_PREFIX}...), hidden by default as Goby's "
+        "tools hide it",
+    )
     subscribe.set_defaults(run=run_subscribe)
 
     publish = actions.add_parser("publish", help="send a message as a Goby client")
     _add_client_arguments(publish)
     publish.add_argument("--group", required=True)
-    publish.add_argument("--scheme", default="CSTR", help="a scheme name or number (default "
-                                                          "CSTR)")
+    publish.add_argument("--scheme", default="CSTR", help="a scheme name or number (default CSTR)")
     publish.add_argument("--type", help="the type name (default CSTR for CSTR)")
     body = publish.add_mutually_exclusive_group(required=True)
     body.add_argument("--text", help="CSTR text, or JSON text for the JSON scheme")
     body.add_argument("--payload-hex", help="the payload's bytes in hex")
     publish.add_argument("--count", type=int, default=1)
-    publish.add_argument("--wait", type=float, default=5.0, metavar="SECONDS",
-                         help="wait up to this long for a subscriber first (default 5)")
+    publish.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="wait up to this long for a subscriber first (default 5)",
+    )
     publish.add_argument("--hold-timeout", type=float, default=60.0, metavar="SECONDS")
     publish.set_defaults(run=run_publish)
     for parser in actions.choices.values():
@@ -105,8 +128,9 @@ def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _manager(args: argparse.Namespace) -> ManagerAddress:
     if args.manager_host or args.manager_port:
-        return ManagerAddress.tcp(args.manager_host or "127.0.0.1",
-                                  args.manager_port or DEFAULT_TCP_PORT)
+        return ManagerAddress.tcp(
+            args.manager_host or "127.0.0.1", args.manager_port or DEFAULT_TCP_PORT
+        )
     return ManagerAddress.ipc(args.platform, args.socket_name)
 
 
@@ -122,10 +146,14 @@ def run_goby(args: argparse.Namespace) -> int:
 
 def run_daemon(args: argparse.Namespace) -> int:
     curve = curve_of(args)
-    daemon = GobyDaemon(args.platform, args.socket_name, args.tcp_port, args.host,
-                        args.required_client, curve=curve)
-    print(f"gobyd: manager {daemon.manager_endpoint}, router XPUB {daemon.xpub_endpoint}, "
-          f"XSUB {daemon.xsub_endpoint}{', CURVE' if curve.serves else ''}", flush=True)
+    daemon = GobyDaemon(
+        args.platform, args.socket_name, args.tcp_port, args.host, args.required_client, curve=curve
+    )
+    print(
+        f"gobyd: manager {daemon.manager_endpoint}, router XPUB {daemon.xpub_endpoint}, "
+        f"XSUB {daemon.xsub_endpoint}{', CURVE' if curve.serves else ''}",
+        flush=True,
+    )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -139,8 +167,9 @@ def run_daemon(args: argparse.Namespace) -> int:
 def run_subscribe(args: argparse.Namespace) -> int:
     prefixes = [subscription_prefix(p) for p in args.prefixes]
     curve = curve_of(args)
-    router = request_router(_manager(args), args.client_name, os.getpid(), args.manager_timeout,
-                            curve=curve)
+    router = request_router(
+        _manager(args), args.client_name, os.getpid(), args.manager_timeout, curve=curve
+    )
     sock = curve.as_client(zmq.Context.instance().socket(zmq.SUB))
     sock.setsockopt(zmq.LINGER, 0)
     for prefix in prefixes:
@@ -156,14 +185,14 @@ def run_subscribe(args: argparse.Namespace) -> int:
             if sock.poll(wait):
                 line = message_line(sock.recv())
                 if args.include_internal_groups or not str(line.get("group", "")).startswith(
-                        INTERNAL_GROUP_PREFIX):
+                    INTERNAL_GROUP_PREFIX
+                ):
                     print(json.dumps(line), flush=True)
                     received += 1
     finally:
         sock.close(0)
     if args.count is not None and received < args.count:
-        raise CommandError(f"received {received} of {args.count} messages within "
-                           f"{args.timeout} s")
+        raise CommandError(f"received {received} of {args.count} messages within {args.timeout} s")
     return 0
 
 
@@ -173,8 +202,13 @@ def message_line(message: bytes) -> dict:
         ident, payload = split_message(message)
     except IdentifierError as exc:
         return {"error": str(exc), "message_base64": base64.b64encode(message).decode()}
-    line = {"group": ident.group, "scheme": ident.scheme, "type": ident.type,
-            "process": ident.process, "thread": ident.thread}
+    line = {
+        "group": ident.group,
+        "scheme": ident.scheme,
+        "type": ident.type,
+        "process": ident.process,
+        "thread": ident.thread,
+    }
     try:
         if ident.scheme == "CSTR":
             return {**line, "text": cstr_text(payload)}
@@ -188,15 +222,27 @@ def message_line(message: bytes) -> dict:
 def run_publish(args: argparse.Namespace) -> int:
     payload = None if args.payload_hex is None else bytes.fromhex(args.payload_hex)
     try:
-        message = encode_message(args.group, args.scheme, args.type, payload, args.text,
-                              process=os.getpid(), thread=thread_hash())
+        message = encode_message(
+            args.group,
+            args.scheme,
+            args.type,
+            payload,
+            args.text,
+            process=os.getpid(),
+            thread=thread_hash(),
+        )
     except (ValueError, PayloadError) as exc:
         raise CommandError(str(exc)) from None
-    publisher = GobyPublisher(_manager(args), args.client_name,
-                              manager_timeout=args.manager_timeout,
-                              hold_timeout=args.hold_timeout or None, send_hwm=1000,
-                              send_timeout=10.0, curve=curve_of(args))
-    topic = message[:message.index(b"\0")]
+    publisher = GobyPublisher(
+        _manager(args),
+        args.client_name,
+        manager_timeout=args.manager_timeout,
+        hold_timeout=args.hold_timeout or None,
+        send_hwm=1000,
+        send_timeout=10.0,
+        curve=curve_of(args),
+    )
+    topic = message[: message.index(b"\0")]
     try:
         deadline = time.monotonic() + args.wait
         while publisher.subscribers(topic) < 1 and time.monotonic() < deadline:
@@ -206,7 +252,9 @@ def run_publish(args: argparse.Namespace) -> int:
             publisher.send([message])
     finally:
         publisher.close()
-        zmq.Context.instance().term()    # returns once the messages are out (linger: 1 s)
-    print(f"published {args.count} x {topic.decode('utf-8', 'replace')} to {subscribers} "
-          f"subscription(s) via {publisher.router.publish}")
+        zmq.Context.instance().term()  # returns once the messages are out (linger: 1 s)
+    print(
+        f"published {args.count} x {topic.decode('utf-8', 'replace')} to {subscribers} "
+        f"subscription(s) via {publisher.router.publish}"
+    )
     return 0

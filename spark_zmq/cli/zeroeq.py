@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
+from spark_zmq.cli.common import CommandError
 from spark_zmq.options import comma_list
 from spark_zmq.protocols.zeroeq import (
     MEERKAT,
@@ -55,15 +56,6 @@ VOCABULARY_TIMEOUT = 1.0
 RECORD_TIMEOUT = 3.0
 
 
-class CommandError(Exception):
-    """A failure the user can act on: one line on stderr and exit ``status`` instead of a
-    traceback (2 for a usage error found after parsing, 1 for anything else)."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def note(action: str, message: str) -> None:
     """Progress and errors go to stderr, so stdout carries only results (JSON, tables)."""
     print(f"{PROG} {action}: {message}", file=sys.stderr, flush=True)
@@ -99,6 +91,7 @@ def vocabulary_of(record: Record) -> dict[bytes, str | None]:
 
 
 # -- zeroeq: argument types (a bad value is a usage error naming the option) --------------------
+
 
 def interfaces_arg(value: str) -> tuple[str, ...] | None:
     """``all`` (None: every interface) or IPv4 addresses / interface names, checked now so a
@@ -173,79 +166,157 @@ def seconds_arg(value: str) -> float:
 
 # -- zeroeq: the parser --------------------------------------------------------------------------
 
+
 def add_zeroeq_parser(commands: argparse._SubParsersAction) -> None:
-    zeroeq = commands.add_parser("zeroeq", help="publish, subscribe, browse, manage (ZeroEQ)",
-                                 description="ZeroEQ from a shell, without Spark.")
+    zeroeq = commands.add_parser(
+        "zeroeq",
+        help="publish, subscribe, browse, manage (ZeroEQ)",
+        description="ZeroEQ from a shell, without Spark.",
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--interfaces", type=interfaces_arg, default=("127.0.0.1",),
-                        metavar="ADDRESSES",
-                        help="ZeroConf on these IPv4 addresses or interface names, "
-                             "comma-separated, or 'all' (default: 127.0.0.1)")
+    common.add_argument(
+        "--interfaces",
+        type=interfaces_arg,
+        default=("127.0.0.1",),
+        metavar="ADDRESSES",
+        help="ZeroConf on these IPv4 addresses or interface names, "
+        "comma-separated, or 'all' (default: 127.0.0.1)",
+    )
     actions = zeroeq.add_subparsers(dest="action", required=True, metavar="ACTION")
     for add in (add_publish, add_subscribe, add_browse, add_manage):
         add(actions, common)
 
 
 def add_publish(actions: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    parser = actions.add_parser("publish", parents=[common], help="announce a publisher and "
-                                "send one event COUNT times")
-    parser.add_argument("--session", help="session to announce in (default: "
-                        "ZEROEQ_PUB_SESSION, else ZEROEQ_SESSION, else the user name)")
-    parser.add_argument("--event", required=True, type=event_arg, metavar="EVENT",
-                        help="event name, 32-hex wire id or high:low id")
+    parser = actions.add_parser(
+        "publish", parents=[common], help="announce a publisher and send one event COUNT times"
+    )
+    parser.add_argument(
+        "--session",
+        help="session to announce in (default: "
+        "ZEROEQ_PUB_SESSION, else ZEROEQ_SESSION, else the user name)",
+    )
+    parser.add_argument(
+        "--event",
+        required=True,
+        type=event_arg,
+        metavar="EVENT",
+        help="event name, 32-hex wire id or high:low id",
+    )
     payload = parser.add_mutually_exclusive_group()
-    payload.add_argument("--payload", metavar="TEXT", help="payload as UTF-8 text "
-                         "(default: none, a one-frame message)")
-    payload.add_argument("--payload-file", metavar="FILE", help="payload: the bytes of FILE "
-                         "('-' for stdin)")
+    payload.add_argument(
+        "--payload",
+        metavar="TEXT",
+        help="payload as UTF-8 text (default: none, a one-frame message)",
+    )
+    payload.add_argument(
+        "--payload-file", metavar="FILE", help="payload: the bytes of FILE ('-' for stdin)"
+    )
     parser.add_argument("--count", type=positive_int, default=1, help="times to send (1)")
-    parser.add_argument("--wait", type=seconds_arg, default=5.0, metavar="SECONDS",
-                        help="wait this long for a subscriber to the event before sending (5)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind and announce; "
-                        "'*' binds every address and announces the host name (127.0.0.1)")
+    parser.add_argument(
+        "--wait",
+        type=seconds_arg,
+        default=5.0,
+        metavar="SECONDS",
+        help="wait this long for a subscriber to the event before sending (5)",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind and announce; "
+        "'*' binds every address and announces the host name (127.0.0.1)",
+    )
     parser.add_argument("--port", type=port_arg, default=0, help="TCP port (default: any free)")
     parser.set_defaults(run=run_publish)
 
 
 def add_subscribe(actions: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    parser = actions.add_parser("subscribe", parents=[common], help="print received events, "
-                                "one JSON line each")
-    parser.add_argument("--session", help="read the publishers of this session, '' for every "
-                        "session (default as for publish); not used with --publishers")
-    parser.add_argument("--events", type=events_arg, default={}, metavar="E1,E2",
-                        help="events to receive: names or ids (default: every event)")
-    parser.add_argument("--publishers", type=publishers_arg, metavar="HOST:PORT,...",
-                        help="connect to these publishers instead of discovering them")
+    parser = actions.add_parser(
+        "subscribe", parents=[common], help="print received events, one JSON line each"
+    )
+    parser.add_argument(
+        "--session",
+        help="read the publishers of this session, '' for every "
+        "session (default as for publish); not used with --publishers",
+    )
+    parser.add_argument(
+        "--events",
+        type=events_arg,
+        default={},
+        metavar="E1,E2",
+        help="events to receive: names or ids (default: every event)",
+    )
+    parser.add_argument(
+        "--publishers",
+        type=publishers_arg,
+        metavar="HOST:PORT,...",
+        help="connect to these publishers instead of discovering them",
+    )
     parser.add_argument("--count", type=positive_int, help="stop after this many events")
-    parser.add_argument("--timeout", type=seconds_arg, metavar="SECONDS",
-                        help="stop after this many seconds (default: no limit)")
+    parser.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: no limit)",
+    )
     parser.set_defaults(run=run_subscribe)
 
 
 def add_browse(actions: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    parser = actions.add_parser("browse", parents=[common], help="list announced publishers "
-                                "and subscribers with their vocabularies")
-    parser.add_argument("--session", default="", help="only records of this session (and "
-                        "those announcing none); default: every session")
-    parser.add_argument("--timeout", type=seconds_arg, default=2.0, metavar="SECONDS",
-                        help="listen for announcements this long (2)")
+    parser = actions.add_parser(
+        "browse",
+        parents=[common],
+        help="list announced publishers and subscribers with their vocabularies",
+    )
+    parser.add_argument(
+        "--session",
+        default="",
+        help="only records of this session (and those announcing none); default: every session",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        default=2.0,
+        metavar="SECONDS",
+        help="listen for announcements this long (2)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list, not a table")
     parser.set_defaults(run=run_browse)
 
 
 def add_manage(actions: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    parser = actions.add_parser("manage", parents=[common], help="tell a running reader to "
-                                "(un)subscribe, or list its subscriptions")
-    parser.add_argument("target", metavar="ADDRESS_OR_SUBSCRIBER", help="the reader's "
-                        "management port (tcp://host:port) or its subscriber instance name "
-                        "(the UUID browse shows)")
+    parser = actions.add_parser(
+        "manage",
+        parents=[common],
+        help="tell a running reader to (un)subscribe, or list its subscriptions",
+    )
+    parser.add_argument(
+        "target",
+        metavar="ADDRESS_OR_SUBSCRIBER",
+        help="the reader's "
+        "management port (tcp://host:port) or its subscriber instance name "
+        "(the UUID browse shows)",
+    )
     parser.add_argument("request", choices=("subscribe", "unsubscribe", "list"))
-    parser.add_argument("--publisher", type=publisher_arg, metavar="HOST:PORT",
-                        help="the publisher to (un)subscribe; needed by those requests")
-    parser.add_argument("--event", type=event_text_arg, metavar="EVENT", help="name, 32-hex or "
-                        "high:low id (default: every event of the publisher)")
-    parser.add_argument("--timeout", type=seconds_arg, default=5.0, metavar="SECONDS",
-                        help="wait this long for the subscriber's record and the reply (5)")
+    parser.add_argument(
+        "--publisher",
+        type=publisher_arg,
+        metavar="HOST:PORT",
+        help="the publisher to (un)subscribe; needed by those requests",
+    )
+    parser.add_argument(
+        "--event",
+        type=event_text_arg,
+        metavar="EVENT",
+        help="name, 32-hex or high:low id (default: every event of the publisher)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds_arg,
+        default=5.0,
+        metavar="SECONDS",
+        help="wait this long for the subscriber's record and the reply (5)",
+    )
     parser.set_defaults(run=run_manage)
 
 
@@ -257,6 +328,7 @@ def event_text_arg(value: str) -> str:
 
 # -- zeroeq publish ------------------------------------------------------------------------------
 
+
 def run_publish(args: argparse.Namespace) -> int:
     """Announce a publisher, send, and leave only once the messages are out: the publisher has
     its own zmq context, and terminating it waits (up to the socket's linger) for delivery."""
@@ -264,9 +336,15 @@ def run_publish(args: argparse.Namespace) -> int:
     payload = read_payload(args.payload, args.payload_file)
     context = zmq.Context()
     try:
-        publisher = Publisher(args.session, host=args.host, port=args.port,
-                              application=APPLICATION, interfaces=args.interfaces,
-                              registered={wire: name}, context=context)
+        publisher = Publisher(
+            args.session,
+            host=args.host,
+            port=args.port,
+            application=APPLICATION,
+            interfaces=args.interfaces,
+            registered={wire: name},
+            context=context,
+        )
     except OSError as exc:
         context.destroy(linger=0)
         raise CommandError(str(exc)) from None
@@ -275,9 +353,11 @@ def run_publish(args: argparse.Namespace) -> int:
     finally:
         publisher.close()
         context.term()
-    print(f"published {args.count} x {event_label(wire, name)}, {len(payload)} bytes, from "
-          f"{publisher.instance_name} in session {publisher.session!r} to {subscribers} "
-          f"subscriber(s)")
+    print(
+        f"published {args.count} x {event_label(wire, name)}, {len(payload)} bytes, from "
+        f"{publisher.instance_name} in session {publisher.session!r} to {subscribers} "
+        f"subscriber(s)"
+    )
     return 0
 
 
@@ -296,22 +376,26 @@ def read_payload(text: str | None, path: str | None) -> bytes:
         raise CommandError(f"--payload-file {path}: {exc.strerror}", 2) from None
 
 
-def send(publisher: Publisher, wire: bytes, name: str | None, payload: bytes, count: int,
-         wait: float) -> int:
+def send(
+    publisher: Publisher, wire: bytes, name: str | None, payload: bytes, count: int, wait: float
+) -> int:
     """Send after a subscriber shows up, since zmq drops what is published before a
     subscription arrives; with none, send anyway (the user may be testing just that).
     Returns how many subscribers the event had."""
     try:
         publisher.wait_for_subscribers(1, timeout=wait, event=wire)
     except TimeoutError:
-        note("publish", f"no subscriber to {event_label(wire, name)} within {wait} s; "
-                        f"publishing anyway")
+        note(
+            "publish",
+            f"no subscriber to {event_label(wire, name)} within {wait} s; publishing anyway",
+        )
     for _ in range(count):
         publisher.publish(wire, payload)
     return publisher.count_subscribers(wire)
 
 
 # -- zeroeq subscribe ----------------------------------------------------------------------------
+
 
 class Subscription:
     """One SUB socket per publisher, because a SUB socket does not tell which of its peers sent
@@ -346,21 +430,29 @@ class Subscription:
             time.sleep(timeout)
             return []
         ready = dict(self.poller.poll(timeout * 1000))
-        return [(instance, sock.recv_multipart()) for instance, sock in self.sockets.items()
-                if sock in ready]
+        return [
+            (instance, sock.recv_multipart())
+            for instance, sock in self.sockets.items()
+            if sock in ready
+        ]
 
     def decode(self, instance: str, frames: list[bytes]) -> dict | None:
         """A message as its JSON line's fields, or None for one that is not printed: malformed,
         or Meerkat and the like, which only the subscription's own bookkeeping asked for."""
         if len(frames[0]) != EVENT_ID_BYTES or len(frames) > 2:
-            note("subscribe", f"publisher {instance}: skipped a malformed message of "
-                              f"{len(frames)} frame(s)")
+            note(
+                "subscribe",
+                f"publisher {instance}: skipped a malformed message of {len(frames)} frame(s)",
+            )
             return None
         wire, payload = frames[0], frames[1] if len(frames) == 2 else b""
         if self.events and wire not in self.events:
             return None
-        line = {"publisher": instance, "event_id": wire.hex(),
-                "event": self.names[instance].get(wire)}
+        line = {
+            "publisher": instance,
+            "event_id": wire.hex(),
+            "event": self.names[instance].get(wire),
+        }
         try:
             line["payload"] = payload.decode("utf-8")
         except UnicodeDecodeError:
@@ -384,11 +476,11 @@ class PublisherFinder:
         self.session = session
         self.found: queue.Queue[tuple[PublisherRecord, dict[bytes, str | None]]] = queue.Queue()
         self.zeroconf = make_zeroconf(interfaces)
-        self.browser = ServiceBrowser(self.zeroconf, PUBLISHER_SERVICE,
-                                      handlers=[self._on_change])
+        self.browser = ServiceBrowser(self.zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change])
 
-    def _on_change(self, zeroconf: Zeroconf, service_type: str, name: str,
-                   state_change: ServiceStateChange) -> None:
+    def _on_change(
+        self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
         from zeroconf import ServiceStateChange
 
         if state_change is ServiceStateChange.Removed:
@@ -434,16 +526,20 @@ def run_subscribe(args: argparse.Namespace) -> int:
             finder.close()
         subscription.close()
     if not subscription.sockets:
-        raise CommandError(f"no publisher found in session {session!r} within "
-                           f"{args.timeout} s (see 'browse')")
+        raise CommandError(
+            f"no publisher found in session {session!r} within {args.timeout} s (see 'browse')"
+        )
     if args.count is not None and received < args.count:
-        raise CommandError(f"received {received} of {args.count} events within "
-                           f"{args.timeout} s")
+        raise CommandError(f"received {received} of {args.count} events within {args.timeout} s")
     return 0
 
 
-def print_events(subscription: Subscription, finder: PublisherFinder | None, count: int | None,
-                 timeout: float | None) -> int:
+def print_events(
+    subscription: Subscription,
+    finder: PublisherFinder | None,
+    count: int | None,
+    timeout: float | None,
+) -> int:
     """Print events as they come, until ``count`` of them or ``timeout`` s; how many."""
     deadline = None if timeout is None else time.monotonic() + timeout
     received = 0
@@ -471,11 +567,12 @@ class NameCollector:
     network, and the browser's thread should keep taking announcements meanwhile."""
 
     def __init__(self) -> None:
-        self.names: dict[str, str] = {}        # record name -> service type
+        self.names: dict[str, str] = {}  # record name -> service type
         self._lock = threading.Lock()
 
-    def __call__(self, zeroconf: Zeroconf, service_type: str, name: str,
-                 state_change: ServiceStateChange) -> None:
+    def __call__(
+        self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
+    ) -> None:
         from zeroconf import ServiceStateChange
 
         with self._lock:
@@ -496,13 +593,17 @@ def browse(interfaces: tuple[str, ...] | None, seconds: float) -> list[Record]:
     collector = NameCollector()
     zeroconf = make_zeroconf(interfaces)
     try:
-        browsers = [ServiceBrowser(zeroconf, service, handlers=[collector])
-                    for service in (PUBLISHER_SERVICE, SUBSCRIBER_SERVICE)]
-        time.sleep(seconds)       # announcements come when they come: listen for a while
+        browsers = [
+            ServiceBrowser(zeroconf, service, handlers=[collector])
+            for service in (PUBLISHER_SERVICE, SUBSCRIBER_SERVICE)
+        ]
+        time.sleep(seconds)  # announcements come when they come: listen for a while
         for browser in browsers:
             browser.cancel()
-        infos = [(name, zeroconf.get_service_info(service, name, timeout=1000))
-                 for name, service in collector.snapshot().items()]
+        infos = [
+            (name, zeroconf.get_service_info(service, name, timeout=1000))
+            for name, service in collector.snapshot().items()
+        ]
     finally:
         zeroconf.close()
     return [Record.parse(name, info.properties) for name, info in infos if info is not None]
@@ -510,23 +611,31 @@ def browse(interfaces: tuple[str, ...] | None, seconds: float) -> list[Record]:
 
 def describe(record: Record) -> dict:
     """One record as browse shows it; vocabulary named where its server says, else ids."""
-    events = sorted(vocabulary_of(record).items(), key=lambda item: (item[1] is None,
-                                                                     item[1] or "", item[0]))
-    return {"kind": "publisher" if record.service == PUBLISHER_SERVICE else "subscriber",
-            "instance": record.instance_name, "session": record.session,
-            "application": record.txt.get("application"), "user": record.txt.get("user"),
-            "vocabulary": [{"id": wire.hex(), "text": event_id_text(wire), "name": name}
-                           for wire, name in events],
-            "vocabulary_request": record.vocabulary_request,
-            "management": record.txt.get("management"), "txt": dict(record.txt)}
+    events = sorted(
+        vocabulary_of(record).items(), key=lambda item: (item[1] is None, item[1] or "", item[0])
+    )
+    return {
+        "kind": "publisher" if record.service == PUBLISHER_SERVICE else "subscriber",
+        "instance": record.instance_name,
+        "session": record.session,
+        "application": record.txt.get("application"),
+        "user": record.txt.get("user"),
+        "vocabulary": [
+            {"id": wire.hex(), "text": event_id_text(wire), "name": name} for wire, name in events
+        ],
+        "vocabulary_request": record.vocabulary_request,
+        "management": record.txt.get("management"),
+        "txt": dict(record.txt),
+    }
 
 
 def table(rows: list[dict]) -> str:
     """Aligned plain columns, readable in a terminal and easy to grep or cut."""
     cells = [list(COLUMNS)] + [[cell_text(row, column) for column in COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-                     for line in cells)
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells
+    )
 
 
 def cell_text(row: dict, column: str) -> str:
@@ -539,8 +648,11 @@ def cell_text(row: dict, column: str) -> str:
 
 def run_browse(args: argparse.Namespace) -> int:
     """Finding nothing is an answer, not a failure: exit 0, with a note on stderr."""
-    records = [record for record in browse(args.interfaces, args.timeout)
-               if in_session(record.session, args.session)]
+    records = [
+        record
+        for record in browse(args.interfaces, args.timeout)
+        if in_session(record.session, args.session)
+    ]
     records.sort(key=lambda record: (record.service, record.session or "", record.instance_name))
     rows = [describe(record) for record in records]
     if args.json:
@@ -549,12 +661,14 @@ def run_browse(args: argparse.Namespace) -> int:
         print(table(rows))
     if not rows:
         where = f"in session {args.session!r}" if args.session else "at all"
-        note("browse", f"no ZeroEQ publisher or subscriber announced {where} within "
-                       f"{args.timeout} s")
+        note(
+            "browse", f"no ZeroEQ publisher or subscriber announced {where} within {args.timeout} s"
+        )
     return 0
 
 
 # -- zeroeq manage -------------------------------------------------------------------------------
+
 
 def run_manage(args: argparse.Namespace) -> int:
     """Check the request here, where a missing option is a usage error, rather than let the
@@ -574,23 +688,24 @@ def run_manage(args: argparse.Namespace) -> int:
     return 0
 
 
-def management_address(target: str, interfaces: tuple[str, ...] | None,
-                       timeout: float) -> str:
+def management_address(target: str, interfaces: tuple[str, ...] | None, timeout: float) -> str:
     """A zmq endpoint as it is; anything else names a reader's subscriber record, whose TXT
     ``management`` is where its management port listens."""
     if "://" in target:
         return target
     zeroconf = make_zeroconf(interfaces)
     try:
-        info = zeroconf.get_service_info(SUBSCRIBER_SERVICE, f"{target}.{SUBSCRIBER_SERVICE}",
-                                         timeout=int(timeout * 1000))
+        info = zeroconf.get_service_info(
+            SUBSCRIBER_SERVICE, f"{target}.{SUBSCRIBER_SERVICE}", timeout=int(timeout * 1000)
+        )
     finally:
         zeroconf.close()
     if info is None:
-        raise CommandError(f"no subscriber {target!r} answered on ZeroConf within {timeout} s "
-                           f"(a management port is given as tcp://host:port)")
+        raise CommandError(
+            f"no subscriber {target!r} answered on ZeroConf within {timeout} s "
+            f"(a management port is given as tcp://host:port)"
+        )
     address = Record.parse(info.name, info.properties).txt.get("management")
     if not address:
         raise CommandError(f"subscriber {target!r} announces no management port")
     return address
-

@@ -31,14 +31,23 @@ class HolderSettings:
     curve: tuple[str | None, str | None, str | None] = (None, None, None)
 
     @classmethod
-    def of(cls, options: Options) -> "HolderSettings":
+    def of(cls, options: Options) -> HolderSettings:
         curve = Curve.of(options)
-        keys = tuple(k.decode() if k else None
-                     for k in (curve.server_key, curve.public_key, curve.secret_key))
-        return cls(options.format_name, options["maxSpoolBytes"], options["maxMessageBytes"],
-                   options["flushIntervalMs"] / 1000.0, options["leaseTimeout"],
-                   options["captureIdleTimeout"], options["onSpoolWriteError"] == "drop",
-                   options["receiveHighWaterMark"], keys)
+        keys = tuple(
+            k.decode() if k else None
+            for k in (curve.server_key, curve.public_key, curve.secret_key)
+        )
+        return cls(
+            options.format_name,
+            options["maxSpoolBytes"],
+            options["maxMessageBytes"],
+            options["flushIntervalMs"] / 1000.0,
+            options["leaseTimeout"],
+            options["captureIdleTimeout"],
+            options["onSpoolWriteError"] == "drop",
+            options["receiveHighWaterMark"],
+            keys,
+        )
 
     def curve_keys(self) -> Curve:
         server, public, secret = (k.encode() if k else None for k in self.curve)
@@ -51,8 +60,8 @@ class Claim(InputPartition):
     highest epoch is still ``expect_epoch`` (0: never claimed)."""
 
     spool_path: str
-    spool_id: str          # the driver's assignment names it: proves the executor sees the spool
+    spool_id: str  # the driver's assignment names it: proves the executor sees the spool
     key: str
     expect_epoch: int
-    declines_left: int     # how many times the task may leave it to a less loaded executor
+    declines_left: int  # how many times the task may leave it to a less loaded executor
     settings: HolderSettings

@@ -26,13 +26,18 @@ class DriverCapture(Placement):
         # received between the first connection and the first offset call).
         self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
         self._capture = Capture(
-            self._spool, max_message_bytes=self.options["maxMessageBytes"],
-            flush_interval=self.options["flushIntervalMs"] / 1000.0, name=self.protocol.name,
+            self._spool,
+            max_message_bytes=self.options["maxMessageBytes"],
+            flush_interval=self.options["flushIntervalMs"] / 1000.0,
+            name=self.protocol.name,
             drop_on_write_error=self.options["onSpoolWriteError"] == "drop",
-            curve=Curve.of(self.options), receive_hwm=self.options["receiveHighWaterMark"])
+            curve=Curve.of(self.options),
+            receive_hwm=self.options["receiveHighWaterMark"],
+        )
         self._capture.start()
-        logger.info("%s: capturing on the driver, spooling to %s", self.protocol.name,
-                    self.spool_path)
+        logger.info(
+            "%s: capturing on the driver, spooling to %s", self.protocol.name, self.spool_path
+        )
         self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
         self._discovery.start(self._capture)
 

@@ -1,16 +1,18 @@
 """``ExecutorCapture`` (``capture=executors``), after Flink's split enumerator: the driver only
-discovers, assigns and plans. It publishes the live endpoints in ``assignment.json`` in the spool
-and renews that document every second. Each partition is captured by one holder process on an
-executor (``spark_zmq.capture.holder``), started by a *claim* task of that partition and fenced by the
-spool's epochs. The driver watches every holder's heartbeat; a partition whose holder is gone,
-or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the next micro-batch
-(the reader forces one). Commits go to ``commits.json``; each holder truncates its partition.
+discovers, assigns and plans. It publishes the live endpoints in ``assignment.json`` in the
+spool and renews that document every second. Each partition is captured by one holder process on
+an executor (``spark_zmq.capture.holder``), started by a *claim* task of that partition and
+fenced by the spool's epochs. The driver watches every holder's heartbeat; a partition whose
+holder is gone, or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the
+next micro-batch (the reader forces one). Commits go to ``commits.json``; each holder truncates
+its partition.
 
-A restarted query starts from the previous run's assignment, not from an empty one: right after a
-start, an endpoint discovery has not found yet is *unknown*, not gone. Its holder (which outlives
-a query stopped within its application, for ``captureIdleTimeout``) keeps capturing and is
-adopted; if it has ended, a new holder is claimed at once at the address last known. Discovery confirms such an endpoint (joined) or ends it
-(left); one it has not found within ``RECONFIRM_SECONDS`` leaves then, as any endpoint that left.
+A restarted query starts from the previous run's assignment, not from an empty one: right after
+a start, an endpoint discovery has not found yet is *unknown*, not gone. Its holder (which
+outlives a query stopped within its application, for ``captureIdleTimeout``) keeps capturing and
+is adopted; if it has ended, a new holder is claimed at once at the address last known.
+Discovery confirms such an endpoint (joined) or ends it (left); one it has not found within
+``RECONFIRM_SECONDS`` leaves then, as any endpoint that left.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
@@ -48,8 +51,8 @@ class _Watched:
     lease: Lease | None
     changed_at: float
     requested_at: float = float("-inf")
-    requests: int = 0                       # claims sent since its epoch last changed
-    last_holder: Lease | None = None        # the last lease seen with a holder in it
+    requests: int = 0  # claims sent since its epoch last changed
+    last_holder: Lease | None = None  # the last lease seen with a holder in it
 
 
 class ExecutorCapture(Placement):
@@ -68,7 +71,8 @@ class ExecutorCapture(Placement):
         self._spool_id = ""
         self._beat = 0
         self._watched: dict[str, _Watched] = {}
-        self._live: set[str] | None = None     # live holders as the last snapshot read them
+        self._live: set[str] | None = None  # live holders as the last snapshot read them
+        self._planned: tuple[int, list[Claim]] = (0, [])  # the last claims round opened
         self._stopping = threading.Event()
         self._renewer: threading.Thread | None = None
         self._discovery = None
@@ -77,20 +81,29 @@ class ExecutorCapture(Placement):
         try:
             os.makedirs(self.spool_path, exist_ok=True)
         except OSError as exc:
-            raise OSError(f"cannot use {self.spool_path!r} as a spool folder (option "
-                          f"spoolPath): {exc.strerror or exc}") from None
+            raise OSError(
+                f"cannot use {self.spool_path!r} as a spool folder (option "
+                f"spoolPath): {exc.strerror or exc}"
+            ) from None
         self.ends_at_start = {k: s.end for k, s in read_snapshot(self.spool_path).items()}
         previous = self._assignment.load() or {}
         self._spool_id = previous.get("spool_id") or uuid.uuid4().hex
         self._carry_over(previous)
         self._renew()
-        self._renewer = threading.Thread(target=self._renew_forever, daemon=True,
-                                         name=f"spark_zmq {self.protocol.name} assignment")
+        self._renewer = threading.Thread(
+            target=self._renew_forever,
+            daemon=True,
+            name=f"spark_zmq {self.protocol.name} assignment",
+        )
         self._renewer.start()
-        logger.info("%s: capturing on executors, spooling to %s (must be shared by every node)",
-                    self.protocol.name, self.spool_path)
+        logger.info(
+            "%s: capturing on executors, spooling to %s (must be shared by every node)",
+            self.protocol.name,
+            self.spool_path,
+        )
         self._discovery = self.protocol.discovery(
-            self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json")))
+            self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json"))
+        )
         self._discovery.start(self)
 
     def _carry_over(self, previous: dict) -> None:
@@ -104,9 +117,14 @@ class ExecutorCapture(Placement):
         with self._lock:
             self._endpoints.update(carried)
             self._unconfirmed.update(dict.fromkeys(carried, deadline))
-        logger.info("%s: %d endpoints of the previous run stay assigned until discovery finds "
-                    "them again (at most %g s): %s", self.protocol.name, len(carried),
-                    RECONFIRM_SECONDS, ", ".join(sorted(carried)))
+        logger.info(
+            "%s: %d endpoints of the previous run stay assigned until discovery finds "
+            "them again (at most %g s): %s",
+            self.protocol.name,
+            len(carried),
+            RECONFIRM_SECONDS,
+            ", ".join(sorted(carried)),
+        )
 
     # -- discovery's listener ------------------------------------------------------------------
 
@@ -129,8 +147,12 @@ class ExecutorCapture(Placement):
         for key in expired:
             del self._unconfirmed[key]
             self._endpoints.pop(key, None)
-            logger.info("%s: endpoint %s of the previous run was not found again within %g s: "
-                        "it left", self.protocol.name, key, RECONFIRM_SECONDS)
+            logger.info(
+                "%s: endpoint %s of the previous run was not found again within %g s: it left",
+                self.protocol.name,
+                key,
+                RECONFIRM_SECONDS,
+            )
 
     # -- the query's heartbeat -----------------------------------------------------------------
 
@@ -139,17 +161,23 @@ class ExecutorCapture(Placement):
         with self._lock:
             self._expire_unconfirmed()
             self._beat += 1
-            self._assignment.save({
-                "spool_id": self._spool_id, "beat": self._beat, "format": self.protocol.name,
-                "endpoints": {k: e.to_json() for k, e in sorted(self._endpoints.items())}})
+            self._assignment.save(
+                {
+                    "spool_id": self._spool_id,
+                    "beat": self._beat,
+                    "format": self.protocol.name,
+                    "endpoints": {k: e.to_json() for k, e in sorted(self._endpoints.items())},
+                }
+            )
 
     def _renew_forever(self) -> None:
         while not self._stopping.wait(RENEW_SECONDS):
             try:
                 self._renew()
             except OSError as exc:
-                logger.warning("%s: cannot renew %s: %s", self.protocol.name,
-                               self._assignment.path, exc)
+                logger.warning(
+                    "%s: cannot renew %s: %s", self.protocol.name, self._assignment.path, exc
+                )
 
     # -- planning ------------------------------------------------------------------------------
 
@@ -160,8 +188,12 @@ class ExecutorCapture(Placement):
             assigned = set(self._endpoints)
         state = read_snapshot(self.spool_path)
         # a partition whose endpoint left while nobody held it will not be retired by a holder
-        return {k: s._replace(retired=True) if not s.retired and k not in assigned
-                and k not in live else s for k, s in state.items()}
+        return {
+            k: s._replace(retired=True)
+            if not s.retired and k not in assigned and k not in live
+            else s
+            for k, s in state.items()
+        }
 
     def _live_holders(self) -> set[str]:
         """Keys whose holder's heartbeat moved within leaseTimeout, by this process's clock."""
@@ -176,16 +208,21 @@ class ExecutorCapture(Placement):
             elif _beat_of(lease) != _beat_of(watched.lease):
                 changed = True
                 if lease is not None and lease.epoch != _beat_of(watched.lease)[0]:
-                    watched.requests = 0     # a claim went through
+                    watched.requests = 0  # a claim went through
                 watched.lease, watched.changed_at = lease, now
             if lease is not None and lease.holder:
                 self._log_holder_change(key, watched, lease)
             if changed and lease is not None and lease.failure:
                 # failed during this run (a failure left by an earlier run is not raised again)
-                raise RuntimeError(f"{self.protocol.name}: the capture of partition {key} on "
-                                   f"executor {lease.executor} failed: {lease.failure}")
-            if (lease is not None and not lease.sealed
-                    and now - watched.changed_at < self.settings.lease_timeout):
+                raise CaptureError(
+                    f"{self.protocol.name}: the capture of partition {key} on "
+                    f"executor {lease.executor} failed: {lease.failure}"
+                )
+            if (
+                lease is not None
+                and not lease.sealed
+                and now - watched.changed_at < self.settings.lease_timeout
+            ):
                 live.add(key)
         return live
 
@@ -196,15 +233,44 @@ class ExecutorCapture(Placement):
         name = self.protocol.name
         if last is None or lease.epoch > last.epoch:
             if last is None:
-                logger.info("%s: partition %s held by executor %s (epoch %d)", name, key,
-                            lease.executor, lease.epoch)
+                logger.info(
+                    "%s: partition %s held by executor %s (epoch %d)",
+                    name,
+                    key,
+                    lease.executor,
+                    lease.epoch,
+                )
             else:
-                logger.warning("%s: partition %s moved from executor %s to executor %s (epoch "
-                               "%d); nothing was captured between %s and %s", name, key,
-                               last.executor, lease.executor, lease.epoch, _wall(last.at),
-                               _wall(lease.at))
+                logger.warning(
+                    "%s: partition %s moved from executor %s to executor %s (epoch "
+                    "%d); nothing was captured between %s and %s",
+                    name,
+                    key,
+                    last.executor,
+                    lease.executor,
+                    lease.epoch,
+                    _wall(last.at),
+                    _wall(lease.at),
+                )
         elif lease.sealed and not last.sealed:
             logger.info("%s: partition %s released by its holder %s", name, key, lease.holder)
+
+    def next_claims_round(self, last_round: int | None) -> int | None:
+        claims = self.claims()
+        if not claims:
+            return last_round
+        new_round = (last_round or 0) + 1
+        self._planned = (new_round, claims)
+        self.requested(claims)
+        return new_round
+
+    def claims_of_round(self, claims_round: int) -> list[Claim]:
+        """The claims planned for this round; claims worked out anew when the round was planned
+        by an earlier run (a restart replays its last micro-batch)."""
+        planned_round, claims = self._planned
+        if planned_round == claims_round:
+            return claims
+        return self.claims(retry_now=True)
 
     def claims(self, retry_now: bool = False) -> list[Claim]:
         # the reader asks right after a snapshot: its reading of the leases is current
@@ -221,8 +287,9 @@ class ExecutorCapture(Placement):
                 continue
             epoch = watched.lease.epoch if watched.lease else 0
             declines = max(0, MAX_DECLINES - watched.requests)
-            wanted.append(Claim(self.spool_path, self._spool_id, key, epoch, declines,
-                                self.settings))
+            wanted.append(
+                Claim(self.spool_path, self._spool_id, key, epoch, declines, self.settings)
+            )
         return wanted
 
     def requested(self, claims: list[Claim]) -> None:

@@ -35,12 +35,15 @@ class Placement(ABC):
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, including everything captured before this call."""
 
-    def claims(self, retry_now: bool = False) -> list["Claim"]:
-        """Partitions that need a holder now, as claim tasks; none when capture is local."""
-        return []
+    def next_claims_round(self, last_round: int | None) -> int | None:
+        """The claims round the next offset carries: a new one when partitions need a holder
+        now (a micro-batch with a new round runs their claim tasks, ``claims_of_round``), else
+        ``last_round``. Capture on the driver never needs one."""
+        return last_round
 
-    def requested(self, claims: list["Claim"]) -> None:
-        """The claims went out in a micro-batch."""
+    def claims_of_round(self, claims_round: int) -> list[Claim]:
+        """The claim tasks of a round that ``next_claims_round`` opened."""
+        return []
 
     @abstractmethod
     def commit(self, end: dict[str, int]) -> None:

@@ -8,9 +8,9 @@ Spark's streaming machinery. The generic reader (``spark_zmq.spark.reader``) and
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 from typing import Protocol as TypingProtocol
 
 import pyarrow as pa
@@ -41,14 +41,23 @@ class Endpoint:
 
     def to_json(self) -> dict:
         """A JSON-able form, for handing the endpoint to a capture process elsewhere."""
-        return {"key": self.key, "address": self.address, "metadata": dict(self.metadata),
-                "subscriptions": [s.hex() for s in self.subscriptions],
-                "socket_type": self.socket_type}
+        return {
+            "key": self.key,
+            "address": self.address,
+            "metadata": dict(self.metadata),
+            "subscriptions": [s.hex() for s in self.subscriptions],
+            "socket_type": self.socket_type,
+        }
 
     @classmethod
-    def from_json(cls, obj: dict) -> "Endpoint":
-        return cls(obj["key"], obj["address"], obj["metadata"],
-                   tuple(bytes.fromhex(s) for s in obj["subscriptions"]), obj["socket_type"])
+    def from_json(cls, obj: dict) -> Endpoint:
+        return cls(
+            obj["key"],
+            obj["address"],
+            obj["metadata"],
+            tuple(bytes.fromhex(s) for s in obj["subscriptions"]),
+            obj["socket_type"],
+        )
 
 
 class EndpointListener(TypingProtocol):
@@ -133,6 +142,7 @@ class StreamProtocol(ABC):
 
 
 # -- writing -------------------------------------------------------------------------------------
+
 
 @dataclass
 class Encoded:

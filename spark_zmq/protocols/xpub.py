@@ -13,6 +13,7 @@ from collections import Counter
 
 import zmq
 
+from spark_zmq.errors import PeerTimeout
 from spark_zmq.protocols.base import SinkPublisher
 from spark_zmq.security import NO_CURVE, Curve
 
@@ -42,7 +43,7 @@ class Subscriptions:
         return sum(n for prefix, n in self._counts.items() if topic.startswith(prefix))
 
 
-class SendTimeout(TimeoutError):
+class SendTimeout(PeerTimeout):
     """A send stayed blocked by back-pressure for longer than the send timeout."""
 
 
@@ -50,9 +51,16 @@ class XPubSender(SinkPublisher):
     """An XPUB connected to ``address`` (or bound there, with ``bind``): sends with
     back-pressure, counts subscriptions."""
 
-    def __init__(self, address: str, *, send_hwm: int, send_timeout: float | None,
-                 bind: bool = False, context: zmq.Context | None = None,
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        send_hwm: int,
+        send_timeout: float | None,
+        bind: bool = False,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.send_timeout = send_timeout
         self._subscriptions = Subscriptions()
         self.socket = (context or zmq.Context.instance()).socket(zmq.XPUB)
@@ -65,22 +73,25 @@ class XPubSender(SinkPublisher):
             self.socket.setsockopt(zmq.SNDTIMEO, int(send_timeout * 1000))
         try:
             if bind:
-                self.socket.bind(address)      # an ephemeral address becomes the concrete one
+                self.socket.bind(address)  # an ephemeral address becomes the concrete one
                 address = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
             else:
                 self.socket.connect(address)
         except zmq.ZMQError as exc:
             self.socket.close(0)
-            raise OSError(f"cannot {'bind' if bind else 'connect'} an XPUB at {address}: "
-                          f"{exc}") from None
+            raise OSError(
+                f"cannot {'bind' if bind else 'connect'} an XPUB at {address}: {exc}"
+            ) from None
         self.name = self.address = address
 
     def send(self, frames: list[bytes]) -> None:
         try:
             self.socket.send_multipart(frames)
         except zmq.Again:
-            raise SendTimeout(f"send to {self.address} stayed blocked for {self.send_timeout} s: "
-                              f"the broker or a subscriber is not taking messages") from None
+            raise SendTimeout(
+                f"send to {self.address} stayed blocked for {self.send_timeout} s: "
+                f"the broker or a subscriber is not taking messages"
+            ) from None
 
     def subscribers(self, topic: bytes) -> int:
         self._subscriptions.take(self.socket)

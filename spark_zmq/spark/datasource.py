@@ -31,16 +31,18 @@ class ZmqDataSource(DataSource):
         return cls.protocol.name
 
     def reader_options(self) -> Options:
-        options = parse_options(self.protocol.name,
-                                READER_OPTIONS + self.protocol.reader_options, self.options)
+        options = parse_options(
+            self.protocol.name, READER_OPTIONS + self.protocol.reader_options, self.options
+        )
         self.protocol.check_options(options)
         return options
 
     def writer_options(self) -> Options:
         if not isinstance(self.protocol, SinkProtocol):
             raise OptionError(f"{self.protocol.name}: this format cannot be written")
-        return parse_options(self.protocol.name,
-                             WRITER_OPTIONS + self.protocol.writer_options, self.options)
+        return parse_options(
+            self.protocol.name, WRITER_OPTIONS + self.protocol.writer_options, self.options
+        )
 
     def schema(self) -> StructType:
         self.reader_options()  # fail on a bad option when the query is defined, not later
@@ -56,6 +58,7 @@ class ZmqDataSource(DataSource):
 
 
 # -- one class per format (module-level, so Spark pickles them by reference) ------------------
+
 
 class ZeroEQDataSource(ZmqDataSource):
     """``format("zeroeq")``: events of the publishers of a ZeroEQ session."""

@@ -1,14 +1,60 @@
 """Offsets, ranges and admission control, kept apart from capture and from Spark's calls.
 
-An offset as Spark stores it in the checkpoint is a JSON object: partition key -> the next
-offset to read in that partition (per-partition sequence numbers of the spool).
+An offset as Spark stores it in the checkpoint is a JSON object (``StreamOffset``): partition
+key -> the next offset to read in that partition (per-partition sequence numbers of the spool),
+plus the format version and, with ``capture=executors``, the round of claims planned.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from spark_zmq.errors import SparkZmqError
 
 PartitionOffsets = dict[str, int]
+
+#: the layout of the offsets this release writes into checkpoints
+OFFSET_VERSION = 1
+VERSION_KEY = "spark_zmq.version"
+#: a new value forces a micro-batch whose tasks include claims (partitions that need a capture
+#: process, capture=executors)
+CLAIMS_KEY = "spark_zmq.claims"
+
+
+class OffsetVersionError(SparkZmqError, ValueError):
+    """A checkpoint's offset written in a layout this release does not read."""
+
+
+@dataclass(frozen=True)
+class StreamOffset:
+    """One offset of a stream, as Spark checkpoints it.
+
+    JSON: ``{"<partition>": next offset, ..., "spark_zmq.version": 1, "spark_zmq.claims": n}``.
+    An offset without a version was written before versions existed, in the same layout.
+    """
+
+    ends: PartitionOffsets = field(default_factory=dict)
+    claims_round: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        doc = {**self.ends, VERSION_KEY: OFFSET_VERSION}
+        if self.claims_round is not None:
+            doc[CLAIMS_KEY] = self.claims_round
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StreamOffset:
+        version = doc.get(VERSION_KEY, OFFSET_VERSION)
+        if version != OFFSET_VERSION:
+            raise OffsetVersionError(
+                f"the checkpoint holds a spark_zmq offset of layout version {version!r}; this "
+                f"release reads version {OFFSET_VERSION}. Run the release that wrote the "
+                f"checkpoint, or start the query with a new checkpoint"
+            )
+        ends = {k: int(v) for k, v in doc.items() if k not in (VERSION_KEY, CLAIMS_KEY)}
+        return cls(ends, doc.get(CLAIMS_KEY))
 
 
 class OffsetRange(NamedTuple):
@@ -21,8 +67,9 @@ class OffsetRange(NamedTuple):
         return self.end - self.start
 
 
-def ranges(start: Mapping[str, int], end: Mapping[str, int],
-           first_available: Mapping[str, int]) -> list[OffsetRange]:
+def ranges(
+    start: Mapping[str, int], end: Mapping[str, int], first_available: Mapping[str, int]
+) -> list[OffsetRange]:
     """The non-empty ranges between two offsets. A partition missing from ``start`` (it appeared
     after that offset was planned) starts at its first available offset."""
     result = []
@@ -33,8 +80,12 @@ def ranges(start: Mapping[str, int], end: Mapping[str, int],
     return result
 
 
-def admit(start: Mapping[str, int], available: Mapping[str, int],
-          first_available: Mapping[str, int], max_rows: int | None) -> PartitionOffsets:
+def admit(
+    start: Mapping[str, int],
+    available: Mapping[str, int],
+    first_available: Mapping[str, int],
+    max_rows: int | None,
+) -> PartitionOffsets:
     """End offsets that admit at most ``max_rows`` new messages in total.
 
     Like Kafka's ``maxOffsetsPerTrigger``, the budget is shared in proportion to each
@@ -55,6 +106,6 @@ def admit(start: Mapping[str, int], available: Mapping[str, int],
         if shares[key] < backlog[key]:
             shares[key] += 1
             leftover -= 1
-    for key, size in backlog.items():
+    for key, _size in backlog.items():
         end[key] = start.get(key, first_available.get(key, 0)) + shares[key]
     return end

@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
+
+from spark_zmq.spark.offsets import StreamOffset
 
 #: name of the observed metric that carries the gap count
 METRIC = "spark_zmq"
@@ -29,10 +32,11 @@ def with_gap_count(frame: DataFrame) -> DataFrame:
     return frame.observe(METRIC, F.count(F.lit(1)).alias("rows"), gaps)
 
 
-def _offsets(value) -> dict:
+def _offsets(value) -> dict[str, int]:
+    """Each partition's offset in a progress event's offset (JSON text or a dict)."""
     if isinstance(value, str):
         value = json.loads(value)
-    return value if isinstance(value, dict) else {}
+    return StreamOffset.from_json(value).ends if isinstance(value, dict) else {}
 
 
 def progress_line(progress) -> str:
@@ -44,17 +48,20 @@ def progress_line(progress) -> str:
     metric = progress.observedMetrics.get(METRIC)
     gaps = metric["gaps"] if metric is not None and metric["gaps"] is not None else 0
     rate = progress.processedRowsPerSecond
-    rate = 0.0 if rate is None or math.isnan(rate) else rate      # NaN for an empty batch
-    return (f"batch {progress.batchId}: {progress.numInputRows} rows, "
-            f"{rate:.0f} rows/s, backlog {backlog} rows, "
-            f"{len(latest)} endpoints, {gaps} gaps")
+    rate = 0.0 if rate is None or math.isnan(rate) else rate  # NaN for an empty batch
+    return (
+        f"batch {progress.batchId}: {progress.numInputRows} rows, "
+        f"{rate:.0f} rows/s, backlog {backlog} rows, "
+        f"{len(latest)} endpoints, {gaps} gaps"
+    )
 
 
 class ProgressPrinter(StreamingQueryListener):
     """Prints ``progress_line`` for every batch of every query of the session."""
 
-    def __init__(self, out: TextIO = sys.stdout,
-                 line: Callable[[object], str] = progress_line) -> None:
+    def __init__(
+        self, out: TextIO = sys.stdout, line: Callable[[object], str] = progress_line
+    ) -> None:
         self.out = out
         self.line = line
 

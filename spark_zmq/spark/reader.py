@@ -5,7 +5,8 @@ discovery and capture for the protocol where the option ``capture`` places them
 (``spark_zmq.planning``), then plans offsets from what capture has written to the spool.
 Executor side: ``read`` gets a ``SpoolRange`` and the options, reads that range from the spool,
 lets the protocol decode it and yields Arrow record batches in the exact Spark schema; or it
-gets a ``Claim`` and makes sure a capture process holds that partition (``spark_zmq.capture.holder``).
+gets a ``Claim`` and makes sure a capture process holds that partition
+(``spark_zmq.capture.holder``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import os
 import signal
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -32,28 +33,31 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_zmq.capture.holder import executor_id, register_executor, take_partition
+from spark_zmq.errors import RowError
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.planning.assignment import Claim
 from spark_zmq.planning.placement import Placement, make_placement
 from spark_zmq.protocols.base import StreamProtocol
-from spark_zmq.spark.offsets import PartitionOffsets, admit, ranges
+from spark_zmq.spark.offsets import PartitionOffsets, StreamOffset, admit, ranges
 from spark_zmq.spool.reader import read_range
 
 #: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
 BATCH_ROWS = 65536
 
-SHARED_COLUMNS = pa.schema([
-    pa.field("partition", pa.string()),
-    pa.field("offset", pa.int64()),
-    pa.field("received_at", pa.timestamp("us", tz="UTC")),
-    pa.field("endpoint", pa.string()),
-    pa.field("payload", pa.binary()),
-    pa.field("error", pa.string()),
-])
+SHARED_COLUMNS = pa.schema(
+    [
+        pa.field("partition", pa.string()),
+        pa.field("offset", pa.int64()),
+        pa.field("received_at", pa.timestamp("us", tz="UTC")),
+        pa.field("endpoint", pa.string()),
+        pa.field("payload", pa.binary()),
+        pa.field("error", pa.string()),
+    ]
+)
 
 
-class MalformedMessageError(RuntimeError):
+class MalformedMessageError(RowError):
     """A malformed message under ``mode=FAILFAST``."""
 
 
@@ -80,11 +84,6 @@ class SpoolRange(InputPartition):
     end: int
 
 
-#: an entry of the offsets of queries with ``capture=executors``: a new value forces a
-#: micro-batch whose tasks include claims (partitions that need a capture process)
-CLAIMS_KEY = "spark_zmq.claims"
-
-
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Generic micro-batch reader over capture + spool, for any ``StreamProtocol``."""
 
@@ -95,11 +94,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # driver side only, created lazily (this object is also pickled to executors)
         self._placement: Placement | None = None
         self._available_now: PartitionOffsets | None = None
-        self._claims: tuple[int, list[Claim]] = (0, [])
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_placement=None, _claims=(0, []))
+        state.update(_placement=None)
         return state
 
     # -- driver side ---------------------------------------------------------------------------
@@ -115,18 +113,22 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _available(self) -> tuple[PartitionOffsets, PartitionOffsets, set[str]]:
         """(end, first available, retired) of every partition, with all captured so far."""
         state = self._started().snapshot()
-        return ({k: s.end for k, s in state.items()}, {k: s.start for k, s in state.items()},
-                {k for k, s in state.items() if s.retired})
+        return (
+            {k: s.end for k, s in state.items()},
+            {k: s.start for k, s in state.items()},
+            {k for k, s in state.items() if s.retired},
+        )
 
     def initialOffset(self) -> dict:
         first = self._available()[1]
         if self.options["startingOffsets"] == "earliest":
-            return first
-        return {k: self._placement.ends_at_start.get(k, v) for k, v in first.items()}
+            return StreamOffset(first).to_json()
+        ends_at_start = self._started().ends_at_start
+        return StreamOffset({k: ends_at_start.get(k, v) for k, v in first.items()}).to_json()
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        start = dict(start)
-        claims_round = start.pop(CLAIMS_KEY, None)
+    def latestOffset(self, start_json: dict, limit: ReadLimit) -> dict:
+        offset = StreamOffset.from_json(start_json)
+        start = offset.ends
         end, first, retired = self._available()
         if self._available_now is not None:
             end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
@@ -134,50 +136,40 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = admit(start, end, first, max_rows)
         # A retired partition that has been read to its end leaves the offsets, and stays out:
         # once left, its range would start at its first retained offset, which is its end.
-        end = {k: v for k, v in end.items()
-               if not (k in retired and start.get(k, first.get(k)) == v)}
-        claims = [] if self._available_now is not None else self._placement.claims()
-        if claims:
-            claims_round = (claims_round or 0) + 1
-            self._claims = (claims_round, claims)
-            self._placement.requested(claims)
-        if claims_round is not None:
-            end[CLAIMS_KEY] = claims_round
-        return end
+        end = {
+            k: v for k, v in end.items() if not (k in retired and start.get(k, first.get(k)) == v)
+        }
+        claims_round = offset.claims_round
+        if self._available_now is None:
+            claims_round = self._started().next_claims_round(claims_round)
+        return StreamOffset(end, claims_round).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         max_rows = self.options["maxRecordsPerTrigger"]
         return ReadMaxRows(max_rows) if max_rows else ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict:
-        return self._available()[0]
+        return StreamOffset(self._available()[0]).to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._available()[0]
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        start, end = dict(start), dict(end)
-        claims_round = end.pop(CLAIMS_KEY, None)
+    def partitions(self, start_json: dict, end_json: dict) -> list[InputPartition]:
+        start, end = StreamOffset.from_json(start_json), StreamOffset.from_json(end_json)
         first = {}
-        if any(k not in start for k in end):   # where partitions new since ``start`` begin
+        if any(k not in start.ends for k in end.ends):  # partitions new since ``start`` begin
             first = {k: s.start for k, s in self._started().snapshot().items()}
-        planned: list[InputPartition] = [SpoolRange(self.spool_path, r.key, r.start, r.end)
-                                         for r in ranges(start, end, first)]
-        if claims_round is not None and claims_round != start.get(CLAIMS_KEY):
-            planned += self._claims_of_round(claims_round)
+        planned: list[InputPartition] = [
+            SpoolRange(self.spool_path, r.key, r.start, r.end)
+            for r in ranges(start.ends, end.ends, first)
+        ]
+        if end.claims_round is not None and end.claims_round != start.claims_round:
+            planned += self._started().claims_of_round(end.claims_round)
         return planned
-
-    def _claims_of_round(self, claims_round: int) -> list[Claim]:
-        """The claims that ``latestOffset`` planned for this round; claims worked out anew when
-        the batch was planned by an earlier run (a restart replays its last batch)."""
-        planned_round, claims = self._claims
-        if planned_round == claims_round:
-            return claims
-        return self._started().claims(retry_now=True)
 
     def commit(self, end: dict) -> None:
         if self._placement is not None:
-            self._placement.commit({k: v for k, v in end.items() if k != CLAIMS_KEY})
+            self._placement.commit(StreamOffset.from_json(end).ends)
 
     def stop(self) -> None:
         """Close sockets and write what was received; Spark may or may not call this."""
@@ -198,8 +190,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pending: list[pa.RecordBatch] = []
         pending_rows = pending_bytes = 0
         dropped = 0
-        for first, source, table in read_range(partition.spool_path, partition.key,
-                                               partition.start, partition.end):
+        for first, source, table in read_range(
+            partition.spool_path, partition.key, partition.start, partition.end
+        ):
             batch, malformed = self._decode(partition.key, first, source, table, schema)
             dropped += malformed
             if batch.num_rows:
@@ -211,12 +204,18 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pending, pending_rows, pending_bytes = [], 0, 0
         yield from _rebatch(pending, schema, max_bytes)
         if dropped:
-            logger.warning("%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
-                           self.protocol.name, dropped, partition.key, partition.start,
-                           partition.end)
+            logger.warning(
+                "%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
+                self.protocol.name,
+                dropped,
+                partition.key,
+                partition.start,
+                partition.end,
+            )
 
-    def _decode(self, key: str, first: int, source, table: pa.Table,
-                schema: pa.Schema) -> tuple[pa.RecordBatch, int]:
+    def _decode(
+        self, key: str, first: int, source, table: pa.Table, schema: pa.Schema
+    ) -> tuple[pa.RecordBatch, int]:
         """Rows of one spool slice in the output schema, with ``mode`` applied."""
         n = table.num_rows
         frames = table.column("frames").combine_chunks()
@@ -245,14 +244,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise MalformedMessageError(
                 f"{self.protocol.name}: malformed message in partition {key} at offset "
                 f"{row['offset']} from {row['endpoint']}: {row['error']} (mode=FAILFAST; use "
-                f"mode=PERMISSIVE to keep such messages as rows, or DROPMALFORMED to skip them)")
+                f"mode=PERMISSIVE to keep such messages as rows, or DROPMALFORMED to skip them)"
+            )
         if mode == "DROPMALFORMED":
             return batch.filter(pc.invert(malformed)), count
         return batch, 0
 
 
-def _rebatch(batches: list[pa.RecordBatch], schema: pa.Schema,
-             max_bytes: int) -> Iterator[pa.RecordBatch]:
+def _rebatch(
+    batches: list[pa.RecordBatch], schema: pa.Schema, max_bytes: int
+) -> Iterator[pa.RecordBatch]:
     """Few, large batches out of many small ones: at most BATCH_ROWS rows and ``max_bytes``
     bytes each (a single larger row alone), so that no batch strains the Python worker or the
     JVM's direct memory that Spark reads it into."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 LOOPBACK = "127.0.0.1"
 
 
-def loopback_session(app_name: str, conf: Mapping[str, str] | None = None,
-                     log_level: str = "WARN"):
+def loopback_session(app_name: str, conf: Mapping[str, str] | None = None, log_level: str = "WARN"):
     """A ``local[2]`` session bound to 127.0.0.1 whose Python workers run this interpreter
     (so they import this installation of spark_zmq); ``conf`` adds settings."""
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -23,12 +22,15 @@ def loopback_session(app_name: str, conf: Mapping[str, str] | None = None,
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    builder = (SparkSession.builder.master("local[2]").appName(app_name)
-               .config("spark.driver.host", LOOPBACK)
-               .config("spark.driver.bindAddress", LOOPBACK)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2"))
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app_name)
+        .config("spark.driver.host", LOOPBACK)
+        .config("spark.driver.bindAddress", LOOPBACK)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

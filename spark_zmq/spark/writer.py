@@ -21,14 +21,15 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from spark_zmq.errors import RowError
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
@@ -43,11 +44,11 @@ from spark_zmq.protocols.base import (
 )
 
 
-class UnsendableRowError(RuntimeError):
+class UnsendableRowError(RowError):
     """A row that cannot be sent, under ``mode=FAILFAST``."""
 
 
-class FailedRequestError(RuntimeError):
+class FailedRequestError(RowError):
     """A request refused (under FAILFAST) or left unanswered (unless DROPMALFORMED)."""
 
 
@@ -73,8 +74,13 @@ _publishers_lock = threading.Lock()
 #: id of a shared publisher -> end of its window for subscribers (see _wait_for_subscribers)
 _wait_deadlines: dict[int, float] = {}
 #: answers written to replyPath
-REPLY_SCHEMA = pa.schema([pa.field("requestId", pa.string()), pa.field("status", pa.string()),
-                          pa.field("data", pa.string())])
+REPLY_SCHEMA = pa.schema(
+    [
+        pa.field("requestId", pa.string()),
+        pa.field("status", pa.string()),
+        pa.field("data", pa.string()),
+    ]
+)
 
 
 def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher | Requester:
@@ -85,8 +91,7 @@ def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher 
         publisher = _publishers.get(key)
         if publisher is None:
             publisher = _publishers[key] = protocol.open_publisher(options)
-            logger.info("%s writer: publisher %s opened in process", protocol.name,
-                        publisher.name)
+            logger.info("%s writer: publisher %s opened in process", protocol.name, publisher.name)
             if len(_publishers) == 1:
                 atexit.register(close_publishers)
         return publisher
@@ -138,8 +143,9 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         self._warn_skipped(counts)
         return counts
 
-    def _write_requests(self, requester: Requester, iterator: Iterator[pa.RecordBatch]
-                        ) -> SendCounts:
+    def _write_requests(
+        self, requester: Requester, iterator: Iterator[pa.RecordBatch]
+    ) -> SendCounts:
         """Send each row as a request, at most maxInFlight waiting; judge and keep outcomes."""
         counts = SendCounts(requester.name)
         query, batch_id, partition = _task_names()
@@ -172,23 +178,33 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             if outcome.kind == REFUSED and mode == "FAILFAST":
                 raise FailedRequestError(
                     f"{self.protocol.name} writer: {outcome.detail} (mode=FAILFAST; "
-                    f"PERMISSIVE or DROPMALFORMED record refused requests and go on)")
+                    f"PERMISSIVE or DROPMALFORMED record refused requests and go on)"
+                )
             if outcome.kind == UNANSWERED and mode != "DROPMALFORMED":
                 raise FailedRequestError(
                     f"{self.protocol.name} writer: {outcome.detail} (mode={mode}; "
                     f"DROPMALFORMED counts unanswered requests, records them in replyPath and "
-                    f"goes on)")
+                    f"goes on)"
+                )
         if counts.unanswered:
             first = next(o for o in outcomes if o.kind == UNANSWERED)
-            logger.warning("%s writer: %d of %d requests got no answer (mode=DROPMALFORMED); "
-                           "the first: %s", self.protocol.name, counts.unanswered, len(outcomes),
-                           first.detail)
+            logger.warning(
+                "%s writer: %d of %d requests got no answer (mode=DROPMALFORMED); the first: %s",
+                self.protocol.name,
+                counts.unanswered,
+                len(outcomes),
+                first.detail,
+            )
 
     def _warn_skipped(self, counts: SendCounts) -> None:
         if counts.skipped and self.options["mode"] == "PERMISSIVE":
-            logger.warning("%s writer: %s skipped %d rows that cannot be sent; the first: %s",
-                           self.protocol.name, counts.publisher, counts.skipped,
-                           counts.first_error)
+            logger.warning(
+                "%s writer: %s skipped %d rows that cannot be sent; the first: %s",
+                self.protocol.name,
+                counts.publisher,
+                counts.skipped,
+                counts.first_error,
+            )
 
     def _check_rows(self, encoded: Encoded, counts: SendCounts) -> None:
         """Mark rows over maxMessageBytes, then apply ``mode`` to every unsendable row."""
@@ -197,8 +213,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             if message is not None and sum(map(len, message)) > limit:
                 size = sum(map(len, message))
                 encoded.messages[index] = None
-                encoded.errors[index] = (f"message of {size} bytes is over maxMessageBytes "
-                                         f"({limit})")
+                encoded.errors[index] = f"message of {size} bytes is over maxMessageBytes ({limit})"
         for index, error in enumerate(encoded.errors):
             if error is None:
                 continue
@@ -206,12 +221,14 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
                 raise UnsendableRowError(
                     f"{self.protocol.name} writer: row {counts.rows + index + 1} of this "
                     f"task cannot be sent: {error} (mode=FAILFAST; mode=PERMISSIVE or "
-                    f"DROPMALFORMED skips such rows)")
+                    f"DROPMALFORMED skips such rows)"
+                )
             counts.skipped += 1
             counts.first_error = counts.first_error or error
 
-    def _wait_for_subscribers(self, publisher: SinkPublisher, topic: bytes,
-                              names: dict[bytes, str | None]) -> None:
+    def _wait_for_subscribers(
+        self, publisher: SinkPublisher, topic: bytes, names: dict[bytes, str | None]
+    ) -> None:
         """Wait until ``minSubscribers`` subscriptions match ``topic``, but only within the
         publisher's window: ``waitForSubscribers`` seconds from its first wait. Subscribers
         get that long to connect after a publisher appears; however many events, tasks and
@@ -223,10 +240,16 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         while publisher.subscribers(topic) < wanted:
             if time.monotonic() >= deadline:
                 shown = names.get(topic) or topic.hex()
-                logger.warning("%s writer: %s: fewer than %d subscribers to %s when its "
-                               "waitForSubscribers window (%g s from its first send) ended; "
-                               "sending anyway", self.protocol.name, publisher.name, wanted,
-                               shown, wait)
+                logger.warning(
+                    "%s writer: %s: fewer than %d subscribers to %s when its "
+                    "waitForSubscribers window (%g s from its first send) ended; "
+                    "sending anyway",
+                    self.protocol.name,
+                    publisher.name,
+                    wanted,
+                    shown,
+                    wait,
+                )
                 return
             time.sleep(0.01)
 
@@ -237,11 +260,15 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         sent = sum(m.sent for m in done)
         skipped = sum(m.skipped for m in done)
         publishers = sorted({m.publisher for m in done})
-        line = (f"{self.protocol.name} writer: batch {batchId}: sent {sent} messages from "
-                f"{len(done)} tasks through {', '.join(publishers) or 'no publisher'}")
+        line = (
+            f"{self.protocol.name} writer: batch {batchId}: sent {sent} messages from "
+            f"{len(done)} tasks through {', '.join(publishers) or 'no publisher'}"
+        )
         if any(m.answered or m.refused or m.unanswered for m in done):
-            line += "; " + ", ".join(f"{sum(getattr(m, kind) for m in done)} {kind}"
-                                     for kind in (ANSWERED, REFUSED, UNANSWERED))
+            line += "; " + ", ".join(
+                f"{sum(getattr(m, kind) for m in done)} {kind}"
+                for kind in (ANSWERED, REFUSED, UNANSWERED)
+            )
         if skipped:
             first = next(m.first_error for m in done if m.first_error)
             line += f"; skipped {skipped} rows that cannot be sent (first: {first})"
@@ -249,9 +276,13 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[SendCounts | None], batchId: int) -> None:
         sent = sum(m.sent for m in messages if m is not None)
-        logger.warning("%s writer: batch %d aborted after %d messages were sent (a retry "
-                       "sends them again: ZeroMQ pub/sub cannot take them back)",
-                       self.protocol.name, batchId, sent)
+        logger.warning(
+            "%s writer: batch %d aborted after %d messages were sent (a retry "
+            "sends them again: ZeroMQ pub/sub cannot take them back)",
+            self.protocol.name,
+            batchId,
+            sent,
+        )
 
 
 def _task_names() -> tuple[str, str, int]:
@@ -261,10 +292,13 @@ def _task_names() -> tuple[str, str, int]:
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    if context is None:                       # not in a Spark task (a direct call)
+    if context is None:  # not in a Spark task (a direct call)
         return uuid.uuid4().hex, "0", 0
-    return (context.getLocalProperty("sql.streaming.queryId") or uuid.uuid4().hex,
-            context.getLocalProperty("streaming.sql.batchId") or "0", context.partitionId())
+    return (
+        context.getLocalProperty("sql.streaming.queryId") or uuid.uuid4().hex,
+        context.getLocalProperty("streaming.sql.batchId") or "0",
+        context.partitionId(),
+    )
 
 
 def write_outcomes(root: str, batch_id: str, partition: int, outcomes: list[Outcome]) -> str:
@@ -273,9 +307,14 @@ def write_outcomes(root: str, batch_id: str, partition: int, outcomes: list[Outc
     folder = os.path.join(root, f"batchId={batch_id}")
     os.makedirs(folder, exist_ok=True)
     name = f"part-{partition:05d}.parquet"
-    table = pa.table([pa.array([o.request_id for o in outcomes], pa.string()),
-                      pa.array([o.status for o in outcomes], pa.string()),
-                      pa.array([o.data for o in outcomes], pa.string())], schema=REPLY_SCHEMA)
+    table = pa.table(
+        [
+            pa.array([o.request_id for o in outcomes], pa.string()),
+            pa.array([o.status for o in outcomes], pa.string()),
+            pa.array([o.data for o in outcomes], pa.string()),
+        ],
+        schema=REPLY_SCHEMA,
+    )
     temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     pq.write_table(table, temporary)
     os.replace(temporary, os.path.join(folder, name))

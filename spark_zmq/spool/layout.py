@@ -23,17 +23,23 @@ import json
 import os
 import re
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
 
 import pyarrow as pa
 
-SPOOL_SCHEMA = pa.schema([
-    pa.field("received_at", pa.timestamp("us", tz="UTC")),
-    pa.field("frames", pa.list_(pa.binary())),
-    # A fault that capture itself observed (a gap: spool full, connection dropped); frames empty.
-    pa.field("fault", pa.string()),
-])
+from spark_zmq.errors import SpoolError
+
+SPOOL_SCHEMA = pa.schema(
+    [
+        pa.field("received_at", pa.timestamp("us", tz="UTC")),
+        pa.field("frames", pa.list_(pa.binary())),
+        # a fault that capture itself observed (a gap: spool full, connection dropped);
+        # its frames are empty
+        pa.field("fault", pa.string()),
+    ]
+)
 
 #: rows per record batch in a segment file
 BATCH_ROWS = 4096
@@ -41,11 +47,11 @@ INDEX_NAME = "index.json"
 LEASE_NAME = "lease.json"
 LOCK_NAME = "LOCK"
 SEALED = ".sealed"
+#: the layout of the JSON files of a spool (index.json, lease.json, the driver's documents) that
+#: this release writes and reads; a file without one predates versions (the same layout)
+FORMAT_VERSION = 1
+VERSION_KEY = "format_version"
 _EPOCH_DIR = re.compile(r"e(\d{8,})(\.sealed)?")
-
-
-class SpoolError(RuntimeError):
-    """The spool folder is unusable (locked by another query, missing a range, corrupt)."""
 
 
 class LeaseLost(SpoolError):
@@ -68,14 +74,14 @@ class Source:
         return json.dumps({"endpoint": self.endpoint, "metadata": dict(self.metadata)})
 
     @classmethod
-    def from_json(cls, data: bytes | str) -> "Source":
+    def from_json(cls, data: bytes | str) -> Source:
         obj = json.loads(data)
         return cls(obj["endpoint"], obj["metadata"])
 
 
 class PartitionState(NamedTuple):
-    start: int     # first offset still retained
-    end: int       # next offset to be written
+    start: int  # first offset still retained
+    end: int  # next offset to be written
     retired: bool  # the endpoint left
 
 
@@ -84,7 +90,7 @@ class Segment:
     first: int
     count: int
     nbytes: int
-    epoch: int = 0   # the epoch whose folder holds the file
+    epoch: int = 0  # the epoch whose folder holds the file
 
     @property
     def end(self) -> int:
@@ -100,28 +106,59 @@ class PartitionIndex:
     """What index.json holds for one partition."""
 
     key: str
-    start: int = 0            # first offset still retained
-    end: int = 0              # next offset to be written
+    start: int = 0  # first offset still retained
+    end: int = 0  # next offset to be written
     segments: list[Segment] = field(default_factory=list)
-    dropped: int = 0          # messages dropped at the spool bound, ever
-    retired: bool = False     # the endpoint left; no more appends expected
+    dropped: int = 0  # messages dropped at the spool bound, ever
+    retired: bool = False  # the endpoint left; no more appends expected
 
     def to_json(self) -> str:
-        return json.dumps({
-            "key": self.key, "start": self.start, "end": self.end, "dropped": self.dropped,
-            "retired": self.retired,
-            "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in self.segments],
-        })
+        return json.dumps(
+            versioned(
+                {
+                    "key": self.key,
+                    "start": self.start,
+                    "end": self.end,
+                    "dropped": self.dropped,
+                    "retired": self.retired,
+                    "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in self.segments],
+                }
+            )
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "PartitionIndex":
-        obj = json.loads(text)
-        return cls(obj["key"], obj["start"], obj["end"],
-                   [Segment(*s) for s in obj["segments"]], obj["dropped"], obj["retired"])
+    def from_json(cls, text: str, where: str = "index.json") -> PartitionIndex:
+        obj = checked_version(json.loads(text), where)
+        return cls(
+            obj["key"],
+            obj["start"],
+            obj["end"],
+            [Segment(*s) for s in obj["segments"]],
+            obj["dropped"],
+            obj["retired"],
+        )
 
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.segments)
+
+
+def versioned(doc: dict) -> dict:
+    """``doc`` with this release's format version, as every JSON file of a spool carries it."""
+    return {VERSION_KEY: FORMAT_VERSION, **doc}
+
+
+def checked_version(doc: dict, where: str) -> dict:
+    """``doc`` read from ``where``, without its version; SpoolError if another release wrote it
+    in a layout this one does not read."""
+    version = doc.pop(VERSION_KEY, FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise SpoolError(
+            f"{where} has spool format version {version!r}; this release of "
+            f"spark_zmq reads version {FORMAT_VERSION}. Run the release that wrote "
+            f"it, or give the query a new spoolPath (and checkpoint)"
+        )
+    return doc
 
 
 def partition_dir(root: str, key: str) -> str:
@@ -134,8 +171,11 @@ def partition_keys(root: str) -> list[str]:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
         return []
-    return [urllib.parse.unquote(n) for n in names
-            if os.path.isdir(os.path.join(root, n)) and epochs(os.path.join(root, n))]
+    return [
+        urllib.parse.unquote(n)
+        for n in names
+        if os.path.isdir(os.path.join(root, n)) and epochs(os.path.join(root, n))
+    ]
 
 
 def epochs(folder: str) -> list[tuple[int, bool]]:
@@ -160,8 +200,10 @@ def read_in_epoch(folder: str, epoch: int, name: str) -> tuple[str, bool] | None
     """(text, sealed) of a file of an epoch folder, found whether or not it has been sealed
     meanwhile (a holder seals by renaming its folder); None if it has no such file."""
     base = os.path.join(folder, epoch_name(epoch))
-    for path, sealed in ((os.path.join(base, name), False),
-                         (os.path.join(base + SEALED, name), True)):
+    for path, sealed in (
+        (os.path.join(base, name), False),
+        (os.path.join(base + SEALED, name), True),
+    ):
         try:
             with open(path, encoding="utf-8") as f:
                 return f.read(), sealed
@@ -176,7 +218,9 @@ def load_index(root: str, key: str) -> PartitionIndex | None:
     for epoch, _ in reversed(epochs(folder)):
         found = read_in_epoch(folder, epoch, INDEX_NAME)
         if found is not None:
-            return PartitionIndex.from_json(found[0])
+            text, sealed = found
+            where = os.path.join(folder, epoch_name(epoch) + (SEALED if sealed else ""), INDEX_NAME)
+            return PartitionIndex.from_json(text, where)
     return None
 
 
@@ -223,11 +267,15 @@ class JsonState:
     def load(self) -> dict | None:
         try:
             with open(self.path, encoding="utf-8") as f:
-                return json.load(f)
+                doc = json.load(f)
         except FileNotFoundError:
             return None
         except ValueError as exc:
-            raise SpoolError(f"{self.path} is not valid JSON ({exc}); remove it to start over")
+            raise SpoolError(
+                f"{self.path} is not valid JSON ({exc}); remove it to start over"
+            ) from None
+        return checked_version(doc, self.path)
 
     def save(self, data: dict) -> None:
-        write_atomically(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
+        text = json.dumps(versioned(data), indent=1, sort_keys=True)
+        write_atomically(self.path, text.encode())

@@ -1,5 +1,4 @@
-"""Leases: who holds a partition, as its holder writes it into ``lease.json`` at every heartbeat.
-"""
+"""Leases: who holds a partition, as its holder writes it into ``lease.json`` at every heartbeat."""
 
 from __future__ import annotations
 
@@ -8,7 +7,16 @@ import os
 import socket
 from dataclasses import dataclass
 
-from spark_zmq.spool.layout import LEASE_NAME, epochs, partition_dir, read_in_epoch
+from spark_zmq.spool.layout import (
+    LEASE_NAME,
+    SEALED,
+    checked_version,
+    epoch_name,
+    epochs,
+    partition_dir,
+    read_in_epoch,
+    versioned,
+)
 
 
 @dataclass(frozen=True)
@@ -16,16 +24,25 @@ class Lease:
     """Who holds a partition: what its holder writes into ``lease.json`` at every heartbeat."""
 
     epoch: int
-    holder: str            # host/pid of the writing process
-    executor: str          # host/pid of the JVM the holder serves (driver or executor)
-    beat: int              # heartbeat counter
-    at: float              # wall-clock time of the last heartbeat
-    sealed: bool = False   # the holder let go (or was taken over): the partition is free
-    failure: str = ""      # why the holder stopped, if capture failed
+    holder: str  # host/pid of the writing process
+    executor: str  # host/pid of the JVM the holder serves (driver or executor)
+    beat: int  # heartbeat counter
+    at: float  # wall-clock time of the last heartbeat
+    sealed: bool = False  # the holder let go (or was taken over): the partition is free
+    failure: str = ""  # why the holder stopped, if capture failed
 
     def to_json(self) -> str:
-        return json.dumps({"holder": self.holder, "executor": self.executor, "beat": self.beat,
-                           "at": self.at, "failure": self.failure})
+        return json.dumps(
+            versioned(
+                {
+                    "holder": self.holder,
+                    "executor": self.executor,
+                    "beat": self.beat,
+                    "at": self.at,
+                    "failure": self.failure,
+                }
+            )
+        )
 
 
 def load_lease(root: str, key: str) -> Lease | None:
@@ -39,11 +56,19 @@ def load_lease(root: str, key: str) -> Lease | None:
 
 def lease_of(folder: str, epoch: int, sealed: bool) -> Lease:
     found = read_in_epoch(folder, epoch, LEASE_NAME)
-    if found is None:   # claimed a moment ago; its lease is being written
+    if found is None:  # claimed a moment ago; its lease is being written
         return Lease(epoch, "", "", 0, 0.0, sealed)
-    obj = json.loads(found[0])
-    return Lease(epoch, obj["holder"], obj["executor"], obj["beat"], obj["at"],
-                 sealed or found[1], obj.get("failure", ""))
+    where = os.path.join(folder, epoch_name(epoch) + (SEALED if found[1] else ""), LEASE_NAME)
+    obj = checked_version(json.loads(found[0]), where)
+    return Lease(
+        epoch,
+        obj["holder"],
+        obj["executor"],
+        obj["beat"],
+        obj["at"],
+        sealed or found[1],
+        obj.get("failure", ""),
+    )
 
 
 def process_id() -> str:

@@ -7,7 +7,7 @@ has one and look a segment up in its epoch's folder, sealed or not; they need no
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -43,8 +43,10 @@ def _read_segment(root: str, key: str, segment: Segment) -> tuple[Source, pa.Tab
             except (pa.ArrowInvalid, OSError, KeyError, ValueError):
                 pass
         return _recover_segment(path, segment)
-    raise SpoolError(f"spool segment {paths[0]} of partition {key!r} is missing, sealed or not; "
-                     f"the spool was changed by something other than spark_zmq")
+    raise SpoolError(
+        f"spool segment {paths[0]} of partition {key!r} is missing, sealed or not; "
+        f"the spool was changed by something other than spark_zmq"
+    )
 
 
 def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
@@ -55,7 +57,7 @@ def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
         data = f.read()
     source, batches = Source("(unknown: damaged spool segment)", {}), []
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data[len(IPC_FILE_MAGIC):]))
+        reader = pa.ipc.open_stream(pa.py_buffer(data[len(IPC_FILE_MAGIC) :]))
         source = Source.from_json(reader.schema.metadata[b"source"])
         while True:
             batches.append(reader.read_next_batch())
@@ -63,18 +65,27 @@ def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
         pass
     rows = pa.Table.from_batches(batches, SPOOL_SCHEMA).slice(0, segment.count)
     lost = segment.count - rows.num_rows
-    text = (f"gap: {lost} messages at offsets [{segment.first + rows.num_rows}, {segment.end}) "
-            f"are lost: spool segment {path} is damaged (cut short by a crash or a full disk)")
+    text = (
+        f"gap: {lost} messages at offsets [{segment.first + rows.num_rows}, {segment.end}) "
+        f"are lost: spool segment {path} is damaged (cut short by a crash or a full disk)"
+    )
     logger.warning("spool: %s; %d rows of it recovered", text, rows.num_rows)
     when = int(os.path.getmtime(path) * 1e6)
-    faults = pa.table({"received_at": pa.array([when] * lost, pa.int64()).cast(
-                           SPOOL_SCHEMA.field("received_at").type),
-                       "frames": pa.array([[]] * lost, SPOOL_SCHEMA.field("frames").type),
-                       "fault": pa.array([text] * lost, pa.string())}, schema=SPOOL_SCHEMA)
+    faults = pa.table(
+        {
+            "received_at": pa.array([when] * lost, pa.int64()).cast(
+                SPOOL_SCHEMA.field("received_at").type
+            ),
+            "frames": pa.array([[]] * lost, SPOOL_SCHEMA.field("frames").type),
+            "fault": pa.array([text] * lost, pa.string()),
+        },
+        schema=SPOOL_SCHEMA,
+    )
     return source, pa.concat_tables([rows, faults])
 
 
 # -- reading (any process) ---------------------------------------------------------------------
+
 
 def read_snapshot(root: str) -> dict[str, PartitionState]:
     """Every partition's retained range, read from the folder (a process that writes none)."""
@@ -94,7 +105,8 @@ def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int,
         raise SpoolError(
             f"spool {root} cannot serve offsets [{start}, {end}) of partition {key!r}: it holds "
             f"{held}. The spool was deleted or belongs to another query; restore it or start "
-            f"the query with a new checkpoint")
+            f"the query with a new checkpoint"
+        )
     for segment in index.segments:
         if segment.end <= start or segment.first >= end:
             continue

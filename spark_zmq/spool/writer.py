@@ -54,10 +54,12 @@ from spark_zmq.spool.leases import Lease, lease_of, process_id
 
 def _locked(method):
     """Run a Spool method under its mutex."""
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._mutex:
             return method(self, *args, **kwargs)
+
     return wrapper
 
 
@@ -70,8 +72,14 @@ class Spool:
     claims with ``open_partition(key, expect_epoch=...)``.
     """
 
-    def __init__(self, root: str, max_bytes: int, lock_wait: float = 15.0,
-                 exclusive: bool = True, executor: str = "") -> None:
+    def __init__(
+        self,
+        root: str,
+        max_bytes: int,
+        lock_wait: float = 15.0,
+        exclusive: bool = True,
+        executor: str = "",
+    ) -> None:
         self.root = root
         self.max_bytes = max_bytes
         self.exclusive = exclusive
@@ -79,12 +87,13 @@ class Spool:
         try:
             os.makedirs(root, exist_ok=True)
         except OSError as exc:
-            raise SpoolError(f"cannot use {root!r} as a spool folder (option spoolPath): "
-                             f"{exc.strerror or exc}") from None
+            raise SpoolError(
+                f"cannot use {root!r} as a spool folder (option spoolPath): {exc.strerror or exc}"
+            ) from None
         self._lock_file = self._take_lock(lock_wait) if exclusive else None
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
-        self.epochs: dict[str, int] = {}    # partitions this process holds -> its epoch
+        self.epochs: dict[str, int] = {}  # partitions this process holds -> its epoch
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
         if exclusive:
@@ -111,7 +120,8 @@ class Spool:
                     lock.close()
                     raise SpoolError(
                         f"spool folder {self.root} is in use by another running query; give "
-                        f"each query its own option spoolPath") from None
+                        f"each query its own option spoolPath"
+                    ) from None
                 time.sleep(0.2)
         lock.seek(0)
         lock.truncate()
@@ -131,8 +141,10 @@ class Spool:
     @_locked
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, for planning offsets."""
-        return {key: PartitionState(index.start, index.end, index.retired)
-                for key, index in self.partitions.items()}
+        return {
+            key: PartitionState(index.start, index.end, index.retired)
+            for key, index in self.partitions.items()
+        }
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -165,8 +177,9 @@ class Spool:
         try:
             os.mkdir(os.path.join(folder, epoch_name(mine)))
         except FileExistsError:
-            raise LeaseLost(f"partition {key!r}: epoch {mine} was claimed by another holder "
-                            f"first") from None
+            raise LeaseLost(
+                f"partition {key!r}: epoch {mine} was claimed by another holder first"
+            ) from None
         for epoch, sealed in claimed:
             if not sealed:
                 self._seal(folder, epoch)
@@ -186,7 +199,7 @@ class Spool:
         base = os.path.join(folder, epoch_name(epoch))
         try:
             os.rename(base, base + SEALED)
-        except FileNotFoundError:   # sealed by its holder meanwhile
+        except FileNotFoundError:  # sealed by its holder meanwhile
             pass
 
     @_locked
@@ -195,8 +208,14 @@ class Spool:
         if key not in self.epochs:
             raise LeaseLost(f"partition {key!r} is not held by this process")
         self._beats[key] += 1
-        lease = Lease(self.epochs[key], process_id(), self.executor, self._beats[key],
-                      time.time(), failure=failure)
+        lease = Lease(
+            self.epochs[key],
+            process_id(),
+            self.executor,
+            self._beats[key],
+            time.time(),
+            failure=failure,
+        )
         self._write(key, LEASE_NAME, lease.to_json().encode())
 
     @_locked
@@ -253,9 +272,13 @@ class Spool:
         except OSError as exc:
             remove_quietly(tmp)
             raise self._write_failed(key, path, exc) from None
-        updated = dataclasses.replace(index, segments=[*index.segments, segment],
-                                      end=segment.end, dropped=index.dropped + dropped)
-        self._save(updated)     # a file not in the index is never read, and replaced later
+        updated = dataclasses.replace(
+            index,
+            segments=[*index.segments, segment],
+            end=segment.end,
+            dropped=index.dropped + dropped,
+        )
+        self._save(updated)  # a file not in the index is never read, and replaced later
         self.partitions[key] = updated
         self.nbytes += segment.nbytes
 
@@ -273,7 +296,7 @@ class Spool:
         if index is None:
             return
         keep = [s for s in index.segments if s.end > end]
-        gone = index.segments[:len(index.segments) - len(keep)]
+        gone = index.segments[: len(index.segments) - len(keep)]
         if not gone:
             return
         if key not in self.epochs:
@@ -282,7 +305,7 @@ class Spool:
             index = self.open_partition(key)
         index.segments = keep
         index.start = keep[0].first if keep else index.end
-        try:   # publish first, then delete: a reader never sees a missing file listed
+        try:  # publish first, then delete: a reader never sees a missing file listed
             self._save(index)
         except SpoolWriteError as exc:
             # A full disk cannot take the new index, and only deleting frees space: delete
@@ -304,10 +327,9 @@ class Spool:
         used = {s.epoch for s in index.segments} | {self.epochs[key]}
         for epoch, sealed in epochs(folder):
             if sealed and epoch not in used and epoch < self.epochs[key]:
-                shutil.rmtree(os.path.join(folder, epoch_name(epoch) + SEALED),
-                              ignore_errors=True)
+                shutil.rmtree(os.path.join(folder, epoch_name(epoch) + SEALED), ignore_errors=True)
 
-    def state(self, name: str) -> "JsonState":
+    def state(self, name: str) -> JsonState:
         """A small JSON document kept beside the partitions (discovery's durable state)."""
         return JsonState(os.path.join(self.root, f"{name}.json"))
 
@@ -333,7 +355,10 @@ class Spool:
             epoch = self.epochs.pop(key, None)
             if not self.exclusive:
                 self.partitions.pop(key, None)
-            return LeaseLost(f"partition {key!r}: epoch {epoch} was taken over by a newer "
-                             f"holder; this process may no longer write to it")
-        return SpoolWriteError(f"cannot write {path} (spool {self.root}, partition {key}): "
-                               f"{os_cause(exc)}")
+            return LeaseLost(
+                f"partition {key!r}: epoch {epoch} was taken over by a newer "
+                f"holder; this process may no longer write to it"
+            )
+        return SpoolWriteError(
+            f"cannot write {path} (spool {self.root}, partition {key}): {os_cause(exc)}"
+        )

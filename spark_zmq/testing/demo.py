@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from typing import Callable
+from collections.abc import Callable
 
 import zmq
 
@@ -60,8 +60,10 @@ class DemoPeers(ABC):
 class ZeroEQDemo(DemoPeers):
     def __init__(self, publishers: int = 2) -> None:
         self._zeroconf = make_zeroconf(("127.0.0.1",))
-        self._publishers = [Publisher(SESSION, zeroconf=self._zeroconf, application="demo")
-                            for _ in range(publishers)]
+        self._publishers = [
+            Publisher(SESSION, zeroconf=self._zeroconf, application="demo")
+            for _ in range(publishers)
+        ]
         self._closers = [self._zeroconf.close] + [p.close for p in self._publishers]
         self.options = {"session": SESSION, "discoveryInterfaces": "127.0.0.1"}
 
@@ -73,14 +75,18 @@ class ZeroEQDemo(DemoPeers):
 class EBusDemo(DemoPeers):
     def __init__(self) -> None:
         self._broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
-        self._worker = Worker(f"tcp://127.0.0.1:{self._broker.backend_port}", "echo",
-                              lambda data: data)
+        self._worker = Worker(
+            f"tcp://127.0.0.1:{self._broker.backend_port}", "echo", lambda data: data
+        )
         self._pub = zmq.Context.instance().socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.connect(f"tcp://127.0.0.1:{self._broker.pub_port}")
         self._closers = [self._broker.close, self._worker.close, self._pub.close]
-        self.options = {"subPort": str(self._broker.sub_port),
-                        "frontendPort": str(self._broker.frontend_port), "channels": "demo/"}
+        self.options = {
+            "subPort": str(self._broker.sub_port),
+            "frontendPort": str(self._broker.frontend_port),
+            "channels": "demo/",
+        }
 
     def send(self, number: int) -> None:
         self._pub.send_multipart([b"demo/temperature", pack(reading(number))])
@@ -95,10 +101,12 @@ class GobyDemo(DemoPeers):
         self._pub = zmq.Context.instance().socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.connect(router.publish)
-        self._identifier = identifier("demo", "JSON", "nlohmann::json", os.getpid(),
-                                      thread_hash())
-        self._closers = [lambda: shutil.rmtree(folder, ignore_errors=True), self._daemon.close,
-                         self._pub.close]
+        self._identifier = identifier("demo", "JSON", "nlohmann::json", os.getpid(), thread_hash())
+        self._closers = [
+            lambda: shutil.rmtree(folder, ignore_errors=True),
+            self._daemon.close,
+            self._pub.close,
+        ]
         self.options = {"socketName": base, "subscribe": "/demo/"}
 
     def send(self, number: int) -> None:
@@ -112,22 +120,35 @@ class YamzDemo(DemoPeers):
         self._pub.bind("tcp://127.0.0.1:*")
         address = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         header = own_header("demo", port_tree(("sensors",), address, {"kind": "temperature"}))
-        self._node = ZyreNode("demo", {HEADER: header}, beacon_port, lambda peer: None,
-                              lambda uuid, name: None, lambda error: None).start()
+        self._node = ZyreNode(
+            "demo",
+            {HEADER: header},
+            beacon_port,
+            lambda peer: None,
+            lambda uuid, name: None,
+            lambda error: None,
+        ).start()
         self._closers = [self._pub.close, self._node.close]
-        self.options = {"address": "yamz://demo/sensors?kind=temp.*",
-                        "beaconPort": str(beacon_port)}
+        self.options = {
+            "address": "yamz://demo/sensors?kind=temp.*",
+            "beaconPort": str(beacon_port),
+        }
 
     def send(self, number: int) -> None:
         self._pub.send(json.dumps(reading(number)).encode())
 
 
 DEMOS: dict[str, Callable[[], DemoPeers]] = {
-    "zeroeq": ZeroEQDemo, "ebus": EBusDemo, "goby": GobyDemo, "yamz": YamzDemo}
+    "zeroeq": ZeroEQDemo,
+    "ebus": EBusDemo,
+    "goby": GobyDemo,
+    "yamz": YamzDemo,
+}
 
 
-def run(peers: DemoPeers, rate: float, seconds: float | None,
-        running: Callable[[], bool] = lambda: True) -> int:
+def run(
+    peers: DemoPeers, rate: float, seconds: float | None, running: Callable[[], bool] = lambda: True
+) -> int:
     """Send readings at ``rate`` per second until ``seconds`` pass or ``running()`` is False;
     the number of readings sent."""
     started = time.monotonic()

@@ -2,7 +2,7 @@
 
 import contextlib
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 from spark_zmq.log import logger
 

@@ -1,5 +1,4 @@
-"""Capture processes seen from outside: for tests, benchmarks and an operator looking for them.
-"""
+"""Capture processes seen from outside: for tests, benchmarks and an operator looking for them."""
 
 from __future__ import annotations
 

@@ -34,8 +34,13 @@ def free_port() -> int:
 
 
 def environment() -> dict[str, str]:
-    return dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP=LOOPBACK,
-                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    return dict(
+        os.environ,
+        SPARK_HOME=str(SPARK_HOME),
+        SPARK_LOCAL_IP=LOOPBACK,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+    )
 
 
 class StandaloneCluster:
@@ -51,24 +56,55 @@ class StandaloneCluster:
         self.processes: list[subprocess.Popen] = []
         self.workers: list[subprocess.Popen] = []
         self.private.mkdir(parents=True, exist_ok=True)
-        self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-                    "--port", str(self.port), "--webui-port", str(self.ui_port))
+        self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui_port),
+        )
         for n in range(workers):
-            self.workers.append(self._spawn(
-                f"worker{n}", "org.apache.spark.deploy.worker.Worker", self.master_url,
-                "--host", LOOPBACK, "--cores", "1", "--memory", "2g",
-                "--webui-port", str(free_port()), "--work-dir", str(folder / f"work{n}"),
-                private=private_mounts))
+            self.workers.append(
+                self._spawn(
+                    f"worker{n}",
+                    "org.apache.spark.deploy.worker.Worker",
+                    self.master_url,
+                    "--host",
+                    LOOPBACK,
+                    "--cores",
+                    "1",
+                    "--memory",
+                    "2g",
+                    "--webui-port",
+                    str(free_port()),
+                    "--work-dir",
+                    str(folder / f"work{n}"),
+                    private=private_mounts,
+                )
+            )
         self._wait_for_workers(workers)
 
     def _spawn(self, name: str, *args: str, private: bool = False) -> subprocess.Popen:
         command = [str(SPARK_CLASS), *args]
-        if private:   # a mount namespace of its own, with a tmpfs over self.private
-            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                       'mount -t tmpfs tmpfs "$0" && exec "$@"', str(self.private), *command]
+        if private:  # a mount namespace of its own, with a tmpfs over self.private
+            command = [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                'mount -t tmpfs tmpfs "$0" && exec "$@"',
+                str(self.private),
+                *command,
+            ]
         log = open(self.folder / f"{name}.log", "wb")
-        process = subprocess.Popen(command, env=environment(), stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            command, env=environment(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.processes.append(process)
         return process
 
@@ -76,8 +112,9 @@ class StandaloneCluster:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                with urllib.request.urlopen(f"http://{LOOPBACK}:{self.ui_port}/json/",
-                                            timeout=2) as answer:
+                with urllib.request.urlopen(
+                    f"http://{LOOPBACK}:{self.ui_port}/json/", timeout=2
+                ) as answer:
                     state = json.load(answer)
                 if sum(w["state"] == "ALIVE" for w in state.get("workers", [])) >= count:
                     return
@@ -85,28 +122,43 @@ class StandaloneCluster:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the standalone cluster did not get {count} workers within "
-                                   f"{timeout} s; see {self.folder}/*.log")
+                raise RuntimeError(
+                    f"the standalone cluster did not get {count} workers within "
+                    f"{timeout} s; see {self.folder}/*.log"
+                )
             time.sleep(0.5)
 
     def settings(self) -> dict[str, str]:
         """Spark settings of an application of this cluster whose driver runs here."""
-        return {"spark.master": self.master_url, "spark.driver.host": LOOPBACK,
-                "spark.driver.bindAddress": LOOPBACK, "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.pyspark.python": sys.executable, "spark.executor.cores": "1",
-                "spark.executor.memory": "1g", "spark.cores.max": str(len(self.workers))}
+        return {
+            "spark.master": self.master_url,
+            "spark.driver.host": LOOPBACK,
+            "spark.driver.bindAddress": LOOPBACK,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.pyspark.python": sys.executable,
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "1g",
+            "spark.cores.max": str(len(self.workers)),
+        }
 
-    def submit(self, script: str, *args: str, conf: dict[str, str] | None = None,
-               log_level: str = "INFO") -> subprocess.Popen:
+    def submit(
+        self, script: str, *args: str, conf: dict[str, str] | None = None, log_level: str = "INFO"
+    ) -> subprocess.Popen:
         """spark-submit ``script`` to the cluster (client mode: the driver runs here)."""
         settings = {**self.settings(), **(conf or {})}
         command = [str(SPARK_SUBMIT), "--master", settings.pop("spark.master")]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
         env = dict(environment(), SPARK_ZMQ_LOG_LEVEL=log_level)
-        return subprocess.Popen(command + [script, *args], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return subprocess.Popen(
+            command + [script, *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     def executor_pids(self, worker: int) -> list[int]:
         """JVMs of executors that a worker launched (children of the worker's JVM)."""
@@ -122,7 +174,7 @@ class StandaloneCluster:
                     cmdline = f.read()
             except OSError:
                 continue
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
             if ppid == parent and b"CoarseGrainedExecutorBackend" in cmdline:
                 found.append(int(entry))
         return found
@@ -140,4 +192,3 @@ class StandaloneCluster:
             except ProcessLookupError:
                 pass
             process.wait()
-

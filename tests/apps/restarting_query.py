@@ -19,13 +19,24 @@ from spark_zmq.spark.session import job_session
 
 def main(control: str, spool: str, table: str, session: str, runs: str, *extra: str) -> int:
     spark = job_session("restarting query")
-    options = {"session": session, "discoveryInterfaces": "127.0.0.1", "capture": "executors",
-               "spoolPath": spool, **dict(pair.split("=", 1) for pair in extra)}
+    options = {
+        "session": session,
+        "discoveryInterfaces": "127.0.0.1",
+        "capture": "executors",
+        "spoolPath": spool,
+        **dict(pair.split("=", 1) for pair in extra),
+    }
     for run in range(int(runs)):
-        query = (spark.readStream.format("zeroeq").options(**options).load()
-                 .writeStream.format("parquet").option("path", table)
-                 .option("checkpointLocation", table + "_checkpoint")
-                 .trigger(processingTime="1 second").start())
+        query = (
+            spark.readStream.format("zeroeq")
+            .options(**options)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", table)
+            .option("checkpointLocation", table + "_checkpoint")
+            .trigger(processingTime="1 second")
+            .start()
+        )
         print(f"started {run}", flush=True)
         while not os.path.exists(os.path.join(control, f"stop-{run}")):
             if query.exception() is not None:

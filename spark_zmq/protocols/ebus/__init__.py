@@ -15,5 +15,17 @@ from spark_zmq.protocols.ebus.format import EBus
 from spark_zmq.protocols.ebus.wire import BROKER_CHANNEL, PayloadError, pack, unpack
 from spark_zmq.protocols.ebus.worker import Worker
 
-__all__ = ["Answer", "BROKER_CHANNEL", "BroadcastRelay", "Broker", "BrokerError", "Client",
-           "EBus", "PayloadError", "Worker", "ask", "pack", "unpack"]
+__all__ = [
+    "BROKER_CHANNEL",
+    "Answer",
+    "BroadcastRelay",
+    "Broker",
+    "BrokerError",
+    "Client",
+    "EBus",
+    "PayloadError",
+    "Worker",
+    "ask",
+    "pack",
+    "unpack",
+]

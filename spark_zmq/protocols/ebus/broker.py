@@ -35,9 +35,14 @@ from spark_zmq.security import NO_CURVE, Curve
 class BroadcastRelay:
     """Relays broadcasts between ``tcp://host:pub_port`` and ``tcp://host:sub_port``."""
 
-    def __init__(self, host: str = "127.0.0.1", pub_port: int = PUB_PORT,
-                 sub_port: int = SUB_PORT, context: zmq.Context | None = None,
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        pub_port: int = PUB_PORT,
+        sub_port: int = SUB_PORT,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self._context = context or zmq.Context.instance()
         self._xsub = self._context.socket(zmq.XSUB)
         self._xpub = self._context.socket(zmq.XPUB)
@@ -50,19 +55,24 @@ class BroadcastRelay:
         except zmq.ZMQError as exc:
             self._xsub.close(0)
             self._xpub.close(0)
-            raise OSError(f"ebus broker: cannot bind its broadcast ports on {host}: "
-                          f"{exc}") from None
+            raise OSError(
+                f"ebus broker: cannot bind its broadcast ports on {host}: {exc}"
+            ) from None
         self.host = host
         # commands to the relay thread (announce, stop), which alone uses the relay's sockets
         self._stop_r, self._stop_w = self._context.socket(zmq.PAIR), self._context.socket(zmq.PAIR)
-        self._command_lock = threading.Lock()        # announce and close come from any thread
+        self._command_lock = threading.Lock()  # announce and close come from any thread
         self._stop_r.bind(f"inproc://ebus-relay-{id(self)}")
         self._stop_w.connect(f"inproc://ebus-relay-{id(self)}")
-        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus relay",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus relay", daemon=True)
         self._thread.start()
-        logger.info("ebus broker: broadcasts from tcp://%s:%d relayed to tcp://%s:%d", host,
-                    self.pub_port, host, self.sub_port)
+        logger.info(
+            "ebus broker: broadcasts from tcp://%s:%d relayed to tcp://%s:%d",
+            host,
+            self.pub_port,
+            host,
+            self.sub_port,
+        )
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -78,9 +88,9 @@ class BroadcastRelay:
                     self._xpub.send_multipart(command[1:])
                 if self._xsub in ready:
                     frames = self._xsub.recv_multipart()
-                    self._xpub.send_multipart(frames[:2])    # frames 0-1 only, as the broker
+                    self._xpub.send_multipart(frames[:2])  # frames 0-1 only, as the broker
                 if self._xpub in ready:
-                    self._xsub.send(self._xpub.recv())       # (un)subscriptions upstream
+                    self._xsub.send(self._xpub.recv())  # (un)subscriptions upstream
         finally:
             for sock in (self._xsub, self._xpub, self._stop_r):
                 sock.close(0)
@@ -89,8 +99,9 @@ class BroadcastRelay:
         """Send the broker's own broadcast ``{ebusmessage: message, **fields}`` on ``channel``
         (one of ``ebus/started``, ``ebus/shutdown``, ``ebus/workers``)."""
         with self._command_lock:
-            self._stop_w.send_multipart([b"announce", channel.encode(),
-                                         pack({"ebusmessage": message, **fields})])
+            self._stop_w.send_multipart(
+                [b"announce", channel.encode(), pack({"ebusmessage": message, **fields})]
+            )
 
     def close(self) -> None:
         with self._command_lock:
@@ -110,10 +121,16 @@ class Broker:
     """An EBUS broker: the broadcast relay, and request routing between clients (frontend) and
     workers (backend). Binds to ``host`` (loopback unless told otherwise); port 0 picks any."""
 
-    def __init__(self, host: str = "127.0.0.1", frontend_port: int = FRONTEND_PORT,
-                 backend_port: int = BACKEND_PORT, pub_port: int = PUB_PORT,
-                 sub_port: int = SUB_PORT, context: zmq.Context | None = None,
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        frontend_port: int = FRONTEND_PORT,
+        backend_port: int = BACKEND_PORT,
+        pub_port: int = PUB_PORT,
+        sub_port: int = SUB_PORT,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self._context = context or zmq.Context.instance()
         self.relay = BroadcastRelay(host, pub_port, sub_port, self._context, curve)
         self._frontend = self._context.socket(zmq.ROUTER)
@@ -129,19 +146,24 @@ class Broker:
             self.relay.close()
             for sock in (self._frontend, self._backend):
                 sock.close(0)
-            raise OSError(f"ebus broker: cannot bind its frontend/backend on {host}: "
-                          f"{exc}") from None
+            raise OSError(
+                f"ebus broker: cannot bind its frontend/backend on {host}: {exc}"
+            ) from None
         self.host = host
         self.pub_port, self.sub_port = self.relay.pub_port, self.relay.sub_port
         self._router = RequestRouter(self._frontend, self._backend, self._announce_workers)
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus broker",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus broker", daemon=True)
         self._thread.start()
         self.relay.announce(STARTED_CHANNEL, "broker starting")
-        logger.info("ebus broker: frontend tcp://%s:%d, backend tcp://%s:%d%s", host,
-                    self.frontend_port, host, self.backend_port,
-                    ", CURVE" if curve.serves else "")
+        logger.info(
+            "ebus broker: frontend tcp://%s:%d, backend tcp://%s:%d%s",
+            host,
+            self.frontend_port,
+            host,
+            self.backend_port,
+            ", CURVE" if curve.serves else "",
+        )
 
     def _announce_workers(self, services: list[str]) -> None:
         self.relay.announce(WORKERS_CHANNEL, "active workers", workers=services)

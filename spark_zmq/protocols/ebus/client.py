@@ -36,6 +36,7 @@ from typing import Any
 import zmq
 
 from spark_zmq.capture.mailbox import Mailbox
+from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
 from spark_zmq.protocols.ebus.wire import (
     CLIENT,
@@ -56,7 +57,7 @@ ANSWER_KINDS = (b"REPLY", b"REJECT", b"EXPIRED")
 QUESTION_KINDS = (b"SERVICES", b"WORKERS")
 
 
-class BrokerError(RuntimeError):
+class BrokerError(PeerError):
     """The broker did not answer, or answered with something else."""
 
 
@@ -92,10 +93,17 @@ class _Request:
 class Client:
     """A client of the broker frontend at ``address``; see the module docstring."""
 
-    def __init__(self, address: str, *, heartbeat: float = HEARTBEAT_SECONDS,
-                 liveness: int = LIVENESS, resend_after: float = RESEND_SECONDS,
-                 resends: int = RESENDS, context: zmq.Context | None = None,
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        heartbeat: float = HEARTBEAT_SECONDS,
+        liveness: int = LIVENESS,
+        resend_after: float = RESEND_SECONDS,
+        resends: int = RESENDS,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.address = address
         self.curve = curve
         self.heartbeat = heartbeat
@@ -110,24 +118,39 @@ class Client:
         self._poller = zmq.Poller()
         self._requests: dict[bytes, _Request] = {}
         self._questions: dict[bytes, tuple[bytes, Future]] = {}
-        self._mailbox = Mailbox()         # requests and questions from callers' threads
+        self._mailbox = Mailbox()  # requests and questions from callers' threads
         self._stopping = False
         self._last_heard = self._next_ping = 0.0
-        self._outage = False             # a silence was logged and the broker not heard since
-        self._thread = threading.Thread(target=self._run, name=f"spark_zmq ebus client {address}",
-                                        daemon=True)
+        self._outage = False  # a silence was logged and the broker not heard since
+        self._thread = threading.Thread(
+            target=self._run, name=f"spark_zmq ebus client {address}", daemon=True
+        )
         self._thread.start()
 
     # -- any thread ----------------------------------------------------------------------------
 
-    def request(self, service: str, data: bytes, *, request_id: str | None = None,
-                stales_ms: int = DEFAULT_STALES_MS) -> Future:
+    def request(
+        self,
+        service: str,
+        data: bytes,
+        *,
+        request_id: str | None = None,
+        stales_ms: int = DEFAULT_STALES_MS,
+    ) -> Future:
         """Send ``data`` (a packed frame) to ``service``; the future resolves to an Answer."""
         future: Future = Future()
         request_id_bytes = (request_id or uuid.uuid4().hex).encode("utf-8")
-        self._command("request", _Request(service.encode("utf-8"), request_id_bytes, data,
-                                          stales_ms, time.monotonic() + stales_ms / 1000,
-                                          [future]))
+        self._command(
+            "request",
+            _Request(
+                service.encode("utf-8"),
+                request_id_bytes,
+                data,
+                stales_ms,
+                time.monotonic() + stales_ms / 1000,
+                [future],
+            ),
+        )
         return future
 
     def ask(self, kind: str, timeout: float = 3.0) -> Any:
@@ -139,13 +162,15 @@ class Client:
             frame = future.result(timeout)
         except FutureTimeout:
             self._command("forget", request_id)
-            raise BrokerError(f"no {kind} answer from the EBUS broker at {self.address} within "
-                              f"{timeout} s") from None
+            raise BrokerError(
+                f"no {kind} answer from the EBUS broker at {self.address} within {timeout} s"
+            ) from None
         try:
             return unpack(frame)
         except PayloadError as exc:
-            raise BrokerError(f"the EBUS broker at {self.address} sent a malformed {kind} "
-                              f"answer: {exc}") from None
+            raise BrokerError(
+                f"the EBUS broker at {self.address} sent a malformed {kind} answer: {exc}"
+            ) from None
 
     def close(self) -> None:
         """Stop; requests still waiting fail with BrokerError. Idempotent."""
@@ -157,7 +182,7 @@ class Client:
         if not self._thread.is_alive():
             self._mailbox.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -206,8 +231,15 @@ class Client:
         self._connect()
         self.reconnects += 1
         log = logger.warning if warn else logger.debug
-        log("ebus client: the broker at %s %s; reconnecting as %s (was %s), %d requests to send "
-            "again", self.address, why, self.identity.decode(), old, len(self._requests))
+        log(
+            "ebus client: the broker at %s %s; reconnecting as %s (was %s), %d requests to send "
+            "again",
+            self.address,
+            why,
+            self.identity.decode(),
+            old,
+            len(self._requests),
+        )
         for request in self._requests.values():
             self._send_request(request, spend=False)
         for request_id, (question, _) in self._questions.items():
@@ -233,8 +265,12 @@ class Client:
         self._next_ping = self._last_heard + self.heartbeat
         if self._outage:
             self._outage = False
-            logger.info("ebus client: the broker at %s answers again (as %s, %d reconnects so "
-                        "far)", self.address, self.identity.decode(), self.reconnects)
+            logger.info(
+                "ebus client: the broker at %s answers again (as %s, %d reconnects so far)",
+                self.address,
+                self.identity.decode(),
+                self.reconnects,
+            )
 
     def _on_message(self, frames: list[bytes]) -> None:
         body = frames[1:] if frames[:1] == [b""] else frames
@@ -255,18 +291,21 @@ class Client:
     def _answered(self, kind: bytes, args: list[bytes]) -> None:
         request = self._requests.pop(args[0], None)
         if request is None:
-            return                              # not ours, or answered already: discard
+            return  # not ours, or answered already: discard
         data = args[1] if len(args) > 1 else None
         status = "EXPIRED" if kind == b"REJECT" and data is None else kind.decode()
-        _settle(request.futures, Answer(request.request_id.decode("utf-8", "replace"),
-                                        status, data, request.sends))
+        _settle(
+            request.futures,
+            Answer(request.request_id.decode("utf-8", "replace"), status, data, request.sends),
+        )
 
     def _question_answered(self, kind: bytes, request_id: bytes, frame: bytes) -> None:
         """Settle the question with this id; an answer without one (the reference broker's to
         its own client's questions) settles the oldest question of its type."""
         if request_id not in self._questions:
-            request_id = next((key for key, (question, _) in self._questions.items()
-                               if question == kind), b"")
+            request_id = next(
+                (key for key, (question, _) in self._questions.items() if question == kind), b""
+            )
         question = self._questions.pop(request_id, None)
         if question is not None:
             _settle([question[1]], frame)
@@ -275,8 +314,10 @@ class Client:
         now = time.monotonic()
         silent = now - self._last_heard
         if silent >= self.heartbeat * self.liveness:
-            self._reconnect(f"sent nothing for {silent:.1f} s ({self.liveness} heartbeats)",
-                            warn=not self._outage)
+            self._reconnect(
+                f"sent nothing for {silent:.1f} s ({self.liveness} heartbeats)",
+                warn=not self._outage,
+            )
             self._outage = True
         elif now >= self._next_ping:
             self._send(b"PING")
@@ -288,16 +329,23 @@ class Client:
             if now >= request.expires:
                 del self._requests[request_id]
                 self._send(b"CANCEL", request.service, request_id)
-                _settle(request.futures, Answer(request_id.decode("utf-8", "replace"),
-                                                "EXPIRED", None, request.sends))
+                _settle(
+                    request.futures,
+                    Answer(request_id.decode("utf-8", "replace"), "EXPIRED", None, request.sends),
+                )
             elif now >= request.next_send:
                 self._send_request(request)
 
     def _send_request(self, request: _Request, *, spend: bool = True) -> None:
         """Send (or resend: ``spend`` says whether it counts against ``resends``)."""
-        if not self._send(b"REQ", request.service, request.request_id, request.data,
-                          str(request.stales_ms).encode()):
-            request.next_send = time.monotonic() + self.resend_after      # queue full: later
+        if not self._send(
+            b"REQ",
+            request.service,
+            request.request_id,
+            request.data,
+            str(request.stales_ms).encode(),
+        ):
+            request.next_send = time.monotonic() + self.resend_after  # queue full: later
             return
         if request.sends and spend:
             request.resends_left -= 1
@@ -330,7 +378,7 @@ class Client:
 
     def _new_request(self, request: _Request) -> None:
         waiting = self._requests.get(request.request_id)
-        if waiting is not None:                 # the same id again (a retried task): one answer
+        if waiting is not None:  # the same id again (a retried task): one answer
             waiting.futures.extend(request.futures)
             return
         request.resends_left = self.resends
@@ -342,7 +390,8 @@ class Client:
             self._socket.close(0)
         error = BrokerError(f"the EBUS client of {self.address} closed before an answer came")
         for waiting in [f for r in self._requests.values() for f in r.futures] + [
-                future for _, future in self._questions.values()]:
+            future for _, future in self._questions.values()
+        ]:
             if not waiting.done():
                 waiting.set_exception(error)
         self._requests.clear()
@@ -353,7 +402,7 @@ def _settle(futures: list[Future], value: Any) -> None:
     for future in futures:
         try:
             future.set_result(value)
-        except InvalidStateError:               # the caller cancelled it meanwhile
+        except InvalidStateError:  # the caller cancelled it meanwhile
             pass
 
 

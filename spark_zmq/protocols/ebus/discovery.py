@@ -10,7 +10,7 @@ appears joins as a partition reading the channel of its name; one that is gone l
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import zmq
 
@@ -26,8 +26,13 @@ REFRESH_SECONDS = 10.0
 class ServiceChannels(Discovery):
     """Discovery of the channels named after the broker's registered services."""
 
-    def __init__(self, frontend: str, sub: str, endpoint_of: Callable[[str], Endpoint],
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        frontend: str,
+        sub: str,
+        endpoint_of: Callable[[str], Endpoint],
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.frontend = frontend
         self.curve = curve
         self.sub = sub
@@ -39,8 +44,9 @@ class ServiceChannels(Discovery):
 
     def start(self, listener: EndpointListener) -> None:
         self._listener = listener
-        self._thread = threading.Thread(target=self._run, name="spark_zmq ebus services",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="spark_zmq ebus services", daemon=True
+        )
         self._thread.start()
         logger.info("ebus: reading a channel per service registered at %s", self.frontend)
 

@@ -60,11 +60,21 @@ def _channels(value: str) -> tuple[str, ...]:
 
 BROKER = Option("broker", text, "a host name or address", "127.0.0.1", "The EBUS broker's host.")
 FRONTEND_OPTIONS = (
-    Option("frontendPort", port, "a port number", str(FRONTEND_PORT),
-           "The broker's frontend port (clients): asked for SERVICES with `channels=services`, "
-           "sent requests with `service`."),
-    Option("frontendEndpoint", text, "a zmq endpoint such as tcp://host:5000", None,
-           "The frontend address in full; overrides `broker` and `frontendPort`."),
+    Option(
+        "frontendPort",
+        port,
+        "a port number",
+        str(FRONTEND_PORT),
+        "The broker's frontend port (clients): asked for SERVICES with `channels=services`, "
+        "sent requests with `service`.",
+    ),
+    Option(
+        "frontendEndpoint",
+        text,
+        "a zmq endpoint such as tcp://host:5000",
+        None,
+        "The frontend address in full; overrides `broker` and `frontendPort`.",
+    ),
 )
 
 
@@ -76,40 +86,81 @@ class EBus(StreamProtocol, SinkProtocol):
     name = "ebus"
     reader_options = (
         BROKER,
-        Option("subPort", port, "a port number", str(SUB_PORT),
-               "The broker's sub port (its XPUB), where broadcasts are read."),
-        Option("subEndpoint", text, "a zmq endpoint such as tcp://host:5003", None,
-               "The sub address in full; overrides `broker` and `subPort`."),
+        Option(
+            "subPort",
+            port,
+            "a port number",
+            str(SUB_PORT),
+            "The broker's sub port (its XPUB), where broadcasts are read.",
+        ),
+        Option(
+            "subEndpoint",
+            text,
+            "a zmq endpoint such as tcp://host:5003",
+            None,
+            "The sub address in full; overrides `broker` and `subPort`.",
+        ),
         *FRONTEND_OPTIONS,
-        Option("channels", _channels, "comma-separated channel prefixes, or services", None,
-               "Read broadcasts on channels that start with one of these; one partition per "
-               "prefix (a channel under two prefixes is read by both). `services`: one channel "
-               "per service registered at the broker, following `ebus/workers` announcements. "
-               "Default: every channel."),
-        Option("includeBrokerEvents", boolean, "true or false", "false",
-               "Also read the broker's own broadcasts: channel `ebus` and every channel under "
-               "`ebus/` (`ebus/started`, `ebus/shutdown`, `ebus/workers`)."),
+        Option(
+            "channels",
+            _channels,
+            "comma-separated channel prefixes, or services",
+            None,
+            "Read broadcasts on channels that start with one of these; one partition per "
+            "prefix (a channel under two prefixes is read by both). `services`: one channel "
+            "per service registered at the broker, following `ebus/workers` announcements. "
+            "Default: every channel.",
+        ),
+        Option(
+            "includeBrokerEvents",
+            boolean,
+            "true or false",
+            "false",
+            "Also read the broker's own broadcasts: channel `ebus` and every channel under "
+            "`ebus/` (`ebus/started`, `ebus/shutdown`, `ebus/workers`).",
+        ),
     )
     writer_options = (
         BROKER,
-        Option("pubPort", port, "a port number", str(PUB_PORT),
-               "The broker's pub port (its XSUB), where broadcasts are sent."),
-        Option("pubEndpoint", text, "a zmq endpoint such as tcp://host:5002", None,
-               "The pub address in full; overrides `broker` and `pubPort`."),
-        Option("service", text, "a service name", None,
-               "Send each row as a request to this service (through the broker's frontend) "
-               "instead of broadcasting it; rows need `data` or `payload`, not `channel`."),
-        Option("stalesMs", positive_int, "a positive integer (milliseconds)",
-               str(DEFAULT_STALES_MS),
-               "With `service`: how long a request may wait for its answer; unanswered "
-               "requests are resent every second with the same id until then."),
+        Option(
+            "pubPort",
+            port,
+            "a port number",
+            str(PUB_PORT),
+            "The broker's pub port (its XSUB), where broadcasts are sent.",
+        ),
+        Option(
+            "pubEndpoint",
+            text,
+            "a zmq endpoint such as tcp://host:5002",
+            None,
+            "The pub address in full; overrides `broker` and `pubPort`.",
+        ),
+        Option(
+            "service",
+            text,
+            "a service name",
+            None,
+            "Send each row as a request to this service (through the broker's frontend) "
+            "instead of broadcasting it; rows need `data` or `payload`, not `channel`.",
+        ),
+        Option(
+            "stalesMs",
+            positive_int,
+            "a positive integer (milliseconds)",
+            str(DEFAULT_STALES_MS),
+            "With `service`: how long a request may wait for its answer; unanswered "
+            "requests are resent every second with the same id until then.",
+        ),
         *FRONTEND_OPTIONS,
         *REQUEST_WRITER_OPTIONS,
     )
-    columns = pa.schema([
-        pa.field("channel", pa.string()),
-        pa.field("data", pa.string()),
-    ])
+    columns = pa.schema(
+        [
+            pa.field("channel", pa.string()),
+            pa.field("data", pa.string()),
+        ]
+    )
 
     def sub_address(self, options: Options) -> str:
         return options["subEndpoint"] or f"tcp://{options['broker']}:{options['subPort']}"
@@ -118,13 +169,18 @@ class EBus(StreamProtocol, SinkProtocol):
         address = self.sub_address(options)
 
         def endpoint_of(prefix: str) -> Endpoint:
-            return Endpoint(f"{prefix or '*'}@{address.split('://', 1)[-1]}", address,
-                            {"prefix": prefix}, (prefix.encode("utf-8"),))
+            return Endpoint(
+                f"{prefix or '*'}@{address.split('://', 1)[-1]}",
+                address,
+                {"prefix": prefix},
+                (prefix.encode("utf-8"),),
+            )
 
         prefixes = options["channels"] or ("",)
         if prefixes == ("services",):
-            return ServiceChannels(frontend_address(options), address, endpoint_of,
-                                   Curve.of(options))
+            return ServiceChannels(
+                frontend_address(options), address, endpoint_of, Curve.of(options)
+            )
         return StaticDiscovery([endpoint_of(prefix) for prefix in prefixes])
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
@@ -137,38 +193,53 @@ class EBus(StreamProtocol, SinkProtocol):
             payloads.append(payload)
             errors.append(error)
             keep.append(broker_events or not is_broker_channel(channel))
-        return Decoded(pa.array(payloads, pa.binary()), pa.array(errors, pa.string()),
-                       {"channel": pa.array(channels, pa.string()),
-                        "data": pa.array(data, pa.string())},
-                       None if all(keep) else pa.array(keep, pa.bool_()))
-
+        return Decoded(
+            pa.array(payloads, pa.binary()),
+            pa.array(errors, pa.string()),
+            {"channel": pa.array(channels, pa.string()), "data": pa.array(data, pa.string())},
+            None if all(keep) else pa.array(keep, pa.bool_()),
+        )
 
     # -- writing -------------------------------------------------------------------------------
 
     def check_input(self, schema: pa.Schema, options: Options) -> None:
         names = set(schema.names)
         requests = options["service"] is not None
-        if not requests and ("channel" not in names
-                             or not pa.types.is_string(schema.field("channel").type)):
-            raise ValueError(f"ebus writer: the rows need a string column `channel` (or option "
-                             f"`service`, to send requests); they have {', '.join(schema.names)}")
+        if not requests and (
+            "channel" not in names or not pa.types.is_string(schema.field("channel").type)
+        ):
+            raise ValueError(
+                f"ebus writer: the rows need a string column `channel` (or option "
+                f"`service`, to send requests); they have {', '.join(schema.names)}"
+            )
         if not names & {"data", "payload"}:
             what = "request" if requests else "broadcast"
-            raise ValueError(f"ebus writer: the rows need a column `data` (JSON text) or "
-                             f"`payload` (packed bytes) to {what}; they have "
-                             f"{', '.join(schema.names)}")
+            raise ValueError(
+                f"ebus writer: the rows need a column `data` (JSON text) or "
+                f"`payload` (packed bytes) to {what}; they have "
+                f"{', '.join(schema.names)}"
+            )
         for column, check in (("data", pa.types.is_string), ("payload", pa.types.is_binary)):
             if column in names and not check(schema.field(column).type):
-                raise ValueError(f"ebus writer: column `{column}` has type "
-                                 f"{schema.field(column).type}")
+                raise ValueError(
+                    f"ebus writer: column `{column}` has type {schema.field(column).type}"
+                )
 
     def open_publisher(self, options: Options) -> SinkPublisher | Requester:
         if options["service"] is not None:
-            return ServiceRequester(frontend_address(options), options["service"],
-                                    options["stalesMs"], Curve.of(options))
+            return ServiceRequester(
+                frontend_address(options),
+                options["service"],
+                options["stalesMs"],
+                Curve.of(options),
+            )
         address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
-        return XPubSender(address, send_hwm=options["sendHighWaterMark"],
-                          send_timeout=options["sendTimeout"] or None, curve=Curve.of(options))
+        return XPubSender(
+            address,
+            send_hwm=options["sendHighWaterMark"],
+            send_timeout=options["sendTimeout"] or None,
+            curve=Curve.of(options),
+        )
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         requests = options["service"] is not None
@@ -191,9 +262,13 @@ def _decode_message(frames: list[bytes]) -> tuple[str | None, str | None, bytes,
     """(channel, data as JSON text, raw payload, error) of one captured broadcast."""
     if len(frames) != 2:
         sizes = ", ".join(str(len(f)) for f in frames)
-        return (None, None, b"".join(frames),
-                f"malformed EBUS broadcast: {len(frames)} frames of {sizes} bytes; expected "
-                f"[channel, packed data]. payload holds the frames concatenated")
+        return (
+            None,
+            None,
+            b"".join(frames),
+            f"malformed EBUS broadcast: {len(frames)} frames of {sizes} bytes; expected "
+            f"[channel, packed data]. payload holds the frames concatenated",
+        )
     channel_bytes, payload = frames
     try:
         channel = channel_bytes.decode("utf-8")
@@ -205,8 +280,9 @@ def _decode_message(frames: list[bytes]) -> tuple[str | None, str | None, bytes,
         return channel, None, payload, f"malformed EBUS payload on channel {channel!r}: {exc}"
 
 
-def _broadcast(channel: str | None, data: str | None,
-               payload: bytes | None) -> tuple[list[bytes] | None, str | None]:
+def _broadcast(
+    channel: str | None, data: str | None, payload: bytes | None
+) -> tuple[list[bytes] | None, str | None]:
     """The two frames of a row's broadcast, or why there are none."""
     if not channel:
         return None, "no channel: `channel` is null or empty"
@@ -232,5 +308,5 @@ def _packed(data: str | None, payload: bytes | None) -> tuple[bytes, str | None]
         return b"", f"`data` is not JSON text: {exc}"
     try:
         return pack(value), None
-    except Exception as exc:              # bson's InvalidDocument, OverflowError, ...
+    except Exception as exc:  # bson's InvalidDocument, OverflowError, ...
         return b"", f"`data` cannot be packed as BSON: {exc}"

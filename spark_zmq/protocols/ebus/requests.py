@@ -22,8 +22,9 @@ _KINDS = {"REPLY": ANSWERED, "REJECT": REFUSED, "EXPIRED": UNANSWERED}
 class ServiceRequester(Requester):
     """Sends packed rows to ``service`` through the broker frontend at ``frontend``."""
 
-    def __init__(self, frontend: str, service: str, stales_ms: int,
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self, frontend: str, service: str, stales_ms: int, curve: Curve = NO_CURVE
+    ) -> None:
         self.name = f"service {service!r} at {frontend}"
         self.frontend = frontend
         self.service = service
@@ -32,8 +33,9 @@ class ServiceRequester(Requester):
 
     def request(self, frames: list[bytes], request_id: str) -> Future:
         outcome: Future = Future()
-        answer = self.client.request(self.service, frames[0], request_id=request_id,
-                                     stales_ms=self.stales_ms)
+        answer = self.client.request(
+            self.service, frames[0], request_id=request_id, stales_ms=self.stales_ms
+        )
         answer.add_done_callback(lambda done: self._resolve(done, outcome))
         return outcome
 
@@ -50,9 +52,11 @@ class ServiceRequester(Requester):
         if answer.status == "REJECT":
             detail = f"{about} was refused by its worker (REJECT)"
         elif answer.status == "EXPIRED":
-            detail = (f"{about} got no answer within stalesMs={self.stales_ms} (sent "
-                      f"{answer.sends} times; a service with no worker holds requests until "
-                      f"one registers or they expire)")
+            detail = (
+                f"{about} got no answer within stalesMs={self.stales_ms} (sent "
+                f"{answer.sends} times; a service with no worker holds requests until "
+                f"one registers or they expire)"
+            )
         else:
             detail = f"{about} was answered"
             if data is None and answer.data not in (None, b"null"):

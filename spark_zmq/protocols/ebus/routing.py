@@ -27,8 +27,8 @@ set of services changes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import zmq
 
@@ -72,8 +72,12 @@ _SENDER, _TYPE, _SERVICE, _REQUEST_ID, _DATA, _STALES = range(2, 8)
 class RequestRouter:
     """Frontend (clients) and backend (workers) of a broker; see the module docstring."""
 
-    def __init__(self, frontend: zmq.Socket, backend: zmq.Socket,
-                 on_services_changed: Callable[[list[str]], None]) -> None:
+    def __init__(
+        self,
+        frontend: zmq.Socket,
+        backend: zmq.Socket,
+        on_services_changed: Callable[[list[str]], None],
+    ) -> None:
         self.frontend = frontend
         self.backend = backend
         self.on_services_changed = on_services_changed
@@ -89,21 +93,32 @@ class RequestRouter:
         identity = frames[0]
         field = frames + [b""] * (_STALES + 1 - len(frames))
         if field[_SENDER] != CLIENT:
-            logger.warning("ebus broker: a frontend message from %r whose frame 2 is %r, not "
-                           "%r; ignored", identity, field[_SENDER][:16], CLIENT)
+            logger.warning(
+                "ebus broker: a frontend message from %r whose frame 2 is %r, not %r; ignored",
+                identity,
+                field[_SENDER][:16],
+                CLIENT,
+            )
             return
         kind, request_id = field[_TYPE], field[_REQUEST_ID]
         if kind in (b"REQ", b"REQUEST"):
-            self._request(identity, field[_SERVICE], request_id, field[_DATA] or b"null",
-                          _stales_ms(field[_STALES]))
+            self._request(
+                identity,
+                field[_SERVICE],
+                request_id,
+                field[_DATA] or b"null",
+                _stales_ms(field[_STALES]),
+            )
         elif kind == b"PING":
             self._to_client(identity, b"HEARTBEAT")
         elif kind == b"SERVICES":
             names = sorted({w.service for w in self.workers.values()})
             self._to_client(identity, b"SERVICES", request_id, pack(names))
         elif kind == b"WORKERS":
-            listing = [{"id": w.identity.decode("utf-8", "replace"), "service": w.service,
-                        "load": w.load} for w in self.workers.values()]
+            listing = [
+                {"id": w.identity.decode("utf-8", "replace"), "service": w.service, "load": w.load}
+                for w in self.workers.values()
+            ]
             self._to_client(identity, b"WORKERS", request_id, pack(listing))
         elif kind == b"CANCEL":
             pending = self.pending.pop(request_id, None)
@@ -111,17 +126,24 @@ class RequestRouter:
                 self._to_worker(pending.worker, b"CANCEL", request_id)
                 self._unload(pending.worker)
 
-    def _request(self, client: bytes, service: bytes, request_id: bytes, data: bytes,
-                 stales: int) -> None:
+    def _request(
+        self, client: bytes, service: bytes, request_id: bytes, data: bytes, stales: int
+    ) -> None:
         cached = self.replies.get(request_id)
         if cached is not None:
             self._to_client(client, *cached[1])
             return
-        if request_id in self.pending:      # a resend of a request still being worked on
+        if request_id in self.pending:  # a resend of a request still being worked on
             self.pending[request_id].client = client
             return
-        pending = _Pending(client, service.decode("utf-8", "replace"), request_id, data, stales,
-                           time.monotonic() + stales / 1000.0)
+        pending = _Pending(
+            client,
+            service.decode("utf-8", "replace"),
+            request_id,
+            data,
+            stales,
+            time.monotonic() + stales / 1000.0,
+        )
         self.pending[request_id] = pending
         self._dispatch(pending)
 
@@ -135,8 +157,13 @@ class RequestRouter:
         worker = min(candidates, key=lambda w: w.load)
         worker.load += 1
         pending.worker = worker.identity
-        self._to_worker(worker.identity, b"REQ", pending.request_id, pending.data,
-                        str(pending.stales_ms).encode())
+        self._to_worker(
+            worker.identity,
+            b"REQ",
+            pending.request_id,
+            pending.data,
+            str(pending.stales_ms).encode(),
+        )
 
     def _to_client(self, identity: bytes, kind: bytes, *args: bytes) -> None:
         self.frontend.send_multipart([identity, b"", WORKER, kind, *args])
@@ -146,8 +173,9 @@ class RequestRouter:
     def from_worker(self, frames: list[bytes]) -> None:
         identity, body = frames[0], frames[1:]
         if len(body) < 2 or body[0] != WORKER:
-            logger.warning("ebus broker: malformed message from worker %r; disconnecting it",
-                           identity)
+            logger.warning(
+                "ebus broker: malformed message from worker %r; disconnecting it", identity
+            )
             self._to_worker(identity, b"DISCONNECT", b"malformed message")
             return
         kind, args = body[1], body[2:]
@@ -173,10 +201,13 @@ class RequestRouter:
             return
         service = args[1].decode("utf-8", "replace")
         self.workers[identity] = _Worker(identity, service)
-        logger.info("ebus broker: worker %s registered for service %r",
-                    identity.decode("utf-8", "replace"), service)
+        logger.info(
+            "ebus broker: worker %s registered for service %r",
+            identity.decode("utf-8", "replace"),
+            service,
+        )
         self._services_changed()
-        for pending in list(self.pending.values()):      # arrival order: dicts keep it
+        for pending in list(self.pending.values()):  # arrival order: dicts keep it
             if pending.worker is None and pending.service == service:
                 self._dispatch(pending)
 
@@ -185,7 +216,7 @@ class RequestRouter:
         pending = self.pending.pop(request_id, None)
         self._unload(worker.identity)
         if pending is None:
-            return                         # expired or cancelled meanwhile
+            return  # expired or cancelled meanwhile
         message = [kind, request_id, args[1] if len(args) > 1 else b"null"]
         self.replies[request_id] = (time.monotonic() + REPLY_CACHE_SECONDS, message)
         self._to_client(pending.client, *message)
@@ -202,10 +233,14 @@ class RequestRouter:
         worker = self.workers.pop(identity, None)
         if worker is None:
             return
-        logger.info("ebus broker: worker %s of %r removed: %s",
-                    identity.decode("utf-8", "replace"), worker.service, why)
+        logger.info(
+            "ebus broker: worker %s of %r removed: %s",
+            identity.decode("utf-8", "replace"),
+            worker.service,
+            why,
+        )
         for pending in list(self.pending.values()):
-            if pending.worker == identity:           # held again: another worker, or expiry
+            if pending.worker == identity:  # held again: another worker, or expiry
                 self._dispatch(pending)
         self._services_changed()
 
@@ -225,7 +260,7 @@ class RequestRouter:
             if now - worker.seen > HEARTBEAT_SECONDS * LIVENESS:
                 self._drop(identity, f"silent for {LIVENESS} heartbeats")
         for request_id, pending in list(self.pending.items()):
-            if now >= pending.expires:               # expired: REJECT with no data frame
+            if now >= pending.expires:  # expired: REJECT with no data frame
                 del self.pending[request_id]
                 if pending.worker is not None:
                     self._unload(pending.worker)

@@ -13,39 +13,38 @@ import zlib
 from typing import Any
 
 import bson
-from bson import json_util
+
+from spark_zmq.errors import PayloadError
+from spark_zmq.protocols.extjson import from_json, to_json
 
 CLIENT = b"EBC01"
 WORKER = b"EBW01"
 #: the prefix of the channels on which the broker announces its own state
 BROKER_CHANNEL = "ebus"
-STARTED_CHANNEL = "ebus/started"        # {ebusmessage: "broker starting"}
-SHUTDOWN_CHANNEL = "ebus/shutdown"      # {ebusmessage: "broker stopping"}
-WORKERS_CHANNEL = "ebus/workers"        # {ebusmessage: "active workers", workers: [names]}
+STARTED_CHANNEL = "ebus/started"  # {ebusmessage: "broker starting"}
+SHUTDOWN_CHANNEL = "ebus/shutdown"  # {ebusmessage: "broker stopping"}
+WORKERS_CHANNEL = "ebus/workers"  # {ebusmessage: "active workers", workers: [names]}
 NULL = b"null"
 
 FRONTEND_PORT = 5000
 BACKEND_PORT = 5001
-PUB_PORT = 5002     # broker's XSUB: publishers connect a PUB here
-SUB_PORT = 5003     # broker's XPUB: subscribers connect a SUB here
+PUB_PORT = 5002  # broker's XSUB: publishers connect a PUB here
+SUB_PORT = 5003  # broker's XPUB: subscribers connect a SUB here
 
 #: the peers' timing, as the reference implementation's
-HEARTBEAT_SECONDS = 0.5      # a peer PINGs when it heard nothing for this long
-LIVENESS = 5                 # heartbeats missed before a peer is taken for gone
-DEFAULT_STALES_MS = 3000     # a request's lifetime unless it says otherwise
-RESEND_SECONDS = 1.0         # an unanswered request is resent after this long ...
-RESENDS = 3                  # ... at most this many times, with the same request id
-REPLY_CACHE_SECONDS = 5.0    # how long a broker answers a duplicate request id from its cache
+HEARTBEAT_SECONDS = 0.5  # a peer PINGs when it heard nothing for this long
+LIVENESS = 5  # heartbeats missed before a peer is taken for gone
+DEFAULT_STALES_MS = 3000  # a request's lifetime unless it says otherwise
+RESEND_SECONDS = 1.0  # an unanswered request is resent after this long ...
+RESENDS = 3  # ... at most this many times, with the same request id
+REPLY_CACHE_SECONDS = 5.0  # how long a broker answers a duplicate request id from its cache
 
 
 def is_broker_channel(channel: str | None) -> bool:
     """A channel the broker speaks on: ``ebus`` itself or one under ``ebus/`` (not ``ebusy``)."""
-    return channel is not None and (channel == BROKER_CHANNEL
-                                    or channel.startswith(BROKER_CHANNEL + "/"))
-
-
-class PayloadError(ValueError):
-    """A payload that is not ``zlib(BSON({"l": value}))`` or ``null``."""
+    return channel is not None and (
+        channel == BROKER_CHANNEL or channel.startswith(BROKER_CHANNEL + "/")
+    )
 
 
 def pack(value: Any) -> bytes:
@@ -62,13 +61,13 @@ def unpack(frame: bytes) -> Any:
     try:
         document = zlib.decompress(frame)
     except zlib.error:
-        try:                                     # a raw deflate stream, without zlib's header
+        try:  # a raw deflate stream, without zlib's header
             document = zlib.decompress(frame, -zlib.MAX_WBITS)
         except zlib.error:
             raise PayloadError(f"not zlib-deflated ({len(frame)} bytes)") from None
     try:
         decoded = bson.decode(document)
-    except Exception as exc:                      # bson raises InvalidBSON and friends
+    except Exception as exc:  # bson raises InvalidBSON and friends
         raise PayloadError(f"not a BSON document after inflating: {exc}") from None
     if "l" not in decoded:
         raise PayloadError(f"BSON document without key 'l' (keys: {', '.join(decoded)})")
@@ -88,22 +87,3 @@ def answer_json(frame: bytes) -> str | None:
         return text
     except ValueError:
         return None
-
-
-def to_json(value: Any) -> str:
-    """JSON text of an unpacked value (BSON types such as binary or dates as extended JSON);
-    PayloadError for a value nested too deeply to be shown."""
-    try:
-        return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
-    except RecursionError:
-        raise PayloadError("the value is nested too deeply to be shown as JSON") from None
-
-
-def from_json(text: str) -> Any:
-    """The value of JSON text (extended JSON included); ValueError when there is none."""
-    try:
-        return json_util.loads(text)
-    except ValueError:
-        raise
-    except Exception as exc:     # json_util's TypeError, KeyError, InvalidId; RecursionError
-        raise ValueError(f"{type(exc).__name__}: {exc}") from None

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -22,8 +23,9 @@ class Worker:
     """Serves ``service`` on the broker backend at ``address`` with ``handler(data) -> result``
     (unpacked values) on a daemon thread; a handler that raises makes a REJECT."""
 
-    def __init__(self, address: str, service: str, handler: Callable[[Any], Any], *,
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self, address: str, service: str, handler: Callable[[Any], Any], *, curve: Curve = NO_CURVE
+    ) -> None:
         self.service = service
         self.handler = handler
         self.identity = b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode())
@@ -33,8 +35,9 @@ class Worker:
         self._socket.connect(address)
         self._socket.send_multipart([WORKER, b"READY", b"null", service.encode()])
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"ebus worker {service}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"ebus worker {service}", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -53,14 +56,16 @@ class Worker:
             request_id = frames[2]
             try:
                 answer = [b"REPLY", request_id, pack(self.handler(unpack(frames[3])))]
-            except Exception as exc:       # the client gets a REJECT, the worker goes on
-                logger.warning("ebus worker %s: request %r failed: %s", self.service,
-                               request_id, exc)
+            except Exception as exc:  # the client gets a REJECT, the worker goes on
+                logger.warning(
+                    "ebus worker %s: request %r failed: %s", self.service, request_id, exc
+                )
                 answer = [b"REJECT", request_id, b"null"]
             self._socket.send_multipart([WORKER, *answer])
         elif kind == b"DISCONNECT":
-            logger.warning("ebus worker %s: the broker disconnected it: %s", self.service,
-                           frames[2:3])
+            logger.warning(
+                "ebus worker %s: the broker disconnected it: %s", self.service, frames[2:3]
+            )
             self._stopping.set()
 
     def close(self) -> None:

@@ -13,22 +13,35 @@
 from spark_zmq.protocols.goby.daemon import GobyDaemon
 from spark_zmq.protocols.goby.format import Goby
 from spark_zmq.protocols.goby.manager import (
-                      HoldHandshake,
-                      HoldTimeout,
-                      ManagerAddress,
-                      ManagerError,
-                      ManagerUnreachable,
-                      Router,
-                      request_router,
+    HoldHandshake,
+    HoldTimeout,
+    ManagerAddress,
+    ManagerError,
+    ManagerUnreachable,
+    Router,
+    request_router,
 )
 from spark_zmq.protocols.goby.wire import (
-                      SCHEMES,
-                      Identifier,
-                      IdentifierError,
-                      identifier,
-                      split_message,
+    SCHEMES,
+    Identifier,
+    IdentifierError,
+    identifier,
+    split_message,
 )
 
-__all__ = ["GobyDaemon", "Goby", "HoldHandshake", "HoldTimeout", "Identifier", "IdentifierError",
-           "ManagerAddress", "ManagerError", "ManagerUnreachable", "Router", "SCHEMES",
-           "identifier", "request_router", "split_message"]
+__all__ = [
+    "SCHEMES",
+    "Goby",
+    "GobyDaemon",
+    "HoldHandshake",
+    "HoldTimeout",
+    "Identifier",
+    "IdentifierError",
+    "ManagerAddress",
+    "ManagerError",
+    "ManagerUnreachable",
+    "Router",
+    "identifier",
+    "request_router",
+    "split_message",
+]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 import zmq
 
@@ -45,10 +45,16 @@ ROUTER_HIGH_WATER_MARK = 100_000
 class GobyDaemon:
     """Manager + Router + hold responder; IPC unless ``tcp_port`` is given (0 picks a port)."""
 
-    def __init__(self, platform: str = DEFAULT_PLATFORM, socket_name: str | None = None,
-                 tcp_port: int | None = None, host: str = "127.0.0.1",
-                 required_clients: Iterable[str] = (),
-                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        platform: str = DEFAULT_PLATFORM,
+        socket_name: str | None = None,
+        tcp_port: int | None = None,
+        host: str = "127.0.0.1",
+        required_clients: Iterable[str] = (),
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self._context = context or zmq.Context.instance()
         self.transport = "tcp" if tcp_port is not None else "ipc"
         self.base = ipc_base(platform, socket_name)
@@ -73,17 +79,24 @@ class GobyDaemon:
         except zmq.ZMQError as exc:
             self._rep.close(0)
             self._router.close()
-            raise OSError(f"gobyd: cannot bind its Manager at {self.manager_endpoint}: "
-                          f"{exc}") from None
+            raise OSError(
+                f"gobyd: cannot bind its Manager at {self.manager_endpoint}: {exc}"
+            ) from None
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="spark_zmq gobyd manager",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="spark_zmq gobyd manager", daemon=True
+        )
         self._thread.start()
-        logger.info("gobyd: manager at %s, router XPUB %s, XSUB %s%s%s", self.manager_endpoint,
-                    self._router.xpub_endpoint, self._router.xsub_endpoint,
-                    ", CURVE" if curve.serves else "",
-                    f", holding until {', '.join(sorted(self.required_clients))} are ready"
-                    if self.required_clients else "")
+        logger.info(
+            "gobyd: manager at %s, router XPUB %s, XSUB %s%s%s",
+            self.manager_endpoint,
+            self._router.xpub_endpoint,
+            self._router.xsub_endpoint,
+            ", CURVE" if curve.serves else "",
+            f", holding until {', '.join(sorted(self.required_clients))} are ready"
+            if self.required_clients
+            else "",
+        )
 
     @property
     def manager_endpoint(self) -> str:
@@ -134,8 +147,12 @@ class GobyDaemon:
         try:
             request.ParseFromString(frame)
         except Exception as exc:
-            logger.warning("gobyd: a %d-byte request that is not a ManagerRequest (%s); "
-                           "answered with an empty frame", len(frame), exc)
+            logger.warning(
+                "gobyd: a %d-byte request that is not a ManagerRequest (%s); "
+                "answered with an empty frame",
+                len(frame),
+                exc,
+            )
             return b""
         return self._response(request).SerializeToString()
 
@@ -154,8 +171,12 @@ class GobyDaemon:
 
     def _response(self, request):
         self._note(request)
-        response = ManagerResponse(request=request.request, client_name=request.client_name,
-                                   client_pid=request.client_pid, hold=self.hold)
+        response = ManagerResponse(
+            request=request.request,
+            client_name=request.client_name,
+            client_pid=request.client_pid,
+            hold=self.hold,
+        )
         if request.request == PROVIDE_PUB_SUB_SOCKETS:
             response.subscribe_socket.CopyFrom(self._socket(Socket.SUBSCRIBE, "xpub"))
             response.publish_socket.CopyFrom(self._socket(Socket.PUBLISH, "xsub"))
@@ -173,8 +194,10 @@ class GobyDaemon:
                 self.ready_clients.add(request.client_name)
                 lifted = held and self.required_clients <= self.ready_clients
         if lifted:
-            logger.info("gobyd: hold lifted: every required client is ready (%s)",
-                        ", ".join(sorted(self.required_clients)))
+            logger.info(
+                "gobyd: hold lifted: every required client is ready (%s)",
+                ", ".join(sorted(self.required_clients)),
+            )
 
     def _socket(self, socket_type: int, which: str):
         socket = Socket(socket_type=socket_type, connect_or_bind=Socket.CONNECT)
@@ -197,8 +220,9 @@ class _Router:
     """XSUB and XPUB joined by a zmq proxy on its own thread; also bound in-process for the
     hold responder."""
 
-    def __init__(self, context: zmq.Context, transport: str, base: str, host: str,
-                 curve: Curve) -> None:
+    def __init__(
+        self, context: zmq.Context, transport: str, base: str, host: str, curve: Curve
+    ) -> None:
         self._xsub = context.socket(zmq.XSUB)
         self._xpub = context.socket(zmq.XPUB)
         for sock in (self._xsub, self._xpub):
@@ -220,8 +244,9 @@ class _Router:
         except zmq.ZMQError as exc:
             self._xsub.close(0)
             self._xpub.close(0)
-            raise OSError(f"gobyd: cannot bind its router ({transport}, {base or host}): "
-                          f"{exc}") from None
+            raise OSError(
+                f"gobyd: cannot bind its router ({transport}, {base or host}): {exc}"
+            ) from None
         self.inproc_xpub = f"inproc://spark_zmq-gobyd-{id(self)}.xpub"
         self.inproc_xsub = f"inproc://spark_zmq-gobyd-{id(self)}.xsub"
         self._xpub.bind(self.inproc_xpub)
@@ -230,8 +255,9 @@ class _Router:
         self._control_peer = context.socket(zmq.PAIR)
         self._control.bind(f"inproc://spark_zmq-gobyd-{id(self)}.control")
         self._control_peer.connect(f"inproc://spark_zmq-gobyd-{id(self)}.control")
-        self._thread = threading.Thread(target=self._run, name="spark_zmq gobyd router",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="spark_zmq gobyd router", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
@@ -27,10 +27,15 @@ POLL_SECONDS = 1.0
 class ManagerDiscovery(Discovery):
     """One endpoint per prefix on the Router that gobyd's Manager hands out."""
 
-    def __init__(self, manager: ManagerAddress, client_name: str, timeout: float,
-                 prefixes: tuple[bytes, ...],
-                 endpoint_of: Callable[[bytes, Router], Endpoint],
-                 curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        manager: ManagerAddress,
+        client_name: str,
+        timeout: float,
+        prefixes: tuple[bytes, ...],
+        endpoint_of: Callable[[bytes, Router], Endpoint],
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.manager = manager
         self.curve = curve
         self.client_name = client_name
@@ -45,11 +50,15 @@ class ManagerDiscovery(Discovery):
     def start(self, listener: EndpointListener) -> None:
         self._listener = listener
         self._announce(self._request_router())
-        logger.info("goby: gobyd's Manager at %s hands out the router %s; reading %s",
-                    self.manager.endpoint, self.router.subscribe,
-                    ", ".join(p.decode("utf-8", "replace") for p in self.prefixes))
-        self._thread = threading.Thread(target=self._run, name="spark_zmq goby manager",
-                                        daemon=True)
+        logger.info(
+            "goby: gobyd's Manager at %s hands out the router %s; reading %s",
+            self.manager.endpoint,
+            self.router.subscribe,
+            ", ".join(p.decode("utf-8", "replace") for p in self.prefixes),
+        )
+        self._thread = threading.Thread(
+            target=self._run, name="spark_zmq goby manager", daemon=True
+        )
         self._thread.start()
 
     def _run(self) -> None:
@@ -58,22 +67,30 @@ class ManagerDiscovery(Discovery):
                 router = self._request_router()
             except ManagerError as exc:
                 if not self._unanswered:
-                    logger.warning("goby: %s; still reading from %s, asking again every %g s",
-                                   exc, self.router.subscribe, POLL_SECONDS)
+                    logger.warning(
+                        "goby: %s; still reading from %s, asking again every %g s",
+                        exc,
+                        self.router.subscribe,
+                        POLL_SECONDS,
+                    )
                 self._unanswered = True
                 continue
             if self._unanswered:
                 logger.info("goby: gobyd's Manager at %s answers again", self.manager.endpoint)
                 self._unanswered = False
             if router != self.router and not self._stopping.is_set():
-                logger.info("goby: gobyd at %s moved its router from %s to %s (a restart); "
-                            "reconnecting", self.manager.endpoint, self.router.subscribe,
-                            router.subscribe)
+                logger.info(
+                    "goby: gobyd at %s moved its router from %s to %s (a restart); reconnecting",
+                    self.manager.endpoint,
+                    self.router.subscribe,
+                    router.subscribe,
+                )
                 self._announce(router)
 
     def _request_router(self) -> Router:
-        return request_router(self.manager, self.client_name, os.getpid(), self.timeout,
-                              curve=self.curve)
+        return request_router(
+            self.manager, self.client_name, os.getpid(), self.timeout, curve=self.curve
+        )
 
     def _announce(self, router: Router) -> None:
         self.router = router

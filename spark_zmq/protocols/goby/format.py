@@ -89,24 +89,53 @@ def _prefixes(value: str) -> tuple[bytes, ...]:
 
 
 _MANAGER_OPTIONS = (
-    Option("platform", text, "a Goby platform name", DEFAULT_PLATFORM,
-           "IPC: gobyd's Manager is at ipc:///tmp/goby_{platform}.manager."),
-    Option("socketName", text, "a path", None,
-           "IPC: gobyd's `socket_name` in full, overriding `platform`: the Manager is at "
-           "ipc://{socketName}.manager."),
-    Option("managerHost", text, "a host name or address", "127.0.0.1",
-           "TCP: the host of gobyd's Manager. Setting it or `managerPort` selects TCP (IPC "
-           "otherwise, gobyd's default)."),
-    Option("managerPort", port, "a port number", str(DEFAULT_TCP_PORT),
-           "TCP: the port of gobyd's Manager (its `tcp_port`)."),
-    Option("managerTimeout", positive_float, "a positive number of seconds",
-           f"{DEFAULT_TIMEOUT:g}",
-           "How long to wait for gobyd's Manager to answer; the query fails after that, naming "
-           "the address tried."),
-    Option("clientName", text, "a name", None,
-           "The client name given to gobyd (its `required_client` names for the hold). "
-           f"Default: the Spark application name for a writer, `{READER_CLIENT_NAME}` for a "
-           "reader."),
+    Option(
+        "platform",
+        text,
+        "a Goby platform name",
+        DEFAULT_PLATFORM,
+        "IPC: gobyd's Manager is at ipc:///tmp/goby_{platform}.manager.",
+    ),
+    Option(
+        "socketName",
+        text,
+        "a path",
+        None,
+        "IPC: gobyd's `socket_name` in full, overriding `platform`: the Manager is at "
+        "ipc://{socketName}.manager.",
+    ),
+    Option(
+        "managerHost",
+        text,
+        "a host name or address",
+        "127.0.0.1",
+        "TCP: the host of gobyd's Manager. Setting it or `managerPort` selects TCP (IPC "
+        "otherwise, gobyd's default).",
+    ),
+    Option(
+        "managerPort",
+        port,
+        "a port number",
+        str(DEFAULT_TCP_PORT),
+        "TCP: the port of gobyd's Manager (its `tcp_port`).",
+    ),
+    Option(
+        "managerTimeout",
+        positive_float,
+        "a positive number of seconds",
+        f"{DEFAULT_TIMEOUT:g}",
+        "How long to wait for gobyd's Manager to answer; the query fails after that, naming "
+        "the address tried.",
+    ),
+    Option(
+        "clientName",
+        text,
+        "a name",
+        None,
+        "The client name given to gobyd (its `required_client` names for the hold). "
+        f"Default: the Spark application name for a writer, `{READER_CLIENT_NAME}` for a "
+        "reader.",
+    ),
 )
 
 
@@ -115,8 +144,10 @@ def manager_address(options: Options) -> ManagerAddress:
     tcp = [name for name in ("managerHost", "managerPort") if options.is_set(name)]
     ipc = [name for name in ("platform", "socketName") if options.is_set(name)]
     if tcp and ipc:
-        raise OptionError(f"goby: options {', '.join(ipc)} (IPC) and {', '.join(tcp)} (TCP) "
-                          f"select different transports; give one kind")
+        raise OptionError(
+            f"goby: options {', '.join(ipc)} (IPC) and {', '.join(tcp)} (TCP) "
+            f"select different transports; give one kind"
+        )
     if tcp:
         return ManagerAddress.tcp(options["managerHost"], options["managerPort"])
     return ManagerAddress.ipc(options["platform"], options["socketName"])
@@ -126,9 +157,10 @@ def spark_application_name() -> str:
     """The Spark application's name, as a writer task sees it (a local property of its job)."""
     try:
         from pyspark import TaskContext
+
         context = TaskContext.get()
         name = context.getLocalProperty("spark.app.name") if context is not None else None
-    except Exception:              # outside Spark
+    except Exception:  # outside Spark
         name = None
     return name or FALLBACK_CLIENT_NAME
 
@@ -136,33 +168,55 @@ def spark_application_name() -> str:
 class Goby(StreamProtocol, SinkProtocol):
     name = "goby"
     reader_options = _MANAGER_OPTIONS + (
-        Option("subscribe", _prefixes, "comma-separated identifier prefixes", "/",
-               "Read messages whose identifier starts with one of these: `/group/`, "
-               "`/group/scheme/`, `/group/scheme/type/` and deeper; a missing leading or "
-               "trailing `/` is added, so `Foo` never matches `FooBar`; `/` reads everything. "
-               "One partition per prefix (a message under two prefixes is read by both)."),
-        Option("includeInternalGroups", boolean, "true or false", "false",
-               f"Also read gobyd's own hold handshake (groups `{INTERNAL_GROUP_PREFIX}...`), "
-               "which Goby's own tools hide unless asked to (`include_internal_groups`)."),
-        Option("protobufDescriptorSet", text, "a path to a serialized FileDescriptorSet", None,
-               "Decode PROTOBUF payloads of the types it holds into the `json` column (build "
-               "it with protoc --include_imports --descriptor_set_out); executors read it too."),
+        Option(
+            "subscribe",
+            _prefixes,
+            "comma-separated identifier prefixes",
+            "/",
+            "Read messages whose identifier starts with one of these: `/group/`, "
+            "`/group/scheme/`, `/group/scheme/type/` and deeper; a missing leading or "
+            "trailing `/` is added, so `Foo` never matches `FooBar`; `/` reads everything. "
+            "One partition per prefix (a message under two prefixes is read by both).",
+        ),
+        Option(
+            "includeInternalGroups",
+            boolean,
+            "true or false",
+            "false",
+            f"Also read gobyd's own hold handshake (groups `{INTERNAL_GROUP_PREFIX}...`), "
+            "which Goby's own tools hide unless asked to (`include_internal_groups`).",
+        ),
+        Option(
+            "protobufDescriptorSet",
+            text,
+            "a path to a serialized FileDescriptorSet",
+            None,
+            "Decode PROTOBUF payloads of the types it holds into the `json` column (build "
+            "it with protoc --include_imports --descriptor_set_out); executors read it too.",
+        ),
     )
     writer_options = _MANAGER_OPTIONS + (
-        Option("holdTimeout", _seconds_or_unlimited, "a number of seconds (0: no limit)", "60",
-               "While gobyd holds publications (its required clients are not all ready), a "
-               "writer task waits with its rows; after this long the task fails."),
+        Option(
+            "holdTimeout",
+            _seconds_or_unlimited,
+            "a number of seconds (0: no limit)",
+            "60",
+            "While gobyd holds publications (its required clients are not all ready), a "
+            "writer task waits with its rows; after this long the task fails.",
+        ),
     )
-    columns = pa.schema([
-        pa.field("group", pa.string()),
-        pa.field("scheme", pa.string()),
-        pa.field("scheme_id", pa.int32()),
-        pa.field("type", pa.string()),
-        pa.field("process", pa.int32()),
-        pa.field("thread", pa.string()),
-        pa.field("text", pa.string()),
-        pa.field("json", pa.string()),
-    ])
+    columns = pa.schema(
+        [
+            pa.field("group", pa.string()),
+            pa.field("scheme", pa.string()),
+            pa.field("scheme_id", pa.int32()),
+            pa.field("type", pa.string()),
+            pa.field("process", pa.int32()),
+            pa.field("thread", pa.string()),
+            pa.field("text", pa.string()),
+            pa.field("json", pa.string()),
+        ]
+    )
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -180,12 +234,21 @@ class Goby(StreamProtocol, SinkProtocol):
 
         def endpoint_of(prefix: bytes, router: Router) -> Endpoint:
             shown = prefix.decode("utf-8")
-            return Endpoint(f"{shown}@{manager.label}", router.subscribe,
-                            {"prefix": shown, "manager": manager.endpoint}, (prefix,))
+            return Endpoint(
+                f"{shown}@{manager.label}",
+                router.subscribe,
+                {"prefix": shown, "manager": manager.endpoint},
+                (prefix,),
+            )
 
-        return ManagerDiscovery(manager, options["clientName"] or READER_CLIENT_NAME,
-                                options["managerTimeout"], options["subscribe"], endpoint_of,
-                                Curve.of(options))
+        return ManagerDiscovery(
+            manager,
+            options["clientName"] or READER_CLIENT_NAME,
+            options["managerTimeout"],
+            options["subscribe"],
+            endpoint_of,
+            Curve.of(options),
+        )
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         path = options["protobufDescriptorSet"]
@@ -196,43 +259,60 @@ class Goby(StreamProtocol, SinkProtocol):
         columns = {field.name: pa.array(values[field.name], field.type) for field in self.columns}
         keep = None
         if not options["includeInternalGroups"]:
-            keep = pa.array([group is None or not group.startswith(INTERNAL_GROUP_PREFIX)
-                             for group in values["group"]], pa.bool_())
-        return Decoded(pa.array(values["payload"], pa.binary()),
-                       pa.array(values["error"], pa.string()), columns, keep)
+            keep = pa.array(
+                [
+                    group is None or not group.startswith(INTERNAL_GROUP_PREFIX)
+                    for group in values["group"]
+                ],
+                pa.bool_(),
+            )
+        return Decoded(
+            pa.array(values["payload"], pa.binary()),
+            pa.array(values["error"], pa.string()),
+            columns,
+            keep,
+        )
 
     # -- writing -------------------------------------------------------------------------------
 
     def check_input(self, schema: pa.Schema, options: Options) -> None:
-        manager_address(options)       # IPC and TCP options mixed fail here, on the driver
+        manager_address(options)  # IPC and TCP options mixed fail here, on the driver
         names = set(schema.names)
-        wanted = {"group": pa.types.is_string, "scheme": _string_or_integer,
-                  "type": pa.types.is_string, "payload": pa.types.is_binary,
-                  "text": pa.types.is_string}
+        wanted = {
+            "group": pa.types.is_string,
+            "scheme": _string_or_integer,
+            "type": pa.types.is_string,
+            "payload": pa.types.is_binary,
+            "text": pa.types.is_string,
+        }
         missing = [name for name in ("group", "scheme") if name not in names]
         if missing or not names & {"payload", "text"}:
-            raise ValueError(f"goby writer: the rows need columns `group`, `scheme`, `type` "
-                             f"(except for CSTR) and `payload` or `text`; they have "
-                             f"{', '.join(schema.names)}")
+            raise ValueError(
+                f"goby writer: the rows need columns `group`, `scheme`, `type` "
+                f"(except for CSTR) and `payload` or `text`; they have "
+                f"{', '.join(schema.names)}"
+            )
         for name, check in wanted.items():
             if name in names and not check(schema.field(name).type):
-                raise ValueError(f"goby writer: column `{name}` has type "
-                                 f"{schema.field(name).type}")
+                raise ValueError(f"goby writer: column `{name}` has type {schema.field(name).type}")
 
     def open_publisher(self, options: Options) -> SinkPublisher:
-        return GobyPublisher(manager_address(options),
-                             options["clientName"] or spark_application_name(),
-                             manager_timeout=options["managerTimeout"],
-                             hold_timeout=options["holdTimeout"],
-                             send_hwm=options["sendHighWaterMark"],
-                             send_timeout=options["sendTimeout"] or None,
-                             curve=Curve.of(options))
+        return GobyPublisher(
+            manager_address(options),
+            options["clientName"] or spark_application_name(),
+            manager_timeout=options["managerTimeout"],
+            hold_timeout=options["holdTimeout"],
+            send_hwm=options["sendHighWaterMark"],
+            send_timeout=options["sendTimeout"] or None,
+            curve=Curve.of(options),
+        )
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         process, thread = os.getpid(), thread_hash()
         messages, errors, topics = [], [], []
-        for row in zip(*(column_values(batch, name)
-                         for name in ("group", "scheme", "type", "payload", "text"))):
+        for row in zip(
+            *(column_values(batch, name) for name in ("group", "scheme", "type", "payload", "text"))
+        ):
             try:
                 message = encode_message(*row, process=process, thread=thread)
             except (IdentifierError, PayloadError, ValueError) as exc:
@@ -242,7 +322,7 @@ class Goby(StreamProtocol, SinkProtocol):
                 continue
             messages.append([message])
             errors.append(None)
-            topics.append(message[:message.index(b"\0")])
+            topics.append(message[: message.index(b"\0")])
         return Encoded(messages, errors, topics)
 
 
@@ -255,14 +335,34 @@ def _decode_message(frames: list[bytes], types) -> tuple:
     captured message."""
     if len(frames) != 1:
         sizes = ", ".join(str(len(f)) for f in frames)
-        return (b"".join(frames), f"malformed Goby message: {len(frames)} frames of {sizes} "
-                f"bytes; expected one. payload holds the frames concatenated",
-                None, None, None, None, None, None, None, None)
+        return (
+            b"".join(frames),
+            f"malformed Goby message: {len(frames)} frames of {sizes} "
+            f"bytes; expected one. payload holds the frames concatenated",
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
     try:
         ident, payload = split_message(frames[0])
     except IdentifierError as exc:
-        return (frames[0], f"malformed Goby identifier: {exc}. payload holds the whole message",
-                None, None, None, None, None, None, None, None)
+        return (
+            frames[0],
+            f"malformed Goby identifier: {exc}. payload holds the whole message",
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
     text_value = json_value = error = None
     try:
         if ident.scheme_id == CSTR:
@@ -273,12 +373,23 @@ def _decode_message(frames: list[bytes], types) -> tuple:
             json_value = types.to_json(ident.type, payload)
     except PayloadError as exc:
         error = f"malformed payload of {ident.group}/{ident.type}: {exc}"
-    return (payload, error, ident.group, ident.scheme, ident.scheme_id, ident.type,
-            ident.process, ident.thread, text_value, json_value)
+    return (
+        payload,
+        error,
+        ident.group,
+        ident.scheme,
+        ident.scheme_id,
+        ident.type,
+        ident.process,
+        ident.thread,
+        text_value,
+        json_value,
+    )
 
 
-def encode_message(group, scheme, type_name, payload, text_value, *, process: int,
-                thread: str) -> bytes:
+def encode_message(
+    group, scheme, type_name, payload, text_value, *, process: int, thread: str
+) -> bytes:
     """The one frame of a row's message; ValueError (and kin) says why there is none."""
     if not group:
         raise ValueError("no group: `group` is null or empty")
@@ -298,6 +409,7 @@ def encode_message(group, scheme, type_name, payload, text_value, *, process: in
         elif scheme_id == JSON:
             payload = json_bson(text_value)
         else:
-            raise ValueError(f"`text` is for CSTR and JSON rows; a {scheme_name} row needs "
-                             f"`payload`")
+            raise ValueError(
+                f"`text` is for CSTR and JSON rows; a {scheme_name} row needs `payload`"
+            )
     return identifier(group, scheme_name, type_name, process, thread) + payload

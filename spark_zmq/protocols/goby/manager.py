@@ -9,11 +9,12 @@ and must not publish while gobyd answers ``hold``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import zmq
 
+from spark_zmq.errors import PeerError, PeerTimeout
 from spark_zmq.log import logger
 from spark_zmq.protocols.goby.messages import (
     HOLD_REQUEST_PREFIX,
@@ -34,15 +35,15 @@ DEFAULT_TIMEOUT = 5.0
 HOLD_REQUEST_INTERVAL = 0.1
 
 
-class ManagerError(RuntimeError):
+class ManagerError(PeerError):
     """gobyd's Manager answered with something a client cannot use."""
 
 
-class ManagerUnreachable(ManagerError, TimeoutError):
+class ManagerUnreachable(ManagerError, PeerTimeout):
     """gobyd's Manager did not answer within the timeout."""
 
 
-class HoldTimeout(TimeoutError):
+class HoldTimeout(PeerTimeout):
     """gobyd kept holding publications for longer than the hold timeout."""
 
 
@@ -60,12 +61,13 @@ class ManagerAddress:
     host: str | None = None
 
     @classmethod
-    def ipc(cls, platform: str = DEFAULT_PLATFORM,
-            socket_name: str | None = None) -> "ManagerAddress":
+    def ipc(
+        cls, platform: str = DEFAULT_PLATFORM, socket_name: str | None = None
+    ) -> ManagerAddress:
         return cls(f"ipc://{ipc_base(platform, socket_name)}.manager")
 
     @classmethod
-    def tcp(cls, host: str = "127.0.0.1", port: int = DEFAULT_TCP_PORT) -> "ManagerAddress":
+    def tcp(cls, host: str = "127.0.0.1", port: int = DEFAULT_TCP_PORT) -> ManagerAddress:
         return cls(f"tcp://{host}:{port}", host)
 
     @property
@@ -78,12 +80,17 @@ class ManagerAddress:
 class Router:
     """The Router's addresses as a client uses them."""
 
-    subscribe: str   # the XPUB: a SUB connects here
-    publish: str     # the XSUB: a PUB connects here
+    subscribe: str  # the XPUB: a SUB connects here
+    publish: str  # the XSUB: a PUB connects here
 
 
-def ask(manager: ManagerAddress, request, timeout: float,
-        context: zmq.Context | None = None, curve: Curve = NO_CURVE):
+def ask(
+    manager: ManagerAddress,
+    request,
+    timeout: float,
+    context: zmq.Context | None = None,
+    curve: Curve = NO_CURVE,
+):
     """Send one ManagerRequest and return the ManagerResponse, checked to be the answer."""
     sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
@@ -94,58 +101,83 @@ def ask(manager: ManagerAddress, request, timeout: float,
             raise ManagerUnreachable(
                 f"gobyd's Manager at {manager.endpoint} did not answer within {timeout:g} s "
                 f"(managerTimeout): is gobyd running there, with this platform, socket name or "
-                f"port?")
+                f"port?"
+            )
         reply = sock.recv()
     finally:
         sock.close(0)
     response = ManagerResponse()
     try:
         response.ParseFromString(reply)
-    except Exception as exc:          # protobuf's DecodeError, or missing required fields
-        raise ManagerError(f"gobyd's Manager at {manager.endpoint} answered with "
-                           f"{len(reply)} bytes that are not a ManagerResponse: {exc}") from None
+    except Exception as exc:  # protobuf's DecodeError, or missing required fields
+        raise ManagerError(
+            f"gobyd's Manager at {manager.endpoint} answered with "
+            f"{len(reply)} bytes that are not a ManagerResponse: {exc}"
+        ) from None
     if (response.request, response.client_name, response.client_pid) != (
-            request.request, request.client_name, request.client_pid):
-        raise ManagerError(f"gobyd's Manager at {manager.endpoint} answered another request "
-                           f"({response.request}, {response.client_name!r}, "
-                           f"{response.client_pid})")
+        request.request,
+        request.client_name,
+        request.client_pid,
+    ):
+        raise ManagerError(
+            f"gobyd's Manager at {manager.endpoint} answered another request "
+            f"({response.request}, {response.client_name!r}, "
+            f"{response.client_pid})"
+        )
     return response
 
 
-def request_router(manager: ManagerAddress, client_name: str, client_pid: int, timeout: float,
-                   context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> Router:
+def request_router(
+    manager: ManagerAddress,
+    client_name: str,
+    client_pid: int,
+    timeout: float,
+    context: zmq.Context | None = None,
+    curve: Curve = NO_CURVE,
+) -> Router:
     """Ask the Manager for the Router's sockets (PROVIDE_PUB_SUB_SOCKETS)."""
-    request = ManagerRequest(request=PROVIDE_PUB_SUB_SOCKETS, client_name=client_name,
-                             client_pid=client_pid)
+    request = ManagerRequest(
+        request=PROVIDE_PUB_SUB_SOCKETS, client_name=client_name, client_pid=client_pid
+    )
     response = ask(manager, request, timeout, context, curve)
     if not (response.HasField("subscribe_socket") and response.HasField("publish_socket")):
-        raise ManagerError(f"gobyd's Manager at {manager.endpoint} gave no subscribe or no "
-                           f"publish socket")
-    return Router(endpoint_of(response.subscribe_socket, manager),
-                  endpoint_of(response.publish_socket, manager))
+        raise ManagerError(
+            f"gobyd's Manager at {manager.endpoint} gave no subscribe or no publish socket"
+        )
+    return Router(
+        endpoint_of(response.subscribe_socket, manager),
+        endpoint_of(response.publish_socket, manager),
+    )
 
 
 def endpoint_of(socket, manager: ManagerAddress) -> str:
     """The zmq address of a Socket the Manager handed out."""
     if socket.transport == Socket.IPC:
         if not socket.socket_name:
-            raise ManagerError(f"gobyd's Manager at {manager.endpoint} gave an IPC socket "
-                               f"without a socket_name")
+            raise ManagerError(
+                f"gobyd's Manager at {manager.endpoint} gave an IPC socket without a socket_name"
+            )
         return f"ipc://{socket.socket_name}"
     if socket.transport == Socket.TCP:
         host = socket.ethernet_address if socket.HasField("ethernet_address") else manager.host
         return f"tcp://{host or socket.ethernet_address}:{socket.ethernet_port}"
     name = Socket.Transport.Name(socket.transport)
-    raise ManagerError(f"gobyd's Manager at {manager.endpoint} gave a socket on transport "
-                       f"{name}; only IPC and TCP are supported")
+    raise ManagerError(
+        f"gobyd's Manager at {manager.endpoint} gave a socket on transport "
+        f"{name}; only IPC and TCP are supported"
+    )
 
 
 def hold_request_message(client_name: str, client_pid: int, ready: bool) -> bytes:
     """One frame asking for the hold state, from this thread."""
-    request = ManagerRequest(request=PROVIDE_HOLD_STATE, client_name=client_name,
-                             client_pid=client_pid, ready=ready)
-    return (HOLD_REQUEST_PREFIX + f"{client_pid}/{thread_hash()}/\0".encode()
-            + request.SerializeToString())
+    request = ManagerRequest(
+        request=PROVIDE_HOLD_STATE, client_name=client_name, client_pid=client_pid, ready=ready
+    )
+    return (
+        HOLD_REQUEST_PREFIX
+        + f"{client_pid}/{thread_hash()}/\0".encode()
+        + request.SerializeToString()
+    )
 
 
 class HoldHandshake:
@@ -156,9 +188,16 @@ class HoldHandshake:
     name and pid count. Once lifted the hold is not asked about again, as with a C++ client.
     """
 
-    def __init__(self, router: Router, client_name: str, client_pid: int,
-                 publish: Callable[[bytes], None], ready: bool = True,
-                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        router: Router,
+        client_name: str,
+        client_pid: int,
+        publish: Callable[[bytes], None],
+        ready: bool = True,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.router = router
         self.client_name = client_name
         self.client_pid = client_pid
@@ -193,14 +232,20 @@ class HoldHandshake:
         try:
             response.ParseFromString(payload)
         except Exception:
-            return                    # not an answer for anyone; a C++ client ignores it too
-        if not (nul and response.request == PROVIDE_HOLD_STATE
-                and response.client_name == self.client_name
-                and response.client_pid == self.client_pid):
+            return  # not an answer for anyone; a C++ client ignores it too
+        if not (
+            nul
+            and response.request == PROVIDE_HOLD_STATE
+            and response.client_name == self.client_name
+            and response.client_pid == self.client_pid
+        ):
             return
         if response.hold and not self.answered:
-            logger.info("goby client %s: gobyd holds publications until the clients it "
-                        "requires are ready; waiting", self.client_name)
+            logger.info(
+                "goby client %s: gobyd holds publications until the clients it "
+                "requires are ready; waiting",
+                self.client_name,
+            )
         elif not response.hold and self.answered:
             logger.info("goby client %s: gobyd lifted the hold", self.client_name)
         self.answered = True
@@ -216,11 +261,15 @@ class HoldHandshake:
 
     def _timeout_text(self, timeout: float) -> str:
         if not self.answered:
-            return (f"gobyd (router {self.router.publish}) did not answer the hold requests of "
-                    f"client {self.client_name!r} within {timeout:g} s (holdTimeout)")
-        return (f"gobyd (router {self.router.publish}) still holds publications of client "
-                f"{self.client_name!r} after {timeout:g} s (holdTimeout): a client it requires "
-                f"has not reported ready")
+            return (
+                f"gobyd (router {self.router.publish}) did not answer the hold requests of "
+                f"client {self.client_name!r} within {timeout:g} s (holdTimeout)"
+            )
+        return (
+            f"gobyd (router {self.router.publish}) still holds publications of client "
+            f"{self.client_name!r} after {timeout:g} s (holdTimeout): a client it requires "
+            f"has not reported ready"
+        )
 
     def close(self) -> None:
         self._sub.close(0)

@@ -23,8 +23,15 @@ def _enum(container, name: str, values: dict[str, int]) -> None:
         enum.value.add(name=value_name, number=number)
 
 
-def _field(message: descriptor_pb2.DescriptorProto, name: str, number: int, label: int,
-           kind: int, type_name: str | None = None, default: str | None = None) -> None:
+def _field(
+    message: descriptor_pb2.DescriptorProto,
+    name: str,
+    number: int,
+    label: int,
+    kind: int,
+    type_name: str | None = None,
+    default: str | None = None,
+) -> None:
     field = message.field.add(name=name, number=number, label=label, type=kind)
     if type_name is not None:
         field.type_name = type_name
@@ -51,8 +58,9 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     _field(socket, "socket_type", 1, REQUIRED, _F.TYPE_ENUM, f"{nested}.SocketType")
     _field(socket, "socket_id", 2, OPTIONAL, _F.TYPE_UINT32, default="0")
     _field(socket, "transport", 3, OPTIONAL, _F.TYPE_ENUM, f"{nested}.Transport", "EPGM")
-    _field(socket, "connect_or_bind", 4, OPTIONAL, _F.TYPE_ENUM, f"{nested}.ConnectOrBind",
-           "CONNECT")
+    _field(
+        socket, "connect_or_bind", 4, OPTIONAL, _F.TYPE_ENUM, f"{nested}.ConnectOrBind", "CONNECT"
+    )
     _field(socket, "ethernet_address", 5, OPTIONAL, _F.TYPE_STRING, default="127.0.0.1")
     _field(socket, "multicast_address", 6, OPTIONAL, _F.TYPE_STRING, default="239.255.7.15")
     _field(socket, "ethernet_port", 7, OPTIONAL, _F.TYPE_UINT32, default="11142")
@@ -87,7 +95,9 @@ PROVIDE_PUB_SUB_SOCKETS = 1
 PROVIDE_HOLD_STATE = 2
 
 #: identifiers of the hold handshake (the client adds its pid and thread to the request's)
-HOLD_REQUEST_PREFIX = (b"/goby::zeromq::_internal_manager_request/PROTOBUF/"
-                       b"goby.zeromq.protobuf.ManagerRequest/")
-HOLD_RESPONSE_PREFIX = (b"/goby::zeromq::_internal_manager_response/PROTOBUF/"
-                        b"goby.zeromq.protobuf.ManagerResponse/")
+HOLD_REQUEST_PREFIX = (
+    b"/goby::zeromq::_internal_manager_request/PROTOBUF/goby.zeromq.protobuf.ManagerRequest/"
+)
+HOLD_RESPONSE_PREFIX = (
+    b"/goby::zeromq::_internal_manager_response/PROTOBUF/goby.zeromq.protobuf.ManagerResponse/"
+)

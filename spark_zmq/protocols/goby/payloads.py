@@ -14,11 +14,8 @@ import threading
 import bson
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 
-from spark_zmq.protocols.ebus.wire import from_json, to_json
-
-
-class PayloadError(ValueError):
-    """A payload that its scheme cannot decode."""
+from spark_zmq.errors import PayloadError
+from spark_zmq.protocols.extjson import from_json, to_json
 
 
 def cstr_text(payload: bytes) -> str:
@@ -39,7 +36,7 @@ def bson_json(payload: bytes) -> str:
     extended JSON, as the EBUS format shows them)."""
     try:
         return to_json(bson.decode(payload))
-    except Exception as exc:              # bson raises InvalidBSON and friends
+    except Exception as exc:  # bson raises InvalidBSON and friends
         raise PayloadError(f"JSON payload is not a BSON document: {exc}") from None
 
 
@@ -53,7 +50,7 @@ def json_bson(text: str) -> bytes:
         raise PayloadError("`text` of a JSON row must be a JSON object (BSON documents are)")
     try:
         return bson.encode(value)
-    except Exception as exc:              # bson's InvalidDocument
+    except Exception as exc:  # bson's InvalidDocument
         raise PayloadError(f"`text` of a JSON row cannot be BSON: {exc}") from None
 
 
@@ -77,13 +74,15 @@ class DescriptorSet:
             for file in pending:
                 try:
                     self.pool.Add(file)
-                except Exception as exc:      # a dependency not added yet, or a bad file
+                except Exception as exc:  # a dependency not added yet, or a bad file
                     failed.append(file)
                     last_error = exc
             if len(failed) == len(pending):
                 names = ", ".join(f.name for f in failed)
-                raise ValueError(f"{self.name}: cannot load {names} (a missing import? build it "
-                                 f"with protoc --include_imports): {last_error}")
+                raise ValueError(
+                    f"{self.name}: cannot load {names} (a missing import? build it "
+                    f"with protoc --include_imports): {last_error}"
+                )
             pending = failed
 
     def message_class(self, type_name: str):
@@ -93,8 +92,9 @@ class DescriptorSet:
                 descriptor = self.pool.FindMessageTypeByName(type_name)
             except KeyError:
                 descriptor = None
-            self._classes[type_name] = (None if descriptor is None
-                                        else message_factory.GetMessageClass(descriptor))
+            self._classes[type_name] = (
+                None if descriptor is None else message_factory.GetMessageClass(descriptor)
+            )
         return self._classes[type_name]
 
     def to_json(self, type_name: str, payload: bytes) -> str | None:

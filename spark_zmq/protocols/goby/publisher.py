@@ -29,29 +29,38 @@ from spark_zmq.security import NO_CURVE, Curve
 class GobyPublisher(SinkPublisher):
     """Publishes through the Router that gobyd's Manager at ``manager`` hands out."""
 
-    def __init__(self, manager: ManagerAddress, client_name: str, *, manager_timeout: float,
-                 hold_timeout: float | None, send_hwm: int,
-                 send_timeout: float | None, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        manager: ManagerAddress,
+        client_name: str,
+        *,
+        manager_timeout: float,
+        hold_timeout: float | None,
+        send_hwm: int,
+        send_timeout: float | None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.manager = manager
         self.client_name = client_name
         self.manager_timeout = manager_timeout
         self.hold_timeout = hold_timeout
         self.curve = curve
-        self._socket_options = {"send_hwm": send_hwm, "send_timeout": send_timeout,
-                                "curve": curve}
+        self._socket_options = {"send_hwm": send_hwm, "send_timeout": send_timeout, "curve": curve}
         self._connect(self._request_router())
 
     def _request_router(self) -> Router:
-        return request_router(self.manager, self.client_name, os.getpid(), self.manager_timeout,
-                              curve=self.curve)
+        return request_router(
+            self.manager, self.client_name, os.getpid(), self.manager_timeout, curve=self.curve
+        )
 
     def _connect(self, router: Router) -> None:
         self.router = router
         self.name = f"{self.client_name}@{router.publish}"
         self._xpub = XPubSender(router.publish, **self._socket_options)
         self._monitor = self._xpub.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self._hold = HoldHandshake(router, self.client_name, os.getpid(), self._send_frame,
-                                   curve=self.curve)
+        self._hold = HoldHandshake(
+            router, self.client_name, os.getpid(), self._send_frame, curve=self.curve
+        )
 
     def _send_frame(self, frame: bytes) -> None:
         self._xpub.send([frame])
@@ -67,8 +76,12 @@ class GobyPublisher(SinkPublisher):
         """The Router connection dropped: ask the Manager where the Router is now (if it
         does not answer, the drop stays noted and the next send asks again)."""
         router = self._request_router()
-        logger.info("goby writer %s: lost the router connection; gobyd's Manager now hands "
-                    "out %s; reconnecting", self.name, router.publish)
+        logger.info(
+            "goby writer %s: lost the router connection; gobyd's Manager now hands "
+            "out %s; reconnecting",
+            self.name,
+            router.publish,
+        )
         self._disconnect()
         self._connect(router)
 

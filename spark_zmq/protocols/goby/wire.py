@@ -25,9 +25,17 @@ import os
 import threading
 from dataclasses import dataclass
 
+from spark_zmq.errors import ProtocolError
+
 #: marshalling schemes that goby3 3.x writes by name; any other scheme is its decimal number
-SCHEMES: dict[str, int] = {"CSTR": 0, "PROTOBUF": 1, "DCCL": 2, "CXX_OBJECT": 5, "MAVLINK": 6,
-                           "JSON": 7}
+SCHEMES: dict[str, int] = {
+    "CSTR": 0,
+    "PROTOBUF": 1,
+    "DCCL": 2,
+    "CXX_OBJECT": 5,
+    "MAVLINK": 6,
+    "JSON": 7,
+}
 SCHEME_NAMES: dict[int, str] = {number: name for name, number in SCHEMES.items()}
 #: names of schemes 3 and 4 in goby3's pre-releases (to 3.0.0_beta1, 2019), read but never
 #: written: 3.x writes the numbers, and a 3.x subscriber aborts on these names
@@ -42,7 +50,7 @@ MAX_PID = 2**31 - 1
 MAX_SCHEME = 2**31 - 1
 
 
-class IdentifierError(ValueError):
+class IdentifierError(ProtocolError):
     """A message or prefix that does not have the form of a Goby identifier."""
 
 
@@ -86,23 +94,25 @@ def scheme_part(scheme: str | int) -> str:
         return scheme_text(scheme)
     number = scheme_number(scheme.strip())
     if number is None:
-        raise IdentifierError(f"unknown scheme {scheme!r}: give one of {', '.join(SCHEMES)} or "
-                              f"a number")
+        raise IdentifierError(
+            f"unknown scheme {scheme!r}: give one of {', '.join(SCHEMES)} or a number"
+        )
     return scheme_text(number)
 
 
-def identifier(group: str, scheme: str | int, type_name: str, process: int,
-               thread: str) -> bytes:
+def identifier(group: str, scheme: str | int, type_name: str, process: int, thread: str) -> bytes:
     """The identifier a C++ Goby client parses: five parts, a trailing ``/``, then the NUL."""
     for what, name in (("group", group), ("type", type_name)):
         if "/" in name:
             raise IdentifierError(
                 f"{what} {name!r} contains '/': goby3 writes it unescaped, which splits the "
-                f"identifier, and no 3.x peer reads such a message back; rename the {what}")
+                f"identifier, and no 3.x peer reads such a message back; rename the {what}"
+            )
     parts = (group, scheme_part(scheme), type_name, str(process), thread)
     if any("\0" in part for part in parts):
-        raise IdentifierError("a NUL byte in the group, type or thread: the identifier would "
-                              "end there")
+        raise IdentifierError(
+            "a NUL byte in the group, type or thread: the identifier would end there"
+        )
     return ("/" + "/".join(parts) + "/\0").encode("utf-8")
 
 
@@ -135,13 +145,16 @@ def parse_identifier(head: bytes) -> Identifier:
         raise IdentifierError(f"identifier {text!r} does not start and end with '/'")
     parts = text[1:-1].split("/")
     if len(parts) < 5:
-        raise IdentifierError(f"identifier {text!r} has {len(parts)} parts; expected five "
-                              f"(/group/scheme/type/pid/thread/)")
+        raise IdentifierError(
+            f"identifier {text!r} has {len(parts)} parts; expected five "
+            f"(/group/scheme/type/pid/thread/)"
+        )
     group, scheme_part_text, type_name = _name_parts(parts[:-2])
     pid, thread = parts[-2:]
     if not pid.isdecimal() or not pid.isascii() or len(pid) > 10 or int(pid) > MAX_PID:
-        raise IdentifierError(f"identifier {text!r}: process id {pid!r} is not a decimal "
-                              f"number (of at most 32 bits)")
+        raise IdentifierError(
+            f"identifier {text!r}: process id {pid!r} is not a decimal number (of at most 32 bits)"
+        )
     scheme, scheme_id = scheme_of(scheme_part_text)
     return Identifier(group, scheme, scheme_id, type_name, int(pid), thread)
 
@@ -168,8 +181,9 @@ def subscription_prefix(text: str) -> bytes:
     if any(not part for part in parts):
         raise IdentifierError(f"prefix {text!r} has an empty part")
     if len(parts) > 5:
-        raise IdentifierError(f"prefix {text!r} has {len(parts)} parts; at most five "
-                              f"(/group/scheme/type/pid/thread/)")
+        raise IdentifierError(
+            f"prefix {text!r} has {len(parts)} parts; at most five (/group/scheme/type/pid/thread/)"
+        )
     if len(parts) >= 2:
         parts[1] = scheme_part(parts[1])
     return ("/" + "/".join(parts) + "/").encode("utf-8")

@@ -13,15 +13,29 @@ from spark_zmq.protocols.yamz.format import Yamz
 from spark_zmq.protocols.yamz.publisher import YamzPublisher
 from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
 from spark_zmq.protocols.yamz.uri import (
-           Address,
-           AddressError,
-           Category,
-           for_bind,
-           for_connect,
-           parse,
+    Address,
+    AddressError,
+    Category,
+    for_bind,
+    for_connect,
+    parse,
 )
 from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
 
-__all__ = ["Address", "AddressError", "Category", "HeaderError", "Peer", "Port", "Yamz",
-           "YamzPublisher", "ZyreError", "ZyreNode", "for_bind", "for_connect", "matches",
-           "parse", "ports_of"]
+__all__ = [
+    "Address",
+    "AddressError",
+    "Category",
+    "HeaderError",
+    "Peer",
+    "Port",
+    "Yamz",
+    "YamzPublisher",
+    "ZyreError",
+    "ZyreNode",
+    "for_bind",
+    "for_connect",
+    "matches",
+    "parse",
+    "ports_of",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import zmq
@@ -41,7 +41,7 @@ def reachable(address: str, peer_address: str) -> str:
     """``address`` with a wildcard host replaced by the host of the peer's Zyre endpoint."""
     if not address.startswith("tcp://"):
         return address
-    host, _, port = address[len("tcp://"):].rpartition(":")
+    host, _, port = address[len("tcp://") :].rpartition(":")
     if host not in WILDCARD_HOSTS:
         return address
     peer_host = urlsplit(peer_address).hostname
@@ -51,9 +51,14 @@ def reachable(address: str, peer_address: str) -> str:
 class ZyreDiscovery(Discovery):
     """Concrete addresses at once; ports matching the abstract ones as Zyre peers come and go."""
 
-    def __init__(self, node: str, beacon_port: int, addresses: tuple[Address, ...],
-                 expected_nodes: frozenset[str] | None,
-                 endpoint_of: Callable[[str, Port | None, int], Endpoint]) -> None:
+    def __init__(
+        self,
+        node: str,
+        beacon_port: int,
+        addresses: tuple[Address, ...],
+        expected_nodes: frozenset[str] | None,
+        endpoint_of: Callable[[str, Port | None, int], Endpoint],
+    ) -> None:
         self.node_name = node
         self.beacon_port = beacon_port
         self.concrete = [a for a in addresses if a.category is Category.CONCRETE]
@@ -64,7 +69,7 @@ class ZyreDiscovery(Discovery):
         #: endpoint key -> the peers (uuids) that announce it
         self._providers: dict[str, set[str]] = {}
         self._by_peer: dict[str, set[str]] = {}
-        self._unreadable: set[tuple[str, str]] = set()   # logged once each
+        self._unreadable: set[tuple[str, str]] = set()  # logged once each
         self._failure: ZyreError | None = None
         self._node: ZyreNode | None = None
 
@@ -73,17 +78,29 @@ class ZyreDiscovery(Discovery):
         for address in self.concrete:
             listener.endpoint_joined(self.endpoint_of(address.location, None, zmq.SUB))
         if self.abstract:
-            self._node = ZyreNode(self.node_name, {HEADER: own_header(self.node_name)},
-                                  self.beacon_port, self._entered, self._exited,
-                                  self._failed).start()
-            logger.info("yamz: Zyre node %s (beacon port %d) resolving %s", self.node_name,
-                        self.beacon_port, ", ".join(a.text for a in self.abstract))
+            self._node = ZyreNode(
+                self.node_name,
+                {HEADER: own_header(self.node_name)},
+                self.beacon_port,
+                self._entered,
+                self._exited,
+                self._failed,
+            ).start()
+            logger.info(
+                "yamz: Zyre node %s (beacon port %d) resolving %s",
+                self.node_name,
+                self.beacon_port,
+                ", ".join(a.text for a in self.abstract),
+            )
 
     def _entered(self, peer: Peer) -> None:
         header = peer.headers.get(HEADER)
         if header is None:
-            logger.info("yamz: Zyre peer %s (%s) has no YAMZ header; it announces no ports",
-                        peer.name, peer.address)
+            logger.info(
+                "yamz: Zyre peer %s (%s) has no YAMZ header; it announces no ports",
+                peer.name,
+                peer.address,
+            )
             return
         try:
             ports = ports_of(peer.name, header)
@@ -99,14 +116,17 @@ class ZyreDiscovery(Discovery):
         if socket_type is None:
             if (peer.uuid, port.path_text) not in self._unreadable:
                 self._unreadable.add((peer.uuid, port.path_text))
-                logger.warning("yamz: port %s/%s of type %s matches but cannot be read (a "
-                               "reader reads PUB, XPUB and PUSH ports)", port.node,
-                               port.path_text, port.socket_type)
+                logger.warning(
+                    "yamz: port %s/%s of type %s matches but cannot be read (a "
+                    "reader reads PUB, XPUB and PUSH ports)",
+                    port.node,
+                    port.path_text,
+                    port.socket_type,
+                )
             return
         # A port bound on several addresses is one socket: connecting to each would read
         # every message more than once.
-        endpoint = self.endpoint_of(reachable(port.addresses[0], peer.address), port,
-                                    socket_type)
+        endpoint = self.endpoint_of(reachable(port.addresses[0], peer.address), port, socket_type)
         with self._lock:
             self._providers.setdefault(endpoint.key, set()).add(peer.uuid)
             self._by_peer.setdefault(peer.uuid, set()).add(endpoint.key)

@@ -72,54 +72,96 @@ def unique_node_name(role: str) -> str:
 
 
 _ZYRE_OPTIONS = (
-    Option("beaconPort", port, "a port number", str(DEFAULT_BEACON_PORT),
-           "The UDP port of Zyre beacons: nodes find each other only on the same port."),
+    Option(
+        "beaconPort",
+        port,
+        "a port number",
+        str(DEFAULT_BEACON_PORT),
+        "The UDP port of Zyre beacons: nodes find each other only on the same port.",
+    ),
 )
 
 
 class Yamz(StreamProtocol, SinkProtocol):
     name = "yamz"
     reader_options = _ZYRE_OPTIONS + (
-        Option("address", _connect_addresses,
-               "yamz addresses, separated by commas or blanks", None,
-               "Required. What to read: abstract addresses such as "
-               "`yamz://*/tps?det=tpc&apa=4[12]` (node and path elements may be `*`, which "
-               "matches one element; query values are regexes that must fully match the port's "
-               "parameter), resolved through Zyre to every matching port as peers come and go, "
-               "and concrete ones such as `tcp://host:port` (read with a SUB)."),
-        Option("node", text, "a Zyre node name", None,
-               "The reader's own Zyre node name. Default: a unique `spark-reader-...`."),
-        Option("expectedNodes", _node_names, "comma-separated node names", None,
-               "Restrict `*` as a node to these nodes (a node named outright still matches)."),
-        Option("subscribe", comma_list, "comma-separated topic prefixes", None,
-               "Subscriptions of the SUB sockets (on PUB and XPUB ports). Default: everything."),
+        Option(
+            "address",
+            _connect_addresses,
+            "yamz addresses, separated by commas or blanks",
+            None,
+            "Required. What to read: abstract addresses such as "
+            "`yamz://*/tps?det=tpc&apa=4[12]` (node and path elements may be `*`, which "
+            "matches one element; query values are regexes that must fully match the port's "
+            "parameter), resolved through Zyre to every matching port as peers come and go, "
+            "and concrete ones such as `tcp://host:port` (read with a SUB).",
+        ),
+        Option(
+            "node",
+            text,
+            "a Zyre node name",
+            None,
+            "The reader's own Zyre node name. Default: a unique `spark-reader-...`.",
+        ),
+        Option(
+            "expectedNodes",
+            _node_names,
+            "comma-separated node names",
+            None,
+            "Restrict `*` as a node to these nodes (a node named outright still matches).",
+        ),
+        Option(
+            "subscribe",
+            comma_list,
+            "comma-separated topic prefixes",
+            None,
+            "Subscriptions of the SUB sockets (on PUB and XPUB ports). Default: everything.",
+        ),
     )
     writer_options = _ZYRE_OPTIONS + (
-        Option("address", _bind_address, "a concrete or ephemeral address with attributes",
-               DEFAULT_WRITER_ADDRESS,
-               "Where the writer binds its socket, such as `tcp://*:*?det=tpc&apa=42`; `*` "
-               "picks any interface or port. The query's key=value pairs are announced as the "
-               "port's parameters, for abstract addresses to match."),
-        Option("path", _path, "a path such as spark/out", DEFAULT_PATH,
-               "Where the port sits in the node's YAMZ tree: `yamz://NODE/spark/out` finds it."),
-        Option("node", text, "a Zyre node name", None,
-               "The writer's Zyre node name (each Python worker runs a node of this name). "
-               "Default: a unique `spark-writer-...` per Python worker."),
+        Option(
+            "address",
+            _bind_address,
+            "a concrete or ephemeral address with attributes",
+            DEFAULT_WRITER_ADDRESS,
+            "Where the writer binds its socket, such as `tcp://*:*?det=tpc&apa=42`; `*` "
+            "picks any interface or port. The query's key=value pairs are announced as the "
+            "port's parameters, for abstract addresses to match.",
+        ),
+        Option(
+            "path",
+            _path,
+            "a path such as spark/out",
+            DEFAULT_PATH,
+            "Where the port sits in the node's YAMZ tree: `yamz://NODE/spark/out` finds it.",
+        ),
+        Option(
+            "node",
+            text,
+            "a Zyre node name",
+            None,
+            "The writer's Zyre node name (each Python worker runs a node of this name). "
+            "Default: a unique `spark-writer-...` per Python worker.",
+        ),
     )
-    columns = pa.schema([
-        pa.field("node", pa.string()),
-        pa.field("path", pa.string()),
-        pa.field("address", pa.string()),
-        pa.field("params", pa.map_(pa.string(), pa.string())),
-        pa.field("frames", pa.list_(pa.binary())),
-    ])
+    columns = pa.schema(
+        [
+            pa.field("node", pa.string()),
+            pa.field("path", pa.string()),
+            pa.field("address", pa.string()),
+            pa.field("params", pa.map_(pa.string(), pa.string())),
+            pa.field("frames", pa.list_(pa.binary())),
+        ]
+    )
 
     # -- reading -------------------------------------------------------------------------------
 
     def check_options(self, options: Options) -> None:
         if options["address"] is None:
-            raise OptionError("yamz: option 'address' is required: the yamz:// or concrete "
-                              "addresses to read, such as yamz://*/spark/out")
+            raise OptionError(
+                "yamz: option 'address' is required: the yamz:// or concrete "
+                "addresses to read, such as yamz://*/spark/out"
+            )
 
     def discovery(self, options: Options, state: StateStore) -> Discovery:
         self.check_options(options)
@@ -128,14 +170,20 @@ class Yamz(StreamProtocol, SinkProtocol):
         def endpoint_of(address: str, found: Port | None, socket_type: int) -> Endpoint:
             metadata = {"address": address}
             if found is not None:
-                metadata.update(node=found.node, path=found.path_text,
-                                params=json.dumps(found.shown_params()))
-            return Endpoint(address, address, metadata,
-                            prefixes if socket_type == zmq.SUB else (), socket_type)
+                metadata.update(
+                    node=found.node, path=found.path_text, params=json.dumps(found.shown_params())
+                )
+            return Endpoint(
+                address, address, metadata, prefixes if socket_type == zmq.SUB else (), socket_type
+            )
 
-        return ZyreDiscovery(options["node"] or unique_node_name("reader"),
-                             options["beaconPort"], options["address"],
-                             options["expectedNodes"], endpoint_of)
+        return ZyreDiscovery(
+            options["node"] or unique_node_name("reader"),
+            options["beaconPort"],
+            options["address"],
+            options["expectedNodes"],
+            endpoint_of,
+        )
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         n = len(frames)
@@ -156,33 +204,44 @@ class Yamz(StreamProtocol, SinkProtocol):
     def check_input(self, schema: pa.Schema, options: Options) -> None:
         names = set(schema.names)
         if not names & {"frames", "payload"}:
-            raise ValueError(f"yamz writer: the rows need a column `frames` (array of binary) "
-                             f"or `payload` (with an optional `topic`); they have "
-                             f"{', '.join(schema.names)}")
+            raise ValueError(
+                f"yamz writer: the rows need a column `frames` (array of binary) "
+                f"or `payload` (with an optional `topic`); they have "
+                f"{', '.join(schema.names)}"
+            )
         if "frames" in names:
             kind = schema.field("frames").type
             if not (pa.types.is_list(kind) and _bytes_or_text(kind.value_type)):
-                raise ValueError(f"yamz writer: column `frames` has type {kind}; it must be an "
-                                 f"array of binary or string")
+                raise ValueError(
+                    f"yamz writer: column `frames` has type {kind}; it must be an "
+                    f"array of binary or string"
+                )
         for column in ("topic", "payload"):
             if column in names and not _bytes_or_text(schema.field(column).type):
-                raise ValueError(f"yamz writer: column `{column}` has type "
-                                 f"{schema.field(column).type}; it must be binary or string")
+                raise ValueError(
+                    f"yamz writer: column `{column}` has type "
+                    f"{schema.field(column).type}; it must be binary or string"
+                )
 
     def open_publisher(self, options: Options) -> SinkPublisher:
         address: Address = options["address"]
-        if address.category is Category.ABSTRACT:        # parsed by for_bind: cannot happen
+        if address.category is Category.ABSTRACT:  # parsed by for_bind: cannot happen
             raise AddressError(f"cannot bind {address.text}")
-        return YamzPublisher(options["node"] or unique_node_name("writer"), address,
-                             options["path"], options["beaconPort"],
-                             send_hwm=options["sendHighWaterMark"],
-                             send_timeout=options["sendTimeout"] or None,
-                             curve=Curve.of(options))
+        return YamzPublisher(
+            options["node"] or unique_node_name("writer"),
+            address,
+            options["path"],
+            options["beaconPort"],
+            send_hwm=options["sendHighWaterMark"],
+            send_timeout=options["sendTimeout"] or None,
+            curve=Curve.of(options),
+        )
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         messages, errors, topics = [], [], []
-        for frames, topic, payload in zip(*(column_values(batch, name)
-                                            for name in ("frames", "topic", "payload"))):
+        for frames, topic, payload in zip(
+            *(column_values(batch, name) for name in ("frames", "topic", "payload"))
+        ):
             message = _message(frames, topic, payload)
             if isinstance(message, str):
                 messages.append(None)

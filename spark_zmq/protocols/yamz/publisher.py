@@ -32,17 +32,28 @@ class YamzPublisher(SinkPublisher):
     """Binds ``address``, announces the port as node ``node`` at ``path``, sends with
     back-pressure and counts subscriptions (for ``waitForSubscribers``)."""
 
-    def __init__(self, node: str, address: Address, path: tuple[str, ...], beacon_port: int,
-                 *, send_hwm: int, send_timeout: float | None, curve: Curve = NO_CURVE) -> None:
-        self._xpub = XPubSender(address.location, send_hwm=send_hwm, send_timeout=send_timeout,
-                                bind=True, curve=curve)
+    def __init__(
+        self,
+        node: str,
+        address: Address,
+        path: tuple[str, ...],
+        beacon_port: int,
+        *,
+        send_hwm: int,
+        send_timeout: float | None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
+        self._xpub = XPubSender(
+            address.location, send_hwm=send_hwm, send_timeout=send_timeout, bind=True, curve=curve
+        )
         self.address = self._xpub.address
         self.name = f"yamz://{node}/{'/'.join(path)} ({self.address})"
         self._failure: ZyreError | None = None
         header = own_header(node, port_tree(path, self.address, address.attributes))
         try:
-            self._node = ZyreNode(node, {HEADER: header}, beacon_port, _ignore_peer,
-                                  _ignore_exit, self._failed).start()
+            self._node = ZyreNode(
+                node, {HEADER: header}, beacon_port, _ignore_peer, _ignore_exit, self._failed
+            ).start()
         except Exception:
             self._xpub.close()
             raise
@@ -53,7 +64,7 @@ class YamzPublisher(SinkPublisher):
         self._failure = error
 
     def send(self, frames: list[bytes]) -> None:
-        if self._failure is not None:       # readers can no longer find this port
+        if self._failure is not None:  # readers can no longer find this port
             raise self._failure
         self._xpub.send(frames)
 

@@ -18,15 +18,17 @@ matches at least one of those values, as the public code's ``regex_match`` does.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
+from spark_zmq.errors import ProtocolError
 from spark_zmq.protocols.yamz.uri import WILDCARD, Address
 
 Params = Mapping[str, tuple[str, ...]]
 
 
-class HeaderError(ValueError):
+class HeaderError(ProtocolError):
     """A ``YAMZ`` header that is neither the seed's tree nor the flat variant."""
 
 
@@ -62,26 +64,37 @@ def ports_of(node: str, header: str) -> list[Port]:
         if isinstance(data, dict) and "name" in data:
             return list(_tree_ports(node, data, (), {}))
     except (KeyError, TypeError, AttributeError) as exc:
-        raise HeaderError(f"yamz node {node!r}: its YAMZ header has a malformed part "
-                          f"({type(exc).__name__}: {exc})") from None
-    raise HeaderError(f"yamz node {node!r}: its YAMZ header is neither a tree (a root vertex "
-                      f"with 'name') nor the flat layout (with 'clients')")
+        raise HeaderError(
+            f"yamz node {node!r}: its YAMZ header has a malformed part "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    raise HeaderError(
+        f"yamz node {node!r}: its YAMZ header is neither a tree (a root vertex "
+        f"with 'name') nor the flat layout (with 'clients')"
+    )
 
 
-def _tree_ports(node: str, vertex: dict, path: tuple[str, ...],
-                inherited: Params) -> Iterator[Port]:
+def _tree_ports(
+    node: str, vertex: dict, path: tuple[str, ...], inherited: Params
+) -> Iterator[Port]:
     params = dict(inherited)
     for key, value in (vertex.get("params") or {}).items():
         params[str(key)] = (str(value),)
     port = vertex.get("port")
     if port is not None:
-        yield Port(node, path, (_text(port["address"], "port address"),),
-                   _text(port["type"], "port type").upper(), params)
+        yield Port(
+            node,
+            path,
+            (_text(port["address"], "port address"),),
+            _text(port["type"], "port type").upper(),
+            params,
+        )
     children = vertex.get("children") or []
     names = [_text(child["name"], "vertex name") for child in children]
     if len(set(names)) != len(names):
-        raise HeaderError(f"yamz node {node!r}: vertex {'/'.join(path) or '(root)'} has two "
-                          f"children of one name")
+        raise HeaderError(
+            f"yamz node {node!r}: vertex {'/'.join(path) or '(root)'} has two children of one name"
+        )
     for name, child in zip(names, children):
         yield from _tree_ports(node, child, path + (name,), params)
 
@@ -95,8 +108,13 @@ def _flat_ports(node: str, data: dict) -> Iterator[Port]:
             addresses = tuple(_text(a, "port address") for a in port["addresses"])
             if not addresses:
                 raise TypeError(f"port {port.get('portid')!r} has no addresses")
-            yield Port(node, (str(client["clientid"]), str(port["portid"])), addresses,
-                       _text(port["ztype"], "ztype").upper(), params)
+            yield Port(
+                node,
+                (str(client["clientid"]), str(port["portid"])),
+                addresses,
+                _text(port["ztype"], "ztype").upper(),
+                params,
+            )
 
 
 def _idparms(items: list[dict] | None) -> dict[str, tuple[str, ...]]:
@@ -125,5 +143,7 @@ def matches(address: Address, port: Port, expected_nodes: frozenset[str] | None 
         return False
     if any(want not in (WILDCARD, have) for want, have in zip(address.path, port.path)):
         return False
-    return all(key in port.params and any(pattern.fullmatch(v) for v in port.params[key])
-               for key, pattern in address.patterns)
+    return all(
+        key in port.params and any(pattern.fullmatch(v) for v in port.params[key])
+        for key, pattern in address.patterns
+    )

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from urllib.parse import unquote
 
+from spark_zmq.errors import ProtocolError
+
 SCHEMES = ("tcp", "ipc", "inproc")
 ABSTRACT_SCHEME = "yamz"
 WILDCARD = "*"
 
 
-class AddressError(ValueError):
+class AddressError(ProtocolError):
     """An address that is malformed, or used for what its category does not allow."""
 
 
@@ -59,15 +61,19 @@ def parse(text: str) -> Address:
     """Parse and classify ``text``; AddressError says what is wrong with it."""
     scheme, separator, rest = text.partition("://")
     if not separator or not scheme:
-        raise AddressError(f"yamz address {text!r} has no scheme: write scheme://..., with "
-                           f"scheme one of {', '.join(SCHEMES + (ABSTRACT_SCHEME,))}")
+        raise AddressError(
+            f"yamz address {text!r} has no scheme: write scheme://..., with "
+            f"scheme one of {', '.join(SCHEMES + (ABSTRACT_SCHEME,))}"
+        )
     location, _, query_text = rest.partition("?")
     query = _query(text, query_text)
     if scheme == ABSTRACT_SCHEME:
         return _abstract(text, location, query)
     if scheme not in SCHEMES:
-        raise AddressError(f"yamz address {text!r}: unsupported scheme {scheme!r}; yamz "
-                           f"supports {', '.join(SCHEMES)} and {ABSTRACT_SCHEME}")
+        raise AddressError(
+            f"yamz address {text!r}: unsupported scheme {scheme!r}; yamz "
+            f"supports {', '.join(SCHEMES)} and {ABSTRACT_SCHEME}"
+        )
     if not location:
         raise AddressError(f"yamz address {text!r} has nothing after {scheme}://")
     if scheme == "tcp":
@@ -80,9 +86,11 @@ def for_bind(text: str) -> Address:
     """A concrete or ephemeral address to bind."""
     address = parse(text)
     if address.category is Category.ABSTRACT:
-        raise AddressError(f"yamz address {text!r} is abstract ({ABSTRACT_SCHEME}://): it "
-                           f"names sockets to connect to and cannot be bound; bind a concrete "
-                           f"or ephemeral address such as tcp://*:*")
+        raise AddressError(
+            f"yamz address {text!r} is abstract ({ABSTRACT_SCHEME}://): it "
+            f"names sockets to connect to and cannot be bound; bind a concrete "
+            f"or ephemeral address such as tcp://*:*"
+        )
     return address
 
 
@@ -90,9 +98,11 @@ def for_connect(text: str) -> Address:
     """A concrete or abstract address to connect to."""
     address = parse(text)
     if address.category is Category.EPHEMERAL:
-        raise AddressError(f"yamz address {text!r} is ephemeral (it has a '*'): it can only be "
-                           f"bound; connect to a concrete address or an abstract "
-                           f"{ABSTRACT_SCHEME}:// one")
+        raise AddressError(
+            f"yamz address {text!r} is ephemeral (it has a '*'): it can only be "
+            f"bound; connect to a concrete address or an abstract "
+            f"{ABSTRACT_SCHEME}:// one"
+        )
     return address
 
 
@@ -103,8 +113,10 @@ def _query(text: str, query_text: str) -> tuple[tuple[str, str], ...]:
     for item in query_text.split("&"):
         key, equals, value = item.partition("=")
         if not equals or not key:
-            raise AddressError(f"yamz address {text!r}: malformed query item {item!r}; the "
-                               f"query is key=value pairs joined by '&'")
+            raise AddressError(
+                f"yamz address {text!r}: malformed query item {item!r}; the "
+                f"query is key=value pairs joined by '&'"
+            )
         pairs.append((unquote(key), unquote(value)))
     keys = [key for key, _ in pairs]
     repeated = sorted({key for key in keys if keys.count(key) > 1})
@@ -117,8 +129,9 @@ def _check_tcp(text: str, location: str) -> None:
     host, colon, port = location.rpartition(":")
     if not colon or not host:
         raise AddressError(f"yamz address {text!r}: a tcp address needs host:port")
-    if port != WILDCARD and not (port.isascii() and port.isdigit() and len(port) <= 5
-                                 and 0 < int(port) < 65536):
+    if port != WILDCARD and not (
+        port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536
+    ):
         raise AddressError(f"yamz address {text!r}: port {port!r} is not a port number or '*'")
 
 
@@ -126,17 +139,30 @@ def _abstract(text: str, location: str, query: tuple[tuple[str, str], ...]) -> A
     node, _, path_text = location.partition("/")
     path = tuple(path_text.split("/")) if path_text else ()
     if not node:
-        raise AddressError(f"yamz address {text!r} names no node: write yamz://NODE/PATH, "
-                           f"with NODE a Zyre peer name or '*'")
+        raise AddressError(
+            f"yamz address {text!r} names no node: write yamz://NODE/PATH, "
+            f"with NODE a Zyre peer name or '*'"
+        )
     if not path or any(not element for element in path):
-        raise AddressError(f"yamz address {text!r} needs a path of non-empty elements after "
-                           f"the node, such as yamz://{node}/tps or yamz://{node}/*/out")
+        raise AddressError(
+            f"yamz address {text!r} needs a path of non-empty elements after "
+            f"the node, such as yamz://{node}/tps or yamz://{node}/*/out"
+        )
     patterns = []
     for key, value in query:
         try:
             patterns.append((key, re.compile(value)))
         except (re.error, OverflowError, RecursionError) as exc:
-            raise AddressError(f"yamz address {text!r}: the pattern of {key!r}, {value!r}, is "
-                               f"not a valid regular expression: {exc}") from None
-    return Address(text, Category.ABSTRACT, f"{ABSTRACT_SCHEME}://{location}", query, node,
-                   path, tuple(patterns))
+            raise AddressError(
+                f"yamz address {text!r}: the pattern of {key!r}, {value!r}, is "
+                f"not a valid regular expression: {exc}"
+            ) from None
+    return Address(
+        text,
+        Category.ABSTRACT,
+        f"{ABSTRACT_SCHEME}://{location}",
+        query,
+        node,
+        path,
+        tuple(patterns),
+    )

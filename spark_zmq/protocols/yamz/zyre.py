@@ -21,13 +21,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import zmq
 from pyre import Pyre, PyreEvent
 
+from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
 
 DEFAULT_BEACON_PORT = 5670
@@ -39,7 +40,7 @@ START_TIMEOUT = 10.0
 BEACON_SETTLE_SECONDS = 1.0
 
 
-class ZyreError(RuntimeError):
+class ZyreError(PeerError):
     """The Zyre node could not start, or its beacon died."""
 
 
@@ -55,8 +56,7 @@ class _BeaconErrors(logging.Handler):
         self.records.append(record)
 
     def messages(self) -> list[str]:
-        return [r.getMessage() + (f": {r.exc_info[1]}" if r.exc_info else "")
-                for r in self.records]
+        return [r.getMessage() + (f": {r.exc_info[1]}" if r.exc_info else "") for r in self.records]
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,15 @@ class ZyreNode:
     gets a ZyreError when the beacon dies after the start.
     """
 
-    def __init__(self, name: str, headers: Mapping[str, str], beacon_port: int,
-                 on_enter: Callable[[Peer], None], on_exit: Callable[[str, str], None],
-                 on_failure: Callable[[ZyreError], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        headers: Mapping[str, str],
+        beacon_port: int,
+        on_enter: Callable[[Peer], None],
+        on_exit: Callable[[str, str], None],
+        on_failure: Callable[[ZyreError], None],
+    ) -> None:
         for key, value in headers.items():
             if not (key.isascii() and value.isascii()):
                 raise ValueError(f"Zyre header {key!r} must be ASCII text")
@@ -88,23 +94,25 @@ class ZyreNode:
         self._on_enter, self._on_exit, self._on_failure = on_enter, on_exit, on_failure
         self._started: Future = Future()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"spark_zmq zyre {name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"spark_zmq zyre {name}", daemon=True
+        )
 
-    def start(self) -> "ZyreNode":
+    def start(self) -> ZyreNode:
         """Start and return once the node beacons; ZyreError if it cannot."""
         self._thread.start()
         try:
             self.endpoint = self._started.result(START_TIMEOUT)
         except TimeoutError:
-            raise ZyreError(f"Zyre node {self.name!r} did not start within "
-                            f"{START_TIMEOUT:g} s") from None
+            raise ZyreError(
+                f"Zyre node {self.name!r} did not start within {START_TIMEOUT:g} s"
+            ) from None
         return self
 
     def _run(self) -> None:
         try:
             node, beacon_threads = self._start_pyre()
-        except Exception as exc:                # reported to start()
+        except Exception as exc:  # reported to start()
             self._started.set_exception(exc)
             return
         try:
@@ -130,22 +138,29 @@ class ZyreNode:
         finally:
             pyre_beacon_log.removeHandler(errors)
         beacon_threads = [t for t in threading.enumerate() if t not in before]
-        logged = errors.messages()        # (while this node started: its own beacon's)
+        logged = errors.messages()  # (while this node started: its own beacon's)
         if logged:
             node.stop()
-            raise ZyreError(f"Zyre node {self.name!r}: its beacon on UDP port "
-                            f"{self.beacon_port} failed to start ({'; '.join(logged)}); "
-                            f"peers cannot be discovered")
+            raise ZyreError(
+                f"Zyre node {self.name!r}: its beacon on UDP port "
+                f"{self.beacon_port} failed to start ({'; '.join(logged)}); "
+                f"peers cannot be discovered"
+            )
         endpoint = node.endpoint()
         settled = time.monotonic() + BEACON_SETTLE_SECONDS
-        while "None" not in endpoint and all(t.is_alive() for t in beacon_threads) \
-                and time.monotonic() < settled:
+        while (
+            "None" not in endpoint
+            and all(t.is_alive() for t in beacon_threads)
+            and time.monotonic() < settled
+        ):
             time.sleep(0.05)
         if "None" in endpoint or not all(t.is_alive() for t in beacon_threads):
             node.stop()
-            raise ZyreError(f"Zyre node {self.name!r}: no beacon on UDP port "
-                            f"{self.beacon_port} (no usable network interface, or the port "
-                            f"cannot be bound); peers cannot be discovered")
+            raise ZyreError(
+                f"Zyre node {self.name!r}: no beacon on UDP port "
+                f"{self.beacon_port} (no usable network interface, or the port "
+                f"cannot be bound); peers cannot be discovered"
+            )
         return node, beacon_threads
 
     def _loop(self, node, beacon_threads: list[threading.Thread]) -> None:
@@ -154,16 +169,20 @@ class ZyreNode:
             if inbox.poll(BEACON_CHECK_SECONDS * 1000):
                 self._dispatch(PyreEvent(node))
             if not all(t.is_alive() for t in beacon_threads):
-                self._on_failure(ZyreError(
-                    f"Zyre node {self.name!r}: its beacon on UDP port {self.beacon_port} "
-                    f"stopped after a network error; peers are no longer discovered"))
+                self._on_failure(
+                    ZyreError(
+                        f"Zyre node {self.name!r}: its beacon on UDP port {self.beacon_port} "
+                        f"stopped after a network error; peers are no longer discovered"
+                    )
+                )
                 return
 
     def _dispatch(self, event) -> None:
         if event.type == "ENTER":
             headers = {str(k): str(v) for k, v in (event.headers or {}).items()}
-            self._on_enter(Peer(str(event.peer_uuid), event.peer_name, event.peer_addr or "",
-                                headers))
+            self._on_enter(
+                Peer(str(event.peer_uuid), event.peer_name, event.peer_addr or "", headers)
+            )
         elif event.type == "EXIT":
             self._on_exit(str(event.peer_uuid), event.peer_name)
 

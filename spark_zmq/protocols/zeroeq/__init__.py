@@ -11,31 +11,48 @@
 """
 
 from spark_zmq.protocols.zeroeq.announce import (
-                   PublisherRecord,
-                   Record,
-                   make_zeroconf,
-                   resolve_interfaces,
+    PublisherRecord,
+    Record,
+    make_zeroconf,
+    resolve_interfaces,
 )
 from spark_zmq.protocols.zeroeq.format import ZeroEQ
 from spark_zmq.protocols.zeroeq.management import ManagementError, manage
 from spark_zmq.protocols.zeroeq.publisher import Publisher, SendTimeout
 from spark_zmq.protocols.zeroeq.vocabulary import Vocabulary, request_vocabulary
 from spark_zmq.protocols.zeroeq.wire import (
-                   EVENT_ID_BYTES,
-                   MEERKAT,
-                   PUBLISHER_SERVICE,
-                   SUBSCRIBER_SERVICE,
-                   default_session,
-                   event_id,
-                   event_id_text,
-                   in_session,
-                   parse_address,
-                   parse_event,
+    EVENT_ID_BYTES,
+    MEERKAT,
+    PUBLISHER_SERVICE,
+    SUBSCRIBER_SERVICE,
+    default_session,
+    event_id,
+    event_id_text,
+    in_session,
+    parse_address,
+    parse_event,
 )
 
 __all__ = [
-    "EVENT_ID_BYTES", "MEERKAT", "PUBLISHER_SERVICE", "SUBSCRIBER_SERVICE", "ManagementError",
-    "Publisher", "PublisherRecord", "Record", "SendTimeout", "Vocabulary", "ZeroEQ",
-    "default_session", "event_id", "event_id_text", "in_session", "make_zeroconf", "manage",
-    "parse_address", "parse_event", "request_vocabulary", "resolve_interfaces",
+    "EVENT_ID_BYTES",
+    "MEERKAT",
+    "PUBLISHER_SERVICE",
+    "SUBSCRIBER_SERVICE",
+    "ManagementError",
+    "Publisher",
+    "PublisherRecord",
+    "Record",
+    "SendTimeout",
+    "Vocabulary",
+    "ZeroEQ",
+    "default_session",
+    "event_id",
+    "event_id_text",
+    "in_session",
+    "make_zeroconf",
+    "manage",
+    "parse_address",
+    "parse_event",
+    "request_vocabulary",
+    "resolve_interfaces",
 ]

@@ -15,9 +15,10 @@ import asyncio
 import ipaddress
 import socket
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from spark_zmq.protocols.zeroeq.vocabulary import parse_vocabulary_txt
 from spark_zmq.protocols.zeroeq.wire import (
@@ -54,14 +55,17 @@ class Record:
         return self.txt.get("vocabulary_request") or None
 
     @classmethod
-    def parse(cls, service_name: str, properties: Mapping[bytes, bytes | None]) -> "Record":
-        service = SUBSCRIBER_SERVICE if service_name.endswith(SUBSCRIBER_SERVICE) \
-            else PUBLISHER_SERVICE
+    def parse(cls, service_name: str, properties: Mapping[bytes, bytes | None]) -> Record:
+        service = (
+            SUBSCRIBER_SERVICE if service_name.endswith(SUBSCRIBER_SERVICE) else PUBLISHER_SERVICE
+        )
         instance = service_name
         if instance.endswith("." + service):
-            instance = instance[:-len(service) - 1]
-        txt = {key.decode("utf-8", "replace").lower(): (value or b"").decode("utf-8", "replace")
-               for key, value in properties.items()}
+            instance = instance[: -len(service) - 1]
+        txt = {
+            key.decode("utf-8", "replace").lower(): (value or b"").decode("utf-8", "replace")
+            for key, value in properties.items()
+        }
         return cls(service, instance, txt)
 
 
@@ -73,8 +77,7 @@ class PublisherRecord(Record):
     port: int = 0
 
     @classmethod
-    def parse(cls, service_name: str,
-              properties: Mapping[bytes, bytes | None]) -> "PublisherRecord":
+    def parse(cls, service_name: str, properties: Mapping[bytes, bytes | None]) -> PublisherRecord:
         record = Record.parse(service_name, properties)
         host, port = parse_address(record.instance_name)
         return cls(PUBLISHER_SERVICE, record.instance_name, record.txt, host, port)
@@ -99,13 +102,15 @@ def resolve_interfaces(names: tuple[str, ...]) -> list[str]:
         adapter = adapters.get(name)
         ips = [ip.ip for ip in adapter.ips if isinstance(ip.ip, str)] if adapter else []
         if not ips:
-            raise ValueError(f"discoveryInterfaces: no interface {name!r} with an IPv4 address; "
-                             f"interfaces here: {', '.join(sorted(adapters)) or 'none'}")
+            raise ValueError(
+                f"discoveryInterfaces: no interface {name!r} with an IPv4 address; "
+                f"interfaces here: {', '.join(sorted(adapters)) or 'none'}"
+            )
         addresses.extend(ips)
     return addresses
 
 
-def make_zeroconf(interfaces: tuple[str, ...] | None) -> "ZeroEQZeroconf":
+def make_zeroconf(interfaces: tuple[str, ...] | None) -> ZeroEQZeroconf:
     """A Zeroconf instance on ``interfaces`` (None = all), IPv4 only, that writes instance
     names as ZeroEQ peers do (see ``ZeroEQZeroconf``).
 
@@ -118,7 +123,7 @@ def make_zeroconf(interfaces: tuple[str, ...] | None) -> "ZeroEQZeroconf":
 
     chosen = InterfaceChoice.All if not interfaces else resolve_interfaces(interfaces)
 
-    def make() -> "ZeroEQZeroconf":
+    def make() -> ZeroEQZeroconf:
         return ZeroEQZeroconf(interfaces=chosen, ip_version=IPVersion.V4Only)
 
     try:
@@ -135,27 +140,42 @@ class Announcement:
     Its instance name goes on the wire as one label, and its SRV target is a host name of its
     own (see ``mdns``), so ``zeroconf`` must come from ``make_zeroconf``."""
 
-    def __init__(self, zeroconf: "Zeroconf", service: str, instance_name: str, host: str,
-                 port: int, txt: dict[str, str]) -> None:
+    def __init__(
+        self,
+        zeroconf: Zeroconf,
+        service: str,
+        instance_name: str,
+        host: str,
+        port: int,
+        txt: dict[str, str],
+    ) -> None:
         from zeroconf import ServiceInfo
 
         from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf, own_host_name
 
         if not isinstance(zeroconf, ZeroEQZeroconf):
-            raise TypeError("a ZeroEQ announcement needs a Zeroconf made by make_zeroconf(): "
-                            "a plain one writes the instance name as several DNS labels, "
-                            "which C++ peers (avahi) reject")
+            raise TypeError(
+                "a ZeroEQ announcement needs a Zeroconf made by make_zeroconf(): "
+                "a plain one writes the instance name as several DNS labels, "
+                "which C++ peers (avahi) reject"
+            )
         try:
             packed = [socket.inet_aton(socket.gethostbyname(host))]
         except OSError:
             packed = []
         zeroconf.keep_one_label(instance_name)
         self._zeroconf = zeroconf
-        self._info = ServiceInfo(service, f"{instance_name}.{service}", addresses=packed,
-                                 port=port, properties=txt, server=own_host_name(port))
+        self._info = ServiceInfo(
+            service,
+            f"{instance_name}.{service}",
+            addresses=packed,
+            port=port,
+            properties=txt,
+            server=own_host_name(port),
+        )
         zeroconf.register_service(self._info, strict=False)
         self.txt = dict(txt)
-        self._lock = threading.Lock()    # updates come from tasks and discovery threads
+        self._lock = threading.Lock()  # updates come from tasks and discovery threads
 
     def update(self, txt: dict[str, str]) -> None:
         with self._lock:
@@ -166,12 +186,19 @@ class Announcement:
         from zeroconf import ServiceInfo
 
         info = self._info
-        self._info = ServiceInfo(info.type, info.name, addresses=info.addresses, port=info.port,
-                                 properties=txt, server=info.server)
+        self._info = ServiceInfo(
+            info.type,
+            info.name,
+            addresses=info.addresses,
+            port=info.port,
+            properties=txt,
+            server=info.server,
+        )
         # Not update_service: that blocks for the rebroadcasts (~0.7 s); a publisher calls this
         # when it sends a new event, and should not wait for its announcement.
-        asyncio.run_coroutine_threadsafe(self._zeroconf.async_update_service(self._info),
-                                         self._zeroconf.loop)
+        asyncio.run_coroutine_threadsafe(
+            self._zeroconf.async_update_service(self._info), self._zeroconf.loop
+        )
         self.txt = dict(txt)
 
     def close(self) -> None:

@@ -52,13 +52,22 @@ class Known:
 class ZeroEQDiscovery(Discovery):
     """Publishers of a session via ZeroConf, fixed publishers, and management overrides."""
 
-    def __init__(self, *, session: str, events: dict[bytes, str | None],
-                 interfaces: tuple[str, ...] | None, static: tuple[tuple[str, int], ...],
-                 compatible_only: bool, management_bind: str | None, application: str,
-                 state: StateStore, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        *,
+        session: str,
+        events: dict[bytes, str | None],
+        interfaces: tuple[str, ...] | None,
+        static: tuple[tuple[str, int], ...],
+        compatible_only: bool,
+        management_bind: str | None,
+        application: str,
+        state: StateStore,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.curve = curve
         self.session = session
-        self.events = events                      # empty: every event
+        self.events = events  # empty: every event
         self.interfaces = interfaces
         self.static = static
         self.compatible_only = compatible_only
@@ -68,8 +77,8 @@ class ZeroEQDiscovery(Discovery):
         self.instance_name = str(uuid.uuid4())
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
-        self._passed_over: set[str] = set()      # publishers not read, logged once each
-        self._faulty: set[str] = set()           # records with a fault, logged once each
+        self._passed_over: set[str] = set()  # publishers not read, logged once each
+        self._faulty: set[str] = set()  # records with a fault, logged once each
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf = self._browser = self._announcement = None
@@ -81,8 +90,9 @@ class ZeroEQDiscovery(Discovery):
     def start(self, listener: EndpointListener) -> None:
         self._listener = listener
         if self.management_bind:
-            self.management = ManagementPort(self.management_bind, self.state, self._refresh,
-                                             self.describe, curve=self.curve)
+            self.management = ManagementPort(
+                self.management_bind, self.state, self._refresh, self.describe, curve=self.curve
+            )
             logger.info("zeroeq: management port at %s", self.management.address)
         for host, port in self.static:
             self._known[f"{host}:{port}"] = Known(None, {}, static=True)
@@ -94,8 +104,9 @@ class ZeroEQDiscovery(Discovery):
 
         self._zeroconf = make_zeroconf(self.interfaces)
         self._announce()
-        self._browser = ServiceBrowser(self._zeroconf, PUBLISHER_SERVICE,
-                                       handlers=[self._on_change])
+        self._browser = ServiceBrowser(
+            self._zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change]
+        )
         where = ", ".join(self.interfaces) if self.interfaces else "all interfaces"
         shown = repr(self.session) if self.session else "any session (empty session)"
         logger.info("zeroeq: browsing %s on %s for session %s", PUBLISHER_SERVICE, where, shown)
@@ -111,14 +122,23 @@ class ZeroEQDiscovery(Discovery):
         for wire, name in self.events.items():
             self.vocabulary.register(wire, name)
         self.vocabulary.on_change = self._update_announcement
-        self._announcement = Announcement(self._zeroconf, SUBSCRIBER_SERVICE, self.instance_name,
-                                          host, int(self.vocabulary.address.rsplit(":", 1)[1]),
-                                          self._txt())
+        self._announcement = Announcement(
+            self._zeroconf,
+            SUBSCRIBER_SERVICE,
+            self.instance_name,
+            host,
+            int(self.vocabulary.address.rsplit(":", 1)[1]),
+            self._txt(),
+        )
 
     def _txt(self) -> dict[str, str]:
-        txt = {"Type": "ZeroEQ", "vocabulary": self.vocabulary.txt_value(),
-               "vocabulary_request": self.vocabulary.address, "user": getpass.getuser(),
-               "application": self.application}
+        txt = {
+            "Type": "ZeroEQ",
+            "vocabulary": self.vocabulary.txt_value(),
+            "vocabulary_request": self.vocabulary.address,
+            "user": getpass.getuser(),
+            "application": self.application,
+        }
         if self.session:
             txt["session"] = self.session
         if self.management is not None:
@@ -148,13 +168,13 @@ class ZeroEQDiscovery(Discovery):
     def _on_change(self, zeroconf, service_type, name, state_change) -> None:
         from zeroconf import ServiceStateChange
 
-        key = name[:-len(PUBLISHER_SERVICE) - 1]
+        key = name[: -len(PUBLISHER_SERVICE) - 1]
         if state_change is ServiceStateChange.Removed:
             with self._lock:
                 self._known.pop(key, None)
             self._refresh(key)
             return
-        zeroconf.keep_one_label(key)     # our questions about it name it as its owner does
+        zeroconf.keep_one_label(key)  # our questions about it name it as its owner does
         info = zeroconf.get_service_info(service_type, name, timeout=3000)
         if info is None:
             self._fault(name, "no answer when asked for its record; ignored")
@@ -179,18 +199,20 @@ class ZeroEQDiscovery(Discovery):
             self._faulty.add(name)
             logger.warning("zeroeq: publisher record %r: %s", name, why)
 
-    def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None],
-                                                               str | None]:
+    def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
         """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why
         asking failed, if it did."""
         ids = {wire: None for wire in record.vocabulary}
         if record.vocabulary_request:
             try:
-                ids.update(request_vocabulary(record.vocabulary_request, VOCABULARY_TIMEOUT,
-                                              self.curve))
+                ids.update(
+                    request_vocabulary(record.vocabulary_request, VOCABULARY_TIMEOUT, self.curve)
+                )
             except (RequestError, ValueError) as exc:
-                return ids, (f"no vocabulary from {record.vocabulary_request} ({exc}); using "
-                             f"the TXT record's")
+                return ids, (
+                    f"no vocabulary from {record.vocabulary_request} ({exc}); using "
+                    f"the TXT record's"
+                )
         return ids, None
 
     # -- what to read --------------------------------------------------------------------------
@@ -246,8 +268,11 @@ class ZeroEQDiscovery(Discovery):
     def _log_joined(self, key: str) -> None:
         known = self._known.get(key)
         if known is not None and known.record is not None and not self._automatic(key, known):
-            logger.info("zeroeq: publisher %s (session %r) is read by a management request",
-                        key, known.record.session)
+            logger.info(
+                "zeroeq: publisher %s (session %r) is read by a management request",
+                key,
+                known.record.session,
+            )
 
     def _endpoint(self, key: str) -> Endpoint | None:
         known = self._known.get(key)
@@ -263,8 +288,9 @@ class ZeroEQDiscovery(Discovery):
         wanted = set() if every else (base | added) - removed
         if not every and not wanted:
             return None
-        names = {wire.hex(): name for wire, name in (known.vocabulary if known else {}).items()
-                 if name}
+        names = {
+            wire.hex(): name for wire, name in (known.vocabulary if known else {}).items() if name
+        }
         names.update({wire.hex(): name for wire, name in self.events.items() if name})
         if overrides:
             names.update(dict(overrides.names))
@@ -298,15 +324,26 @@ class ZeroEQDiscovery(Discovery):
             known = self._known.get(key)
             names = json.loads(endpoint.metadata.get("names", "{}"))
             events = endpoint.metadata.get("events")
-            out.append({
-                "publisher": key, "address": endpoint.address,
-                "session": endpoint.metadata.get("session"),
-                "application": endpoint.metadata.get("application"),
-                "origin": ("static" if known and known.static else
-                           "session" if self._automatic(key, known) else "management"),
-                "events": "all" if events is None else [
-                    {"id": h, "text": event_id_text(bytes.fromhex(h)), "name": names.get(h)}
-                    for h in events.split(";")],
-                "excluded": [h for h in endpoint.metadata.get("excluded", "").split(";") if h],
-            })
+            out.append(
+                {
+                    "publisher": key,
+                    "address": endpoint.address,
+                    "session": endpoint.metadata.get("session"),
+                    "application": endpoint.metadata.get("application"),
+                    "origin": (
+                        "static"
+                        if known and known.static
+                        else "session"
+                        if self._automatic(key, known)
+                        else "management"
+                    ),
+                    "events": "all"
+                    if events is None
+                    else [
+                        {"id": h, "text": event_id_text(bytes.fromhex(h)), "name": names.get(h)}
+                        for h in events.split(";")
+                    ],
+                    "excluded": [h for h in endpoint.metadata.get("excluded", "").split(";") if h],
+                }
+            )
         return out

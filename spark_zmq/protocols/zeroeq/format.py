@@ -58,7 +58,7 @@ def _bind_uri_option(value: str) -> tuple[str, int]:
     """``tcp://host:port`` where host may be ``*`` and port ``*`` or 0 (any)."""
     rest = value.strip()
     if rest.startswith("tcp://"):
-        rest = rest[len("tcp://"):]
+        rest = rest[len("tcp://") :]
     elif "://" in rest:
         raise ValueError("only tcp:// is supported")
     host, sep, port = rest.rpartition(":")
@@ -75,78 +75,132 @@ def _events_map(specs: tuple[str, ...] | None) -> dict[bytes, str | None]:
     return dict(parse_event(spec) for spec in specs or ())
 
 
-SESSION = Option("session", text, "a session name", None,
-                 "Read publishers of this session / announce in it. Default: ZEROEQ_PUB_SESSION, "
-                 "else ZEROEQ_SESSION, else the user name. For a reader, empty means every "
-                 "publisher; a publisher that announces no session is read in any session.")
+SESSION = Option(
+    "session",
+    text,
+    "a session name",
+    None,
+    "Read publishers of this session / announce in it. Default: ZEROEQ_PUB_SESSION, "
+    "else ZEROEQ_SESSION, else the user name. For a reader, empty means every "
+    "publisher; a publisher that announces no session is read in any session.",
+)
 DISCOVERY_INTERFACES = Option(
-    "discoveryInterfaces", _interfaces_option,
-    "all, or comma-separated IPv4 addresses or interface names", None,
+    "discoveryInterfaces",
+    _interfaces_option,
+    "all, or comma-separated IPv4 addresses or interface names",
+    None,
     "Where ZeroConf browses (reader; default: all interfaces) or announces (writer; default: "
-    "`bindInterface`, or all interfaces when that is `*`).")
-APPLICATION = Option("application", text, "a name", "spark_zmq",
-                     "The application name in this side's ZeroConf record.")
+    "`bindInterface`, or all interfaces when that is `*`).",
+)
+APPLICATION = Option(
+    "application",
+    text,
+    "a name",
+    "spark_zmq",
+    "The application name in this side's ZeroConf record.",
+)
 
 
 class ZeroEQ(StreamProtocol, SinkProtocol):
     name = "zeroeq"
     reader_options = (
         SESSION,
-        Option("publishers", publisher_addresses, "comma-separated host:port or tcp://host:port",
-               None, "Read these publishers instead of discovering them (no ZeroConf)."),
-        Option("events", events_option,
-               "comma-separated event names, 32-hex wire ids or high:low ids", None,
-               "Subscribe to these events only. Default: every event. The `event` column "
-               "shows names given here or learned from publishers' vocabularies."),
-        Option("compatibleOnly", boolean, "true or false", "false",
-               "Read only publishers whose vocabulary shares an event with `events` (the "
-               "seed's compatible events). Needs `events`."),
+        Option(
+            "publishers",
+            publisher_addresses,
+            "comma-separated host:port or tcp://host:port",
+            None,
+            "Read these publishers instead of discovering them (no ZeroConf).",
+        ),
+        Option(
+            "events",
+            events_option,
+            "comma-separated event names, 32-hex wire ids or high:low ids",
+            None,
+            "Subscribe to these events only. Default: every event. The `event` column "
+            "shows names given here or learned from publishers' vocabularies.",
+        ),
+        Option(
+            "compatibleOnly",
+            boolean,
+            "true or false",
+            "false",
+            "Read only publishers whose vocabulary shares an event with `events` (the "
+            "seed's compatible events). Needs `events`.",
+        ),
         DISCOVERY_INTERFACES,
-        Option("managementUri", _management_option, "a zmq endpoint such as tcp://127.0.0.1:* "
-               "or ipc://path, or none", "tcp://127.0.0.1:*",
-               "Where the management port (REP) listens for subscribe / unsubscribe / list "
-               "requests of remote applications; `none` turns it off. Its address is logged "
-               "and announced as TXT `management`."),
+        Option(
+            "managementUri",
+            _management_option,
+            "a zmq endpoint such as tcp://127.0.0.1:* or ipc://path, or none",
+            "tcp://127.0.0.1:*",
+            "Where the management port (REP) listens for subscribe / unsubscribe / list "
+            "requests of remote applications; `none` turns it off. Its address is logged "
+            "and announced as TXT `management`.",
+        ),
         APPLICATION,
     )
     writer_options = (
         SESSION,
-        Option("publisherUri", _bind_uri_option, "tcp://host:port; host `*`, port `*` or 0 for "
-               "any", "tcp://*:*", "Where each writer task's publisher binds its XPUB. Host `*` "
-               "means `bindInterface`."),
-        Option("bindInterface", text, "an IP address, or * for every interface", "127.0.0.1",
-               "The address a publisher binds to when `publisherUri` says `*`."),
+        Option(
+            "publisherUri",
+            _bind_uri_option,
+            "tcp://host:port; host `*`, port `*` or 0 for any",
+            "tcp://*:*",
+            "Where each writer task's publisher binds its XPUB. Host `*` means `bindInterface`.",
+        ),
+        Option(
+            "bindInterface",
+            text,
+            "an IP address, or * for every interface",
+            "127.0.0.1",
+            "The address a publisher binds to when `publisherUri` says `*`.",
+        ),
         DISCOVERY_INTERFACES,
-        Option("registeredEvents", events_option,
-               "comma-separated event names, 32-hex wire ids or high:low ids", None,
-               "The seed's registered events: in the vocabulary from the start, and the only "
-               "events rows may carry (others are errors per `mode`)."),
+        Option(
+            "registeredEvents",
+            events_option,
+            "comma-separated event names, 32-hex wire ids or high:low ids",
+            None,
+            "The seed's registered events: in the vocabulary from the start, and the only "
+            "events rows may carry (others are errors per `mode`).",
+        ),
         APPLICATION,
     )
-    columns = pa.schema([
-        pa.field("session", pa.string()),
-        pa.field("publisher", pa.string()),
-        pa.field("application", pa.string()),
-        pa.field("user", pa.string()),
-        pa.field("instance", pa.string()),
-        pa.field("event_id", pa.string()),
-        pa.field("event", pa.string()),
-    ])
+    columns = pa.schema(
+        [
+            pa.field("session", pa.string()),
+            pa.field("publisher", pa.string()),
+            pa.field("application", pa.string()),
+            pa.field("user", pa.string()),
+            pa.field("instance", pa.string()),
+            pa.field("event_id", pa.string()),
+            pa.field("event", pa.string()),
+        ]
+    )
 
     # -- reading -------------------------------------------------------------------------------
 
     def check_options(self, options: Options) -> None:
         if options["compatibleOnly"] and not options["events"]:
-            raise OptionError("zeroeq: option 'compatibleOnly' needs option 'events' (the events "
-                             "a publisher's vocabulary is compared with)")
+            raise OptionError(
+                "zeroeq: option 'compatibleOnly' needs option 'events' (the events "
+                "a publisher's vocabulary is compared with)"
+            )
 
     def discovery(self, options: Options, state: StateStore) -> Discovery:
         session = options["session"] if options.is_set("session") else default_session()
         return ZeroEQDiscovery(
-            session=session, events=_events_map(options["events"]),
-            interfaces=options["discoveryInterfaces"], static=options["publishers"] or (),
-            compatible_only=options["compatibleOnly"], management_bind=options["managementUri"],
-            application=options["application"], state=state, curve=Curve.of(options))
+            session=session,
+            events=_events_map(options["events"]),
+            interfaces=options["discoveryInterfaces"],
+            static=options["publishers"] or (),
+            compatible_only=options["compatibleOnly"],
+            management_bind=options["managementUri"],
+            application=options["application"],
+            state=state,
+            curve=Curve.of(options),
+        )
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         n = len(frames)
@@ -156,8 +210,9 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         lengths = pc.binary_length(values).to_numpy(zero_copy_only=False) if len(values) else None
         has_frame = counts >= 1
         first_index = np.where(has_frame, starts, 0)
-        first_length = np.where(has_frame, lengths[first_index], -1) if lengths is not None \
-            else np.full(n, -1)
+        first_length = (
+            np.where(has_frame, lengths[first_index], -1) if lengths is not None else np.full(n, -1)
+        )
         ok = has_frame & (counts <= 2) & (first_length == EVENT_ID_BYTES)
 
         metadata = source.metadata
@@ -166,11 +221,15 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         payload = pa.repeat(pa.scalar(b"", pa.binary()), n)
         if ok.any():
             ids = values.take(pa.array(first_index)).dictionary_encode()
-            names = {wire.hex(): name for wire, name in _events_map(options["events"]).items()
-                     if name is not None}
+            names = {
+                wire.hex(): name
+                for wire, name in _events_map(options["events"]).items()
+                if name is not None
+            }
             names.update(json.loads(metadata.get("names") or "{}"))
-            distinct = [d.hex() if len(d) == EVENT_ID_BYTES else None
-                        for d in ids.dictionary.to_pylist()]
+            distinct = [
+                d.hex() if len(d) == EVENT_ID_BYTES else None for d in ids.dictionary.to_pylist()
+            ]
             mask = pa.array(ok)
             hex_ids = pa.array(distinct, pa.string()).take(ids.indices)
             event_ids = pc.if_else(mask, hex_ids, event_ids)
@@ -184,24 +243,38 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         if len(bad):
             payload, error = _mark_malformed(frames, bad, payload)
 
-        constant = {key: pa.repeat(pa.scalar(metadata.get(key), pa.string()), n)
-                    for key in ("session", "publisher", "application", "user", "instance")}
-        return Decoded(payload, error, {**constant, "event_id": event_ids, "event": event_names},
-                       _wanted(event_ids, metadata))
+        constant = {
+            key: pa.repeat(pa.scalar(metadata.get(key), pa.string()), n)
+            for key in ("session", "publisher", "application", "user", "instance")
+        }
+        return Decoded(
+            payload,
+            error,
+            {**constant, "event_id": event_ids, "event": event_names},
+            _wanted(event_ids, metadata),
+        )
 
     # -- writing -------------------------------------------------------------------------------
 
     def check_input(self, schema: pa.Schema, options: Options) -> None:
         names = set(schema.names)
         if not names & {"event", "event_id"}:
-            raise ValueError(f"zeroeq writer: the rows need a column `event` (an event name) or "
-                             f"`event_id` (32 hex digits); they have {', '.join(schema.names)}")
-        for column, kinds in (("event", ("string",)), ("event_id", ("string",)),
-                              ("payload", ("binary", "string"))):
+            raise ValueError(
+                f"zeroeq writer: the rows need a column `event` (an event name) or "
+                f"`event_id` (32 hex digits); they have {', '.join(schema.names)}"
+            )
+        for column, kinds in (
+            ("event", ("string",)),
+            ("event_id", ("string",)),
+            ("payload", ("binary", "string")),
+        ):
             if column in names and not any(
-                    getattr(pa.types, f"is_{kind}")(schema.field(column).type) for kind in kinds):
-                raise ValueError(f"zeroeq writer: column `{column}` must be of type "
-                                 f"{' or '.join(kinds)}, not {schema.field(column).type}")
+                getattr(pa.types, f"is_{kind}")(schema.field(column).type) for kind in kinds
+            ):
+                raise ValueError(
+                    f"zeroeq writer: column `{column}` must be of type "
+                    f"{' or '.join(kinds)}, not {schema.field(column).type}"
+                )
 
     def open_publisher(self, options: Options) -> SinkPublisher:
         host, port = options["publisherUri"]
@@ -211,27 +284,37 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         if not options.is_set("discoveryInterfaces") and host not in ("*", "0.0.0.0"):
             interfaces = (host,)
         session = options["session"] if options.is_set("session") else default_session()
-        publisher = Publisher(session, host=host, port=port, application=options["application"],
-                              send_hwm=options["sendHighWaterMark"], nodrop=True,
-                              send_timeout=options["sendTimeout"] or None, interfaces=interfaces,
-                              registered=_events_map(options["registeredEvents"]),
-                              curve=Curve.of(options))
+        publisher = Publisher(
+            session,
+            host=host,
+            port=port,
+            application=options["application"],
+            send_hwm=options["sendHighWaterMark"],
+            nodrop=True,
+            send_timeout=options["sendTimeout"] or None,
+            interfaces=interfaces,
+            registered=_events_map(options["registeredEvents"]),
+            curve=Curve.of(options),
+        )
         return PublisherSink(publisher)
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         events = column_values(batch, "event")
         ids = column_values(batch, "event_id")
         payloads = column_values(batch, "payload")
-        registered = set(_events_map(options["registeredEvents"])) \
-            if options["registeredEvents"] else None
+        registered = (
+            set(_events_map(options["registeredEvents"])) if options["registeredEvents"] else None
+        )
         wire_of: dict[str, bytes] = {}
         names: dict[bytes, str | None] = {}
         messages, errors, topics = [], [], []
         for event, hex_id, payload in zip(events, ids, payloads):
             wire, error = _wire_id(event, hex_id, wire_of)
             if error is None and registered is not None and wire not in registered:
-                error = (f"event {event or hex_id!r} is not among registeredEvents; "
-                         f"a publisher sends only registered events")
+                error = (
+                    f"event {event or hex_id!r} is not among registeredEvents; "
+                    f"a publisher sends only registered events"
+                )
             if error is not None:
                 messages.append(None), errors.append(error), topics.append(None)
                 continue
@@ -268,8 +351,9 @@ class PublisherSink(SinkPublisher):
         self.publisher.close()
 
 
-def _wire_id(event: str | None, hex_id: str | None,
-             cache: dict[str, bytes]) -> tuple[bytes | None, str | None]:
+def _wire_id(
+    event: str | None, hex_id: str | None, cache: dict[str, bytes]
+) -> tuple[bytes | None, str | None]:
     """The wire id of a row, or why there is none."""
     if event is not None:
         if not event.strip():
@@ -278,12 +362,13 @@ def _wire_id(event: str | None, hex_id: str | None,
         if wire is None:
             wire = cache[event] = event_id(event)
         if hex_id is not None and hex_id.lower() != wire.hex():
-            return None, (f"event {event!r} has id {wire.hex()}, but the row's event_id is "
-                          f"{hex_id!r}")
+            return None, (
+                f"event {event!r} has id {wire.hex()}, but the row's event_id is {hex_id!r}"
+            )
         return wire, None
     if hex_id is None:
         return None, "no event: both `event` and `event_id` are null"
-    if not _WIRE_HEX.fullmatch(hex_id):       # (bytes.fromhex would skip blanks)
+    if not _WIRE_HEX.fullmatch(hex_id):  # (bytes.fromhex would skip blanks)
         return None, f"event_id {hex_id!r} is not 32 hex digits"
     return bytes.fromhex(hex_id), None
 
@@ -295,21 +380,25 @@ def _wanted(event_ids: pa.Array, metadata) -> pa.Array | None:
     if events:
         return pc.fill_null(pc.is_in(event_ids, pa.array(events.split(";"), pa.string())), False)
     if excluded:
-        return pc.invert(pc.fill_null(
-            pc.is_in(event_ids, pa.array(excluded.split(";"), pa.string())), False))
+        return pc.invert(
+            pc.fill_null(pc.is_in(event_ids, pa.array(excluded.split(";"), pa.string())), False)
+        )
     return None
 
 
-def _mark_malformed(frames: pa.ListArray, bad: np.ndarray,
-                    payload: pa.Array) -> tuple[pa.Array, pa.Array]:
+def _mark_malformed(
+    frames: pa.ListArray, bad: np.ndarray, payload: pa.Array
+) -> tuple[pa.Array, pa.Array]:
     """Malformed messages (rare): error text, and their raw frames concatenated as payload."""
     payload_values = payload.to_pylist()
     errors: list[str | None] = [None] * len(frames)
     for row in bad:
         parts = frames[int(row)].as_py()
         sizes = ", ".join(str(len(p)) for p in parts)
-        errors[row] = (f"malformed ZeroEQ message: {len(parts)} frames of {sizes} bytes; "
-                       f"expected a 16-byte event id, then at most one payload frame. "
-                       f"payload holds the frames concatenated")
+        errors[row] = (
+            f"malformed ZeroEQ message: {len(parts)} frames of {sizes} bytes; "
+            f"expected a 16-byte event id, then at most one payload frame. "
+            f"payload holds the frames concatenated"
+        )
         payload_values[row] = b"".join(parts)
     return pa.array(payload_values, pa.binary()), pa.array(errors, pa.string())

@@ -22,9 +22,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
+from spark_zmq.errors import PeerError
 from spark_zmq.protocols.base import StateStore
 from spark_zmq.protocols.zeroeq.reqrep import ReplyServer, RequestError, request
 from spark_zmq.protocols.zeroeq.wire import event_id, parse_address, parse_event
@@ -40,7 +41,7 @@ ACTIONS = {"subscribe": SUBSCRIBE, "unsubscribe": UNSUBSCRIBE, "list": LIST}
 ALL = "*"
 
 
-class ManagementError(RuntimeError):
+class ManagementError(PeerError):
     """A management request that was refused or not answered."""
 
 
@@ -50,7 +51,7 @@ class Overrides:
 
     added: dict[str, set[str]] = field(default_factory=dict)
     removed: dict[str, set[str]] = field(default_factory=dict)
-    names: dict[str, str] = field(default_factory=dict)    # hex id -> name, when one was given
+    names: dict[str, str] = field(default_factory=dict)  # hex id -> name, when one was given
 
     def subscribe(self, publisher: str, event: str) -> None:
         self._drop(self.removed, publisher, event)
@@ -73,16 +74,20 @@ class Overrides:
         return set(self.added) | set(self.removed)
 
     def to_json(self) -> dict:
-        return {"added": {p: sorted(e) for p, e in self.added.items()},
-                "removed": {p: sorted(e) for p, e in self.removed.items()},
-                "names": self.names}
+        return {
+            "added": {p: sorted(e) for p, e in self.added.items()},
+            "removed": {p: sorted(e) for p, e in self.removed.items()},
+            "names": self.names,
+        }
 
     @classmethod
-    def from_json(cls, data: dict | None) -> "Overrides":
+    def from_json(cls, data: dict | None) -> Overrides:
         data = data or {}
-        return cls({p: set(e) for p, e in data.get("added", {}).items()},
-                   {p: set(e) for p, e in data.get("removed", {}).items()},
-                   dict(data.get("names", {})))
+        return cls(
+            {p: set(e) for p, e in data.get("added", {}).items()},
+            {p: set(e) for p, e in data.get("removed", {}).items()},
+            dict(data.get("names", {})),
+        )
 
 
 class ManagementPort:
@@ -94,18 +99,25 @@ class ManagementPort:
     and none when that is not set.
     """
 
-    def __init__(self, bind: str, state: StateStore, on_change: Callable[[str], None],
-                 describe: Callable[[], list[dict]], curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        bind: str,
+        state: StateStore,
+        on_change: Callable[[str], None],
+        describe: Callable[[], list[dict]],
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self._state = state
         self._lock = threading.Lock()
         self.overrides = Overrides.from_json(state.load())
         self._on_change = on_change
         self._describe = describe
-        self._server = ReplyServer(bind, {SUBSCRIBE: self._subscribe,
-                                          UNSUBSCRIBE: self._unsubscribe,
-                                          LIST: self._list}, name="zeroeq management port",
-                                   curve=dataclasses.replace(curve,
-                                                             client_keys=curve.client_keys or ()))
+        self._server = ReplyServer(
+            bind,
+            {SUBSCRIBE: self._subscribe, UNSUBSCRIBE: self._unsubscribe, LIST: self._list},
+            name="zeroeq management port",
+            curve=dataclasses.replace(curve, client_keys=curve.client_keys or ()),
+        )
         self.address = self._server.address
 
     def _subscribe(self, payload: bytes) -> tuple[bytes, bytes]:
@@ -139,8 +151,9 @@ def parse_request(payload: bytes) -> tuple[str, str, str | None]:
     try:
         body = json.loads(payload or b"null")
     except (ValueError, RecursionError):
-        raise ValueError("the payload is not JSON; expected "
-                         '{"publisher": "host:port", "event": "name or id"}') from None
+        raise ValueError(
+            'the payload is not JSON; expected {"publisher": "host:port", "event": "name or id"}'
+        ) from None
     if not isinstance(body, dict) or not isinstance(body.get("publisher"), str):
         raise ValueError('expected a JSON object with "publisher": "host:port"')
     host, port = parse_address(body["publisher"])
@@ -153,8 +166,13 @@ def parse_request(payload: bytes) -> tuple[str, str, str | None]:
     return f"{host}:{port}", wire.hex(), name
 
 
-def manage(address: str, action: str, publisher: str | None = None, event: str | None = None,
-           timeout: float = 5.0) -> dict:
+def manage(
+    address: str,
+    action: str,
+    publisher: str | None = None,
+    event: str | None = None,
+    timeout: float = 5.0,
+) -> dict:
     """Send one management request to the reader whose management port is ``address``."""
     body = {} if action == "list" else {"publisher": publisher}
     if event is not None:
@@ -166,6 +184,7 @@ def manage(address: str, action: str, publisher: str | None = None, event: str |
         raise ManagementError(f"management port {address}: {exc}") from None
     answer = json.loads(reply or b"{}")
     if reply_type == ERROR:
-        raise ManagementError(f"management port {address} refused the request: "
-                              f"{answer.get('error')}")
+        raise ManagementError(
+            f"management port {address} refused the request: {answer.get('error')}"
+        )
     return answer

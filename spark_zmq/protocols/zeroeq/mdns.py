@@ -24,16 +24,19 @@ MAX_LABEL_BYTES = 63
 
 def split_labels(name: str) -> bytes:
     """``name`` as python-zeroconf writes it: one length-prefixed label per dot-separated part."""
-    return b"".join(bytes([len(part)]) + part for part in
-                    (piece.encode("utf-8") for piece in name.split(".")))
+    return b"".join(
+        bytes([len(part)]) + part for part in (piece.encode("utf-8") for piece in name.split("."))
+    )
 
 
 def one_label(name: str) -> bytes:
     """``name`` written as the single label a DNS-SD instance name is (RFC 6763 4.3)."""
     encoded = name.encode("utf-8")
     if len(encoded) > MAX_LABEL_BYTES:
-        raise ValueError(f"instance name {name!r} is {len(encoded)} bytes; a DNS label holds "
-                         f"at most {MAX_LABEL_BYTES}")
+        raise ValueError(
+            f"instance name {name!r} is {len(encoded)} bytes; a DNS label holds "
+            f"at most {MAX_LABEL_BYTES}"
+        )
     return bytes([len(encoded)]) + encoded
 
 
@@ -55,8 +58,14 @@ class ZeroEQZeroconf(Zeroconf):
         if "." in instance_name:
             self._one_labels[split_labels(instance_name)] = one_label(instance_name)
 
-    def async_send(self, out: Any, addr: str | None = None, port: int = _MDNS_PORT,
-                   v6_flow_scope: Any = (), transport: Any = None) -> None:
+    def async_send(
+        self,
+        out: Any,
+        addr: str | None = None,
+        port: int = _MDNS_PORT,
+        v6_flow_scope: Any = (),
+        transport: Any = None,
+    ) -> None:
         if self._one_labels:
             out = _Relabelled(out, dict(self._one_labels))
         super().async_send(out, addr, port, v6_flow_scope, transport)

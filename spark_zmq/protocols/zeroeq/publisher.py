@@ -41,12 +41,24 @@ class Publisher:
     ``registered`` events are in the vocabulary from the start; published events join it.
     """
 
-    def __init__(self, session: str | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                 application: str | None = None, send_hwm: int = 0, nodrop: bool = False,
-                 send_timeout: float | None = None, zeroconf=None,
-                 interfaces: tuple[str, ...] | None = ("127.0.0.1",), announce: bool = True,
-                 vocabulary: bool = True, registered: dict[bytes, str | None] | None = None,
-                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        session: str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        application: str | None = None,
+        send_hwm: int = 0,
+        nodrop: bool = False,
+        send_timeout: float | None = None,
+        zeroconf=None,
+        interfaces: tuple[str, ...] | None = ("127.0.0.1",),
+        announce: bool = True,
+        vocabulary: bool = True,
+        registered: dict[bytes, str | None] | None = None,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.session = default_session() if session is None else session
         self.socket = curve.as_server((context or zmq.Context.instance()).socket(zmq.XPUB))
         self.socket.setsockopt(zmq.SNDHWM, send_hwm)
@@ -65,36 +77,50 @@ class Publisher:
                 port = self.socket.bind_to_random_port(f"tcp://{zmq_host(bind_host)}")
         except zmq.ZMQError as exc:
             self.socket.close(0)
-            raise OSError(f"zeroeq publisher: cannot bind tcp://{bind_host}:{port}: "
-                          f"{exc}") from None
+            raise OSError(
+                f"zeroeq publisher: cannot bind tcp://{bind_host}:{port}: {exc}"
+            ) from None
         announced_host = socket.gethostname() if bind_host == "*" else host
         self.port = port
         self.instance_name = f"{announced_host}:{port}"
         self.address = f"tcp://{zmq_host(announced_host)}:{port}"
-        self.instance_id = "%x:%x" % divmod(uuid.uuid4().int, 1 << 64)
+        self.instance_id = "{:x}:{:x}".format(*divmod(uuid.uuid4().int, 1 << 64))
         self.application = application or os.path.basename(sys.argv[0] or "python")
         self._subscriptions = Subscriptions()
         self.vocabulary = None
         self._announcement = None
         if vocabulary:
-            self.vocabulary = Vocabulary("publisher", f"tcp://{zmq_host(bind_host)}:*",
-                                         on_change=self._announce_vocabulary, curve=curve)
+            self.vocabulary = Vocabulary(
+                "publisher",
+                f"tcp://{zmq_host(bind_host)}:*",
+                on_change=self._announce_vocabulary,
+                curve=curve,
+            )
             for wire, name in (registered or {}).items():
                 self.vocabulary.register(wire, name)
         self._owns_zeroconf = zeroconf is None and announce
         self._zeroconf = make_zeroconf(interfaces) if self._owns_zeroconf else zeroconf
         if announce:
-            self._announcement = Announcement(self._zeroconf, PUBLISHER_SERVICE,
-                                              self.instance_name, announced_host, port,
-                                              self.txt())
+            self._announcement = Announcement(
+                self._zeroconf,
+                PUBLISHER_SERVICE,
+                self.instance_name,
+                announced_host,
+                port,
+                self.txt(),
+            )
 
     @property
     def subscribers(self) -> int:
         return self._subscriptions.exactly(event_id(MEERKAT))
 
     def txt(self) -> dict[str, str]:
-        keys = {"Type": "ZeroEQ", "Instance": self.instance_id, "User": getpass.getuser(),
-                "Application": self.application}
+        keys = {
+            "Type": "ZeroEQ",
+            "Instance": self.instance_id,
+            "User": getpass.getuser(),
+            "Application": self.application,
+        }
         if self.session:
             keys["Session"] = self.session
         if self.vocabulary is not None:
@@ -138,17 +164,20 @@ class Publisher:
             return self.subscribers
         return self._subscriptions.matching(event if isinstance(event, bytes) else event_id(event))
 
-    def wait_for_subscribers(self, count: int = 1, timeout: float = 30.0,
-                             event: str | bytes | None = None) -> None:
+    def wait_for_subscribers(
+        self, count: int = 1, timeout: float = 30.0, event: str | bytes | None = None
+    ) -> None:
         """Block until ``count_subscribers(event)`` reaches ``count``; TimeoutError if not."""
         deadline = time.monotonic() + timeout
         while self.count_subscribers(event) < count:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 what = "Meerkat" if event is None else f"event {event!r}"
-                raise TimeoutError(f"zeroeq publisher {self.instance_name}: "
-                                   f"{self.count_subscribers(event)} of {count} subscribers to "
-                                   f"{what} after {timeout} s")
+                raise TimeoutError(
+                    f"zeroeq publisher {self.instance_name}: "
+                    f"{self.count_subscribers(event)} of {count} subscribers to "
+                    f"{what} after {timeout} s"
+                )
             self.socket.poll(min(remaining, 0.1) * 1000)
 
     def close(self) -> None:

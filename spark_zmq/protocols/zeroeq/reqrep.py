@@ -9,10 +9,11 @@ from the shipped library. The vocabulary and the management port are both such s
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import zmq
 
+from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
 from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, NO_REPLY_TYPE
 from spark_zmq.security import NO_CURVE, Curve
@@ -21,15 +22,21 @@ from spark_zmq.security import NO_CURVE, Curve
 Handler = Callable[[bytes], "tuple[bytes, bytes]"]
 
 
-class RequestError(RuntimeError):
+class RequestError(PeerError):
     """A request that got no reply, or the all-zero (unknown/failed) reply."""
 
 
 class ReplyServer:
     """Binds a REP socket and answers requests by their type id on a daemon thread."""
 
-    def __init__(self, bind: str, handlers: dict[bytes, Handler], name: str,
-                 context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        bind: str,
+        handlers: dict[bytes, Handler],
+        name: str,
+        context: zmq.Context | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.name = name
         self.handlers = handlers
         self._socket = curve.as_server((context or zmq.Context.instance()).socket(zmq.REP))
@@ -41,8 +48,7 @@ class ReplyServer:
             raise ValueError(f"{name}: cannot bind {bind}: {exc}") from None
         self.address = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name=f"spark_zmq {name}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"spark_zmq {name}", daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
@@ -60,8 +66,11 @@ class ReplyServer:
 
     def _answer(self, frames: list[bytes]) -> list[bytes]:
         if not frames or len(frames[0]) != EVENT_ID_BYTES or len(frames) > 2:
-            logger.warning("%s: malformed request of %d frames; answered with no reply type",
-                           self.name, len(frames))
+            logger.warning(
+                "%s: malformed request of %d frames; answered with no reply type",
+                self.name,
+                len(frames),
+            )
             return [NO_REPLY_TYPE]
         handler = self.handlers.get(frames[0])
         if handler is None:
@@ -79,8 +88,15 @@ class ReplyServer:
             self._thread.join(2)
 
 
-def request(address: str, request_type: bytes, payload: bytes = b"", *, timeout: float = 2.0,
-            context: zmq.Context | None = None, curve: Curve = NO_CURVE) -> tuple[bytes, bytes]:
+def request(
+    address: str,
+    request_type: bytes,
+    payload: bytes = b"",
+    *,
+    timeout: float = 2.0,
+    context: zmq.Context | None = None,
+    curve: Curve = NO_CURVE,
+) -> tuple[bytes, bytes]:
     """Send one request to the REP server at ``address``; (reply type id, reply payload)."""
     sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from spark_zmq.protocols.zeroeq.reqrep import ReplyServer, request
 from spark_zmq.protocols.zeroeq.wire import _WIRE_HEX, event_id, event_id_text, parse_event
@@ -34,14 +34,20 @@ class Vocabulary:
     so the owner can update its announcement.
     """
 
-    def __init__(self, role: str, bind: str,
-                 on_change: Callable[[], None] | None = None, curve: Curve = NO_CURVE) -> None:
+    def __init__(
+        self,
+        role: str,
+        bind: str,
+        on_change: Callable[[], None] | None = None,
+        curve: Curve = NO_CURVE,
+    ) -> None:
         self.role = role
         self._events: dict[bytes, str | None] = {}
         self._lock = threading.Lock()
         self.on_change = on_change
-        self._server = ReplyServer(bind, {VOCABULARY_REQUEST: self._reply},
-                                   name=f"zeroeq {role} vocabulary", curve=curve)
+        self._server = ReplyServer(
+            bind, {VOCABULARY_REQUEST: self._reply}, name=f"zeroeq {role} vocabulary", curve=curve
+        )
         self.address = self._server.address
 
     def register(self, wire: bytes, name: str | None = None) -> bool:
@@ -88,13 +94,20 @@ class Vocabulary:
 
 
 def encode_reply(role: str, events: dict[bytes, str | None]) -> bytes:
-    return json.dumps({"role": role, "events": [
-        {"id": wire.hex(), "text": event_id_text(wire), "name": name}
-        for wire, name in events.items()]}).encode()
+    return json.dumps(
+        {
+            "role": role,
+            "events": [
+                {"id": wire.hex(), "text": event_id_text(wire), "name": name}
+                for wire, name in events.items()
+            ],
+        }
+    ).encode()
 
 
-def request_vocabulary(address: str, timeout: float = 2.0,
-                       curve: Curve = NO_CURVE) -> dict[bytes, str | None]:
+def request_vocabulary(
+    address: str, timeout: float = 2.0, curve: Curve = NO_CURVE
+) -> dict[bytes, str | None]:
     """Ask the vocabulary server at ``address``: {wire id: name or None}."""
     reply_type, payload = request(address, VOCABULARY_REQUEST, timeout=timeout, curve=curve)
     if reply_type != VOCABULARY_REPLY:
@@ -124,6 +137,6 @@ def parse_vocabulary_txt(value: str | None) -> set[bytes]:
         if not item:
             continue
         wire, name = parse_event(item)
-        if name is None:      # an entry that is not an id is not guessed at as a name
+        if name is None:  # an entry that is not an id is not guessed at as a name
             ids.add(wire)
     return ids

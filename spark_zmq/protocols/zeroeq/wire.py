@@ -25,6 +25,7 @@ NO_REPLY_TYPE = bytes(16)
 
 # -- event ids ---------------------------------------------------------------------------------
 
+
 def event_id(name: str) -> bytes:
     """The 16 wire bytes of the event named ``name``."""
     digest = hashlib.md5(name.encode("utf-8")).digest()
@@ -56,6 +57,7 @@ def parse_event(spec: str) -> tuple[bytes, str | None]:
 
 # -- sessions and records ----------------------------------------------------------------------
 
+
 def default_session() -> str:
     """``ZEROEQ_PUB_SESSION``, else ``ZEROEQ_SESSION`` (the revised seed's name), else the user."""
     for variable in ("ZEROEQ_PUB_SESSION", "ZEROEQ_SESSION"):
@@ -82,7 +84,6 @@ def parse_address(value: str, *, need_host: bool = True) -> tuple[str, int]:
 
 def publisher_addresses(value: str) -> tuple[tuple[str, int], ...]:
     return tuple(parse_address(item) for item in comma_list(value))
-
 
 
 def zmq_host(host: str) -> str:

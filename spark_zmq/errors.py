@@ -1,0 +1,46 @@
+"""The package's errors: one base, ``SparkZmqError``, and a class per kind of fault.
+
+Each class also derives from the built-in exception that code outside the package would expect
+(``ValueError`` for bad input, ``RuntimeError`` for a failure, ``TimeoutError`` for a wait that
+ran out), so ``except ValueError`` around an option keeps working. Messages name the thing at
+fault and say what to do; the classes let a caller tell the kinds apart without reading them.
+"""
+
+from __future__ import annotations
+
+
+class SparkZmqError(Exception):
+    """Every error spark_zmq raises on purpose."""
+
+
+class OptionError(SparkZmqError, ValueError):
+    """An option that is missing, unknown or has a value its definition refuses."""
+
+
+class ProtocolError(SparkZmqError, ValueError):
+    """Bytes or names that a protocol's rules refuse: a malformed frame, header or address."""
+
+
+class PayloadError(ProtocolError):
+    """A payload that its scheme cannot decode (EBUS's zlib(BSON), Goby's PROTOBUF or BSON)."""
+
+
+class PeerError(SparkZmqError, RuntimeError):
+    """A peer (a broker, gobyd, a management port, a Zyre node) refused, failed or is gone."""
+
+
+class PeerTimeout(PeerError, TimeoutError):
+    """A peer did not answer, or did not take what we sent, in time."""
+
+
+class SpoolError(SparkZmqError, RuntimeError):
+    """The spool folder is unusable (locked by another query, missing a range, corrupt)."""
+
+
+class CaptureError(SparkZmqError, RuntimeError):
+    """Capture failed: its process on an executor, or its loop on the driver."""
+
+
+class RowError(SparkZmqError, RuntimeError):
+    """A row that ``mode=FAILFAST`` does not let pass: malformed when read, unsendable when
+    written, or a request whose outcome fails the batch."""

@@ -1,0 +1,29 @@
+"""BSON values as JSON text and back (MongoDB's relaxed extended JSON for binary, dates, ids):
+what EBUS payloads and Goby's BSON scheme show in the ``json`` column and take from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bson import json_util
+
+from spark_zmq.errors import PayloadError
+
+
+def to_json(value: Any) -> str:
+    """JSON text of an unpacked value (BSON types such as binary or dates as extended JSON);
+    PayloadError for a value nested too deeply to be shown."""
+    try:
+        return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
+    except RecursionError:
+        raise PayloadError("the value is nested too deeply to be shown as JSON") from None
+
+
+def from_json(text: str) -> Any:
+    """The value of JSON text (extended JSON included); ValueError when there is none."""
+    try:
+        return json_util.loads(text)
+    except ValueError:
+        raise
+    except Exception as exc:  # json_util's TypeError, KeyError, InvalidId; RecursionError
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
