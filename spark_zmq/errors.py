@@ -41,6 +41,10 @@ class CaptureError(SparkZmqError, RuntimeError):
     """Capture failed: its process on an executor, or its loop on the driver."""
 
 
+class CaptureTimeout(CaptureError, TimeoutError):
+    """Capture did not do in time what the reader waits for (write what it received)."""
+
+
 class RowError(SparkZmqError, RuntimeError):
     """A row that ``mode=FAILFAST`` does not let pass: malformed when read, unsendable when
     written, or a request whose outcome fails the batch."""

@@ -361,10 +361,7 @@ def test_capture_logs_a_refused_curve_handshake_once_however_often_zmq_retries(t
             capture.start()
             capture.endpoint_joined(Endpoint("refused", address, {}, (b"",)))
             wait_until(
-                lambda: (
-                    capture._connections.get("refused") is not None
-                    and capture._connections["refused"].handshake_failures >= 3
-                ),
+                lambda: capture.handshake_failures().get("refused", 0) >= 3,
                 timeout=30,
                 what="zmq to retry the refused handshake",
             )

@@ -339,7 +339,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     found yet is unknown, not gone: it stays assigned (its holder keeps capturing) and its
     partition is not retired. Discovery confirms the one it finds; the other leaves after
     RECONFIRM_SECONDS."""
-    from spark_zmq.capture.loop import spool_table
+    from spark_zmq.capture.buffer import spool_table
     from spark_zmq.options import READER_OPTIONS, parse_options
     from spark_zmq.planning import executors
     from spark_zmq.planning.placement import make_placement

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from spark_zmq.capture.loop import spool_table
+from spark_zmq.capture.buffer import spool_table
 from spark_zmq.spool.layout import LeaseLost, Source, SpoolError, epochs, load_index, partition_dir
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.spool.reader import read_range

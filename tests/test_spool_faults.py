@@ -11,7 +11,7 @@ import time
 import pytest
 from conftest import wait_until
 
-from spark_zmq.capture.loop import spool_table
+from spark_zmq.capture.buffer import spool_table
 from spark_zmq.protocols.zeroeq import Publisher
 from spark_zmq.spool.layout import BATCH_ROWS, Source, load_index, partition_dir, segment_paths
 from spark_zmq.spool.reader import read_range

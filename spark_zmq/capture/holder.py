@@ -29,7 +29,9 @@ import time
 import urllib.parse
 from dataclasses import asdict
 
-from spark_zmq.capture.loop import Capture, spool_table, utc_text
+from spark_zmq.capture.buffer import spool_table, utc_text
+from spark_zmq.capture.loop import Capture
+from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
 from spark_zmq.protocols.base import Endpoint
@@ -146,14 +148,16 @@ def _start_holder(claim: Claim) -> None:
             stderr=log,
             start_new_session=True,
         )
+    stdin, stdout = process.stdin, process.stdout  # both pipes, as asked for above
+    assert stdin is not None and stdout is not None
     try:
-        process.stdin.write(args.encode())  # keys stay off the command line
-        process.stdin.close()
+        stdin.write(args.encode())  # keys stay off the command line
+        stdin.close()
     except BrokenPipeError:  # it ended at once: its exit status says why
         pass
-    ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
-    line = process.stdout.readline().decode(errors="replace").strip() if ready else ""
-    process.stdout.close()
+    ready, _, _ = select.select([stdout], [], [], START_TIMEOUT)
+    line = stdout.readline().decode(errors="replace").strip() if ready else ""
+    stdout.close()
     if line.startswith(("ready", "busy")):
         return
     if not ready:
@@ -174,7 +178,7 @@ def _start_holder(claim: Claim) -> None:
         )
         return
     status = "still running" if code is None else f"exit status {code}"
-    raise RuntimeError(
+    raise CaptureError(
         f"{claim.settings.format_name}: the capture process for partition "
         f"{claim.key!r} did not start: {line or 'no answer'} ({status}); the end "
         f"of its log {log_path}:\n{_tail(log_path)}"

@@ -14,18 +14,10 @@ Gaps are never silent: a connection that zmq drops and re-establishes (a message
 ``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart) and
 messages dropped at the spool's bound are written into the partition as fault rows and logged.
 
-Hostile or broken peers cost one log line per episode, never one per message or per retry:
-
-- a peer that accepts the connection but never completes the ZMTP handshake (stalled, not a zmq
-  peer, or refusing our CURVE keys) is retried by zmq every ``HANDSHAKE_SECONDS``; the failure
-  is logged once until a handshake succeeds, and an attempt that never got through is not a
-  gap (nothing could have been received on it);
-- a peer that sends faster than capture takes meets zmq's receive queue, bounded at
-  ``receive_hwm`` messages: beyond it zmq stops reading the connection, TCP pushes back, and
-  the peer's own send queue fills (a PUB then drops, an XPUB with NODROP waits). Capture's
-  memory stays bounded. Capture sees it happen when it reads ``receive_hwm`` messages of an
-  endpoint without once finding its queue empty: the queue was full. That is logged once per
-  episode, and once more when the queue has not been full for ``PUSH_BACK_SECONDS``.
+Hostile or broken peers cost one log line per episode, never one per message or per retry; each
+kind has a module of its own: ``health`` (handshakes, drops, reconnects), ``pushback`` (a peer
+faster than capture), ``drops`` (messages the spool cannot take), and ``buffer`` (what a
+partition holds between flushes, bounded in bytes).
 """
 
 from __future__ import annotations
@@ -34,37 +26,22 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyarrow as pa
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from spark_zmq.capture.buffer import Buffer
+from spark_zmq.capture.drops import DropEpisode
+from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
 from spark_zmq.capture.mailbox import Mailbox
+from spark_zmq.capture.pushback import PUSH_BACK_SECONDS, PushBack
+from spark_zmq.errors import CaptureError, CaptureTimeout
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
-from spark_zmq.spool.layout import SPOOL_SCHEMA, LeaseLost, SpoolWriteError
+from spark_zmq.spool.layout import LeaseLost, SpoolWriteError
 from spark_zmq.spool.writer import Spool
+from spark_zmq.units import milliseconds
 
-#: a partition's buffer is written to the spool when it holds this many messages
-MAX_SEGMENT_ROWS = 65536
-#: ... or this many bytes of frames (what bounds capture's memory with large messages)
-MAX_SEGMENT_BYTES = 32 << 20
-#: messages taken from one socket before the loop looks at the others (fewer when their bytes
-#: reach MAX_SEGMENT_BYTES first: a burst of large messages is bounded by bytes, not count)
-BURST = 1024
-_MONITORED = (
-    zmq.EVENT_CONNECTED
-    | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_CONNECT_DELAYED
-    | zmq.EVENT_CONNECT_RETRIED
-    | zmq.EVENT_HANDSHAKE_SUCCEEDED
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-)
-#: seconds after a drop by which zmq shows a reconnect attempt unless it gave the connection up
-RECONNECT_CHECK = 0.5
 #: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
 COALESCE_BELOW = 64
 COALESCE_SECONDS = 0.001
@@ -72,63 +49,22 @@ COALESCE_SECONDS = 0.001
 LEAVE_GRACE = 2.0
 #: seconds still read after the peer of a leaving endpoint closed its connection
 LEAVE_SETTLE = 0.05
-#: seconds a peer has to complete the ZMTP (and CURVE) handshake before zmq retries it
-HANDSHAKE_SECONDS = 10
-#: seconds without a full receive queue that end an endpoint's push-back episode
-PUSH_BACK_SECONDS = 2.0
-#: with no receive bound, a backlog this long (messages) is reported as growing
-UNBOUNDED_BACKLOG = 100_000
-_HANDSHAKE_FAILURES = {
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: (
-        f"did not complete the zmq handshake within {HANDSHAKE_SECONDS} s (a stalled peer, or "
-        f"not a zmq peer)"
-    ),
-    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: (
-        "broke the zmq handshake protocol (not a zmq peer, or a socket type that does not fit)"
-    ),
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH: (
-        "refused our CURVE handshake (check curveServerKey, and that the peer allows our key)"
-    ),
-}
-
-
-def utc_text(ns: int) -> str:
-    """A time in ns since the epoch as ISO 8601 UTC with milliseconds, as gap rows show it."""
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9))
-        + f".{ns // 1_000_000 % 1000:03d}Z"
-    )
 
 
 @dataclass
 class _Connection:
-    """One endpoint's socket and the messages received since the last flush."""
+    """One endpoint: its socket and monitor, what it sent since the last flush, and the state
+    of each kind of episode it can be in."""
 
     endpoint: Endpoint
     socket: zmq.Socket
     monitor: zmq.Socket
-    frames: list = field(default_factory=list)
-    times: list = field(default_factory=list)
-    buffered_bytes: int = 0  # bytes of the frames in ``frames``
-    faults: dict = field(default_factory=dict)  # buffer index -> fault text (rare)
-    disconnected_at: int | None = None
-    drop_cause: str | None = None
-    recheck_at: float | None = None  # see Capture._reopen_abandoned
-    dropped_since: int | None = None  # first time of the current drop episode
-    dropping_because: str | None = None  # why: the spool's bound, or a write error
-    dropped: int = 0
+    health: Health
+    load: PushBack
+    drops: DropEpisode
+    buffer: Buffer = field(default_factory=Buffer)
     received: int = 0  # messages received since capture started
     leave_by: float | None = None  # set when discovery reported it gone
-    connected_once: bool = False  # the first connection was logged
-    handshake_failures: int = 0  # failed attempts since the last success
-    run: int = 0  # messages read since the queue was empty
-    full_at: float = 0.0  # when the queue was last seen full
-    pushed_back: tuple[float, int] | None = None  # an episode: (since, received then)
-
-    def add_fault(self, text: str) -> None:
-        self.faults[len(self.frames)] = text
-        self.frames.append([])
-        self.times.append(time.time_ns())
 
 
 class Capture:
@@ -154,7 +90,7 @@ class Capture:
         self.drop_on_write_error = drop_on_write_error
         self.flush_interval = flush_interval
         self.name = name
-        self._context = zmq.Context.instance()
+        self._context: zmq.Context = zmq.Context.instance()
         self._mailbox = Mailbox()  # join/leave from discovery; wake-ups for sync/close
         self._connections: dict[str, _Connection] = {}
         self._by_socket: dict[zmq.Socket, _Connection] = {}
@@ -165,13 +101,11 @@ class Capture:
         self._sync_asked = 0
         self._sync_done = 0
         self._failure: BaseException | None = None
-        #: a receive run this long (no empty queue meanwhile) filled zmq's queue
-        self._full_run = receive_hwm or UNBOUNDED_BACKLOG
         self._next_load_check = 0.0
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
-        spool_table([[b""]], [0], {})
+        Buffer([[b""]], [0]).table()
 
     # -- called from other threads -------------------------------------------------------------
 
@@ -188,6 +122,10 @@ class Capture:
         """Messages received per partition since start (read without locking: a statistic)."""
         return {key: conn.received for key, conn in list(self._connections.items())}
 
+    def handshake_failures(self) -> dict[str, int]:
+        """Failed handshakes per partition since its last success (a statistic)."""
+        return {k: c.health.handshake_failures for k, c in list(self._connections.items())}
+
     def sync(self, timeout: float = 10.0) -> None:
         """Return once everything received before this call is in the spool."""
         with self._sync_lock:
@@ -200,7 +138,7 @@ class Capture:
             )
         self._raise_if_failed()
         if not done:
-            raise TimeoutError(f"{self.name}: capture did not flush within {timeout} s")
+            raise CaptureTimeout(f"{self.name}: capture did not flush within {timeout} s")
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop receiving, write what was received, close sockets. Idempotent."""
@@ -222,7 +160,7 @@ class Capture:
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
-            raise RuntimeError(f"{self.name}: capture failed: {self._failure}") from self._failure
+            raise CaptureError(f"{self.name}: capture failed: {self._failure}") from self._failure
 
     # -- the capture thread --------------------------------------------------------------------
 
@@ -234,9 +172,8 @@ class Capture:
                 recheck_at = self._next_recheck()
                 leave_at = self._next_leave()
                 wake_at = min(next_flush, recheck_at, leave_at)
-                timeout_ms = max(0.0, (wake_at - time.monotonic()) * 1000)
                 received = 0
-                for item, _ in self._poller.poll(timeout_ms):
+                for item, _ in self._poller.poll(milliseconds(wake_at - time.monotonic())):
                     if item in self._by_socket:
                         received += self._receive(self._by_socket[item])
                     elif item == self._mailbox.fileno():
@@ -267,164 +204,42 @@ class Capture:
 
     def _receive(self, conn: _Connection) -> int:
         """Take one burst from ``conn``'s socket into its buffer, and write the buffer when it
-        is full. Invariant: the buffer never holds more than MAX_SEGMENT_BYTES plus one
-        message (the burst stops at the bound), so a flood of large messages costs at most
-        that, plus zmq's queue (receiveHighWaterMark messages), whatever the message size."""
-        recv = conn.socket.recv_multipart
-        frames, times, now = conn.frames, conn.times, time.time_ns
-        before, empty = len(frames), False
-        buffered = conn.buffered_bytes
-        try:
-            for _ in range(BURST):
-                message = recv(zmq.NOBLOCK)
-                frames.append(message)
-                times.append(now())
-                buffered += sum(map(len, message))
-                if buffered >= MAX_SEGMENT_BYTES:
-                    break
-        except zmq.Again:
-            empty = True
-        count = len(frames) - before
+        is full (see ``buffer``: it never holds more than MAX_SEGMENT_BYTES plus one message,
+        so a flood of large messages costs at most that, plus zmq's queue)."""
+        count, emptied = conn.buffer.receive_burst(conn.socket)
         conn.received += count
-        conn.run += count
-        if conn.run >= self._full_run:
-            self._queue_full(conn)
-        if empty:
-            conn.run = 0
-        conn.buffered_bytes = buffered
-        if len(frames) >= MAX_SEGMENT_ROWS or buffered >= MAX_SEGMENT_BYTES:
+        conn.load.after_burst(count, emptied, conn.received)
+        if conn.buffer.full:
             self._flush(conn)
         return count
-
-    def _queue_full(self, conn: _Connection) -> None:
-        """zmq's queue of ``conn`` was full: the peer is being pushed back (logged once)."""
-        conn.full_at = time.monotonic()
-        if conn.pushed_back is not None:
-            return
-        conn.pushed_back = (conn.full_at, conn.received)
-        bound = (
-            f"zmq queues at most receiveHighWaterMark={self.receive_hwm} messages, then "
-            f"pushes back on the peer, which drops what its own send queue cannot hold (a "
-            f"PUB) or waits (an XPUB with NODROP): messages may be lost at the peer, where "
-            f"capture cannot count them"
-            if self.receive_hwm
-            else f"receiveHighWaterMark=0 (no bound): over {UNBOUNDED_BACKLOG} messages wait in "
-            f"memory"
-        )
-        logger.warning(
-            "%s: %s (partition %s) sends faster than capture takes: its receive queue is full; %s",
-            self.name,
-            conn.endpoint.address,
-            conn.endpoint.key,
-            bound,
-        )
 
     def _end_push_backs(self) -> None:
         now = time.monotonic()
         self._next_load_check = now + PUSH_BACK_SECONDS / 4
         for conn in self._connections.values():
-            if conn.pushed_back is not None and now - conn.full_at >= PUSH_BACK_SECONDS:
-                since, received = conn.pushed_back
-                conn.pushed_back = None
-                logger.info(
-                    "%s: capture keeps up with %s (partition %s) again, after %.1f s of "
-                    "a full receive queue (%d messages received meanwhile)",
-                    self.name,
-                    conn.endpoint.address,
-                    conn.endpoint.key,
-                    conn.full_at - since,
-                    conn.received - received,
-                )
+            conn.load.check(now, conn.received)
 
     def _on_monitor_event(self, conn: _Connection) -> None:
         event = recv_monitor_message(conn.monitor)["event"]
-        address, key = conn.endpoint.address, conn.endpoint.key
-        if event in _HANDSHAKE_FAILURES:
-            conn.handshake_failures += 1
-            if conn.handshake_failures == 1:
-                logger.warning(
-                    "%s: %s (partition %s) %s; zmq keeps retrying, logged again only "
-                    "once a handshake succeeds",
-                    self.name,
-                    address,
-                    key,
-                    _HANDSHAKE_FAILURES[event],
-                )
-        elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-            if conn.handshake_failures:
-                logger.info(
-                    "%s: handshake with %s (partition %s) succeeded after %d failed attempts",
-                    self.name,
-                    address,
-                    key,
-                    conn.handshake_failures,
-                )
-            conn.handshake_failures = 0
-        elif event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
+        if event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
+            # the peer of a leaving endpoint closed the connection: what it sent has arrived
             conn.leave_by = min(conn.leave_by, time.monotonic() + LEAVE_SETTLE)
-        elif event == zmq.EVENT_DISCONNECTED and conn.handshake_failures:
-            # an attempt that never got through: nothing was received, so no gap; if zmq does
-            # not retry by itself, the socket is reopened
-            conn.recheck_at = time.monotonic() + RECONNECT_CHECK
-        elif event == zmq.EVENT_DISCONNECTED:
-            conn.disconnected_at = time.time_ns()
-            conn.recheck_at = time.monotonic() + RECONNECT_CHECK
-            logger.info("%s: lost connection to %s (partition %s)", self.name, address, key)
-        elif event in (zmq.EVENT_CONNECT_DELAYED, zmq.EVENT_CONNECT_RETRIED):
-            conn.recheck_at = None  # zmq is reconnecting by itself
-        elif event == zmq.EVENT_CONNECTED:
-            conn.recheck_at = None
-            if conn.disconnected_at is None:
-                if not conn.connected_once:
-                    conn.connected_once = True
-                    logger.info("%s: connected to %s (partition %s)", self.name, address, key)
-                return
-            since, conn.disconnected_at = conn.disconnected_at, None
-            cause = conn.drop_cause or (
-                "the connection was lost (a publisher restart or a network fault)"
-            )
-            conn.drop_cause = None
-            conn.add_fault(
-                f"gap: the connection to {address} was dropped at {utc_text(since)} "
-                f"and re-established; what was published meanwhile is lost. Cause: "
-                f"{cause}"
-            )
-            logger.warning(
-                "%s: reconnected to %s (partition %s) after a drop; gap recorded",
-                self.name,
-                address,
-                key,
-            )
+            return
+        gap = conn.health.on_event(event)
+        if gap is not None:
+            conn.buffer.add_fault(gap)
 
     def _reopen_abandoned(self) -> None:
-        """zmq does not reconnect after a protocol error, such as a message over
-        ZMQ_MAXMSGSIZE: it reports DISCONNECTED and nothing more. A connection with no
-        reconnect attempt soon after its drop gets a new socket."""
+        """A connection zmq gave up (see ``health``) gets a new socket."""
         now = time.monotonic()
         for conn in list(self._connections.values()):
-            if conn.recheck_at is None or conn.recheck_at > now:
-                continue
-            if conn.disconnected_at is not None:  # a connection that was up: a gap
-                conn.drop_cause = (
-                    f"zmq closed the connection on a protocol error, such as a "
-                    f"message over maxMessageBytes ({self.max_message_bytes} "
-                    f"bytes)"
-                )
-                logger.warning(
-                    "%s: zmq gave up the connection to %s (partition %s) after a "
-                    "protocol error, such as a message over maxMessageBytes; "
-                    "reconnecting",
-                    self.name,
-                    conn.endpoint.address,
-                    conn.endpoint.key,
-                )
-            self._unregister(conn)
-            conn.socket, conn.monitor = self._open_socket(conn.endpoint)
-            conn.recheck_at = None
-            self._register(conn)
+            if conn.health.abandoned(now, self.max_message_bytes):
+                self._unregister(conn)
+                conn.socket, conn.monitor = self._open_socket(conn.endpoint)
+                self._register(conn)
 
     def _next_recheck(self) -> float:
-        times = [c.recheck_at for c in self._connections.values() if c.recheck_at is not None]
+        times = [c.health.recheck_at for c in self._connections.values() if c.health.recheck_at]
         return min(times, default=float("inf"))
 
     def _next_leave(self) -> float:
@@ -464,10 +279,17 @@ class Capture:
                 return
             self._finish_leave(old)
         self.spool.open_partition(endpoint.key)
-        conn = _Connection(endpoint, *self._open_socket(endpoint))
-        self._connections[endpoint.key] = conn
+        key, address = endpoint.key, endpoint.address
+        conn = _Connection(
+            endpoint,
+            *self._open_socket(endpoint),
+            health=Health(self.name, address, key),
+            load=PushBack(self.name, address, key, self.receive_hwm),
+            drops=DropEpisode(self.name, key),
+        )
+        self._connections[key] = conn
         self._register(conn)
-        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
+        logger.info("%s: endpoint joined: %s at %s", self.name, key, address)
 
     def _open_socket(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
         sock = self.curve.as_client(self._context.socket(endpoint.socket_type))
@@ -478,7 +300,7 @@ class Capture:
         if endpoint.socket_type == zmq.SUB:
             for prefix in endpoint.subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
-        monitor = sock.get_monitor_socket(_MONITORED)
+        monitor = sock.get_monitor_socket(MONITORED)
         sock.connect(endpoint.address)
         return sock, monitor
 
@@ -513,9 +335,9 @@ class Capture:
         conn = self._connections.get(key)
         if conn is None or conn.leave_by is not None:
             return
-        settle = LEAVE_SETTLE if conn.disconnected_at is not None else LEAVE_GRACE
+        settle = LEAVE_SETTLE if conn.health.disconnected_at is not None else LEAVE_GRACE
         conn.leave_by = time.monotonic() + settle
-        conn.recheck_at = None
+        conn.health.recheck_at = None
         logger.info(
             "%s: endpoint left: %s at %s; reading what it sent until it disconnects",
             self.name,
@@ -552,75 +374,54 @@ class Capture:
             self._sync_lock.notify_all()
 
     def _flush(self, conn: _Connection) -> None:
-        if not conn.frames:
+        if not len(conn.buffer):
             return
-        frames, times, faults = conn.frames, conn.times, conn.faults
-        conn.frames, conn.times, conn.faults, conn.buffered_bytes = [], [], {}, 0
-        if not self.spool.has_room(conn.endpoint.key):
-            self._drop(
-                conn,
-                frames,
-                times,
-                faults,
-                f"the spool {self.spool.root} reached maxSpoolBytes ({self.spool.max_bytes} bytes)",
+        taken = conn.buffer.take()
+        key = conn.endpoint.key
+        if not self.spool.has_room(key):
+            bound = (
+                f"the spool {self.spool.root} reached maxSpoolBytes ({self.spool.max_bytes} bytes)"
             )
+            self._drop(conn, taken, bound)
             return
         try:
-            if conn.dropped:
-                self._end_drop_episode(conn, times[0])
-            self.spool.append(
-                conn.endpoint.key, conn.endpoint.source, spool_table(frames, times, faults)
-            )
+            if conn.drops:
+                self._end_drop_episode(conn, taken.times[0])
+            self.spool.append(key, conn.endpoint.source, taken.table())
         except SpoolWriteError as exc:
             if not self.drop_on_write_error:
                 raise SpoolWriteError(
-                    f"{exc}. The spool holds everything written before; the {len(frames)} "
+                    f"{exc}. The spool holds everything written before; the {len(taken)} "
                     f"messages of this flush are lost. Free the storage, or set "
                     f"onSpoolWriteError=drop to drop and count messages while the spool cannot "
                     f"be written"
                 ) from None
-            self._drop(conn, frames, times, faults, f"the spool could not be written ({exc})")
+            self._drop(conn, taken, f"the spool could not be written ({exc})")
 
-    def _drop(self, conn: _Connection, frames: list, times: list, faults: dict, cause: str) -> None:
+    def _drop(self, conn: _Connection, taken: Buffer, cause: str) -> None:
         """Drop new messages, count them, and keep capture's own fault rows if it can."""
-        if conn.dropped_since is None:
-            conn.dropped_since, conn.dropping_because = times[0], cause
-            logger.warning(
-                "%s: dropping new messages of partition %s until they can be written: %s",
-                self.name,
-                conn.endpoint.key,
-                cause,
-            )
-        conn.dropped += len(frames) - len(faults)
-        if faults:
-            kept = sorted(faults)
-            try:
-                self.spool.append(
-                    conn.endpoint.key,
-                    conn.endpoint.source,
-                    spool_table(
-                        [[] for _ in kept],
-                        [times[i] for i in kept],
-                        {n: faults[i] for n, i in enumerate(kept)},
-                    ),
-                )
-            except SpoolWriteError:
-                pass  # lost within the episode that the gap row reports
+        conn.drops.drop(len(taken) - len(taken.faults), taken.times[0], cause)
+        if not taken.faults:
+            return
+        kept = sorted(taken.faults)
+        faults = Buffer(
+            [[] for _ in kept],
+            [taken.times[i] for i in kept],
+            {n: taken.faults[i] for n, i in enumerate(kept)},
+        )
+        try:
+            self.spool.append(conn.endpoint.key, conn.endpoint.source, faults.table())
+        except SpoolWriteError:
+            pass  # lost within the episode that the gap row reports
 
     def _end_drop_episode(self, conn: _Connection, until: int) -> None:
         """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot)."""
-        text = (
-            f"gap: {conn.dropped} messages dropped between {utc_text(conn.dropped_since)} "
-            f"and {utc_text(until)} because {conn.dropping_because}"
-        )
+        text = conn.drops.gap_text(until)
+        gap = Buffer([[]], [until], {0: text})
         self.spool.append(
-            conn.endpoint.key,
-            conn.endpoint.source,
-            spool_table([[]], [until], {0: text}),
-            dropped=conn.dropped,
+            conn.endpoint.key, conn.endpoint.source, gap.table(), dropped=conn.drops.count
         )
-        logger.warning("%s: partition %s: %s", self.name, conn.endpoint.key, text)
-        conn.dropped, conn.dropped_since, conn.dropping_because = 0, None, None
+        conn.drops.ended(text)
 
     def _shutdown(self) -> None:
         fenced = isinstance(self._failure, LeaseLost)  # nothing more may be written
@@ -637,7 +438,7 @@ class Capture:
         try:
             self._receive(conn)
             self._flush(conn)
-            if conn.dropped:
+            if conn.drops:
                 self._end_drop_episode(conn, time.time_ns())
         except LeaseLost as exc:
             logger.warning(
@@ -647,24 +448,3 @@ class Capture:
             logger.exception(
                 "%s: could not write the last messages of %s", self.name, conn.endpoint.key
             )
-
-
-def spool_table(frames: list, times: list, faults: dict) -> pa.Table:
-    """Rows in SPOOL_SCHEMA: each message's frames and receive time (ns), and fault texts by
-    row index (a fault row has no frames)."""
-    received = pa.array(np.asarray(times, dtype=np.int64) // 1000, type=pa.int64())
-    if faults:
-        fault_texts = [None] * len(frames)
-        for index, text in faults.items():
-            fault_texts[index] = text
-        fault_column = pa.array(fault_texts, type=pa.string())
-    else:
-        fault_column = pa.nulls(len(frames), pa.string())
-    return pa.Table.from_arrays(
-        [
-            received.cast(SPOOL_SCHEMA.field("received_at").type),
-            pa.array(frames, type=SPOOL_SCHEMA.field("frames").type),
-            fault_column,
-        ],
-        schema=SPOOL_SCHEMA,
-    )

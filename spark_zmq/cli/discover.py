@@ -132,7 +132,8 @@ def run_discover(args: argparse.Namespace, formats: Mapping[str, StreamProtocol]
         print(f"{PROG}: --option needs --format (options belong to one format)", file=sys.stderr)
         return 2
     names = [args.format] if args.format else list(formats)
-    rows, failed = [], False
+    rows: list[dict] = []
+    failed = False
     for name in names:
         try:
             endpoints = discover(formats[name], dict(args.option), args.seconds)

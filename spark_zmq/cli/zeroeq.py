@@ -40,6 +40,7 @@ from spark_zmq.protocols.zeroeq import (
 )
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
 from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, zmq_host
+from spark_zmq.units import milliseconds
 
 if TYPE_CHECKING:
     from zeroconf import ServiceStateChange, Zeroconf
@@ -414,7 +415,7 @@ class Subscription:
         self.names[instance] = {**names, **{w: n for w, n in self.events.items() if n}}
         if instance in self.sockets:
             return
-        sock = zmq.Context.instance().socket(zmq.SUB)
+        sock: zmq.Socket = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.RCVHWM, 0)
         sock.setsockopt(zmq.LINGER, 0)
         for prefix in self.filters:
@@ -429,7 +430,7 @@ class Subscription:
         if not self.sockets:
             time.sleep(timeout)
             return []
-        ready = dict(self.poller.poll(timeout * 1000))
+        ready = dict(self.poller.poll(milliseconds(timeout)))
         return [
             (instance, sock.recv_multipart())
             for instance, sock in self.sockets.items()

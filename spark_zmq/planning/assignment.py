@@ -33,10 +33,11 @@ class HolderSettings:
     @classmethod
     def of(cls, options: Options) -> HolderSettings:
         curve = Curve.of(options)
-        keys = tuple(
+        server, public, secret = (
             k.decode() if k else None
             for k in (curve.server_key, curve.public_key, curve.secret_key)
         )
+        keys = (server, public, secret)
         return cls(
             options.format_name,
             options["maxSpoolBytes"],

@@ -5,8 +5,10 @@ socket live in the driver-side reader process, which writes the spool itself.
 from __future__ import annotations
 
 from spark_zmq.capture.loop import Capture
+from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.planning.placement import DISCOVERY, Placement
+from spark_zmq.protocols.base import Discovery
 from spark_zmq.security import Curve
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.spool.writer import Spool
@@ -17,7 +19,7 @@ class DriverCapture(Placement):
 
     _spool: Spool | None = None
     _capture: Capture | None = None
-    _discovery = None
+    _discovery: Discovery | None = None
 
     def start(self) -> None:
         self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
@@ -41,14 +43,21 @@ class DriverCapture(Placement):
         self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
         self._discovery.start(self._capture)
 
+    def _running(self) -> tuple[Spool, Capture, Discovery]:
+        if self._spool is None or self._capture is None or self._discovery is None:
+            raise CaptureError(f"{self.protocol.name}: capture on the driver is not running")
+        return self._spool, self._capture, self._discovery
+
     def snapshot(self) -> dict[str, PartitionState]:
-        self._capture.sync()
-        self._discovery.check()
-        return self._spool.snapshot()
+        spool, capture, discovery = self._running()
+        capture.sync()
+        discovery.check()
+        return spool.snapshot()
 
     def commit(self, end: dict[str, int]) -> None:
+        spool = self._running()[0]
         for key, offset in end.items():
-            self._spool.truncate(key, offset)
+            spool.truncate(key, offset)
 
     def close(self) -> None:
         if self._discovery is not None:

@@ -28,7 +28,7 @@ from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
 from spark_zmq.planning.placement import DISCOVERY, Placement
-from spark_zmq.protocols.base import Endpoint, StreamProtocol
+from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol
 from spark_zmq.spool.layout import JsonState, PartitionState, partition_keys
 from spark_zmq.spool.leases import Lease, load_lease
 from spark_zmq.spool.reader import read_snapshot
@@ -75,7 +75,7 @@ class ExecutorCapture(Placement):
         self._planned: tuple[int, list[Claim]] = (0, [])  # the last claims round opened
         self._stopping = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._discovery = None
+        self._discovery: Discovery | None = None
 
     def start(self) -> None:
         try:
@@ -101,10 +101,10 @@ class ExecutorCapture(Placement):
             self.protocol.name,
             self.spool_path,
         )
-        self._discovery = self.protocol.discovery(
+        self._discovery = discovery = self.protocol.discovery(
             self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json"))
         )
-        self._discovery.start(self)
+        discovery.start(self)
 
     def _carry_over(self, previous: dict) -> None:
         """Start from the endpoints the previous run assigned, as unconfirmed (module doc)."""
@@ -182,7 +182,8 @@ class ExecutorCapture(Placement):
     # -- planning ------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, PartitionState]:
-        self._discovery.check()
+        if self._discovery is not None:
+            self._discovery.check()
         live = self._live = self._live_holders()
         with self._lock:
             assigned = set(self._endpoints)

@@ -149,12 +149,24 @@ class Encoded:
     """A protocol's encoding of rows to send, one entry per row: the frames of a message, or
     an error text (the generic writer then applies ``mode``)."""
 
-    messages: list[list[bytes] | None]
-    errors: list[str | None]
+    messages: list[list[bytes] | None] = field(default_factory=list)
+    errors: list[str | None] = field(default_factory=list)
     #: the topic of each message as subscribers subscribe to it (for waitForSubscribers)
-    topics: list[bytes | None]
+    topics: list[bytes | None] = field(default_factory=list)
     #: names of the topics, where known (ZeroEQ puts them in the publisher's vocabulary)
     names: dict[bytes, str | None] = field(default_factory=dict)
+
+    def add_message(self, frames: list[bytes], topic: bytes) -> None:
+        """The next row's message, with the topic subscribers match it by."""
+        self.messages.append(frames)
+        self.errors.append(None)
+        self.topics.append(topic)
+
+    def add_error(self, text: str) -> None:
+        """The next row cannot be sent: why (the writer applies ``mode``)."""
+        self.messages.append(None)
+        self.errors.append(text)
+        self.topics.append(None)
 
 
 def column_values(batch: pa.RecordBatch, name: str) -> list:

@@ -37,12 +37,14 @@ class ZmqDataSource(DataSource):
         self.protocol.check_options(options)
         return options
 
-    def writer_options(self) -> Options:
+    def _sink(self) -> SinkProtocol:
         if not isinstance(self.protocol, SinkProtocol):
             raise OptionError(f"{self.protocol.name}: this format cannot be written")
-        return parse_options(
-            self.protocol.name, WRITER_OPTIONS + self.protocol.writer_options, self.options
-        )
+        return self.protocol
+
+    def writer_options(self) -> Options:
+        protocol = self._sink()
+        return parse_options(protocol.name, WRITER_OPTIONS + protocol.writer_options, self.options)
 
     def schema(self) -> StructType:
         self.reader_options()  # fail on a bad option when the query is defined, not later
@@ -52,9 +54,9 @@ class ZmqDataSource(DataSource):
         return ZmqStreamReader(self.protocol, self.reader_options())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        options = self.writer_options()
-        self.protocol.check_input(to_arrow_schema(schema), options)
-        return ZmqStreamWriter(self.protocol, options)
+        protocol, options = self._sink(), self.writer_options()
+        protocol.check_input(to_arrow_schema(schema), options)
+        return ZmqStreamWriter(protocol, options)
 
 
 # -- one class per format (module-level, so Spark pickles them by reference) ------------------

@@ -179,10 +179,13 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- executor side -------------------------------------------------------------------------
 
-    def read(self, partition: SpoolRange | Claim) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Rows of a ``SpoolRange``; for a ``Claim``, a holder of its partition, and no rows."""
         if isinstance(partition, Claim):
             take_partition(partition)
             return
+        if not isinstance(partition, SpoolRange):
+            raise TypeError(f"{self.protocol.name}: cannot read a {type(partition).__name__}")
         if self.options["capture"] == "executors":
             register_executor(partition.spool_path, executor_id())
         schema = output_schema(self.protocol)
@@ -285,7 +288,7 @@ def _stop_on_sigterm() -> None:
     global _sigterm_installed
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return
-    fired = []
+    fired: list[int] = []
 
     def handler(signum, frame):
         if not fired:

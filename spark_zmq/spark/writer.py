@@ -133,7 +133,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             counts.rows += batch.num_rows
             publisher.declare(encoded.names)
             for message, topic in zip(encoded.messages, encoded.topics):
-                if message is None:
+                if message is None or topic is None:
                     continue
                 if topic not in checked:
                     checked.add(topic)
@@ -255,8 +255,8 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
 
     # -- driver --------------------------------------------------------------------------------
 
-    def commit(self, messages: list[SendCounts | None], batchId: int) -> None:
-        done = [m for m in messages if m is not None]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        done = [m for m in messages if isinstance(m, SendCounts)]
         sent = sum(m.sent for m in done)
         skipped = sum(m.skipped for m in done)
         publishers = sorted({m.publisher for m in done})
@@ -274,8 +274,8 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             line += f"; skipped {skipped} rows that cannot be sent (first: {first})"
         logger.info(line)
 
-    def abort(self, messages: list[SendCounts | None], batchId: int) -> None:
-        sent = sum(m.sent for m in messages if m is not None)
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        sent = sum(m.sent for m in messages if isinstance(m, SendCounts))
         logger.warning(
             "%s writer: batch %d aborted after %d messages were sent (a retry "
             "sends them again: ZeroMQ pub/sub cannot take them back)",

@@ -20,6 +20,8 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
+from typing import IO, Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -51,12 +53,15 @@ from spark_zmq.spool.layout import (
 )
 from spark_zmq.spool.leases import Lease, lease_of, process_id
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-def _locked(method):
+
+def _locked(method: Callable[Concatenate[Spool, P], R]) -> Callable[Concatenate[Spool, P], R]:
     """Run a Spool method under its mutex."""
 
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: Spool, *args: P.args, **kwargs: P.kwargs) -> R:
         with self._mutex:
             return method(self, *args, **kwargs)
 
@@ -103,7 +108,7 @@ class Spool:
                     self.partitions[key] = index
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
 
-    def _take_lock(self, wait: float):
+    def _take_lock(self, wait: float) -> IO[str]:
         """Exclusive use of the folder. Waits a little: a query restarted in the same session
         may start before the process of its previous run has released the lock."""
         lock = open(os.path.join(self.root, LOCK_NAME), "a+")

@@ -78,7 +78,7 @@ class EBusDemo(DemoPeers):
         self._worker = Worker(
             f"tcp://127.0.0.1:{self._broker.backend_port}", "echo", lambda data: data
         )
-        self._pub = zmq.Context.instance().socket(zmq.PUB)
+        self._pub: zmq.Socket = zmq.Context.instance().socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.connect(f"tcp://127.0.0.1:{self._broker.pub_port}")
         self._closers = [self._broker.close, self._worker.close, self._pub.close]
@@ -98,7 +98,7 @@ class GobyDemo(DemoPeers):
         base = os.path.join(folder, "goby")
         self._daemon = GobyDaemon(socket_name=base)
         router = request_router(ManagerAddress.ipc(socket_name=base), "demo", os.getpid(), 5.0)
-        self._pub = zmq.Context.instance().socket(zmq.PUB)
+        self._pub: zmq.Socket = zmq.Context.instance().socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.connect(router.publish)
         self._identifier = identifier("demo", "JSON", "nlohmann::json", os.getpid(), thread_hash())
@@ -115,10 +115,10 @@ class GobyDemo(DemoPeers):
 
 class YamzDemo(DemoPeers):
     def __init__(self, beacon_port: int = DEFAULT_BEACON_PORT) -> None:
-        self._pub = zmq.Context.instance().socket(zmq.PUB)
+        self._pub: zmq.Socket = zmq.Context.instance().socket(zmq.PUB)
         self._pub.setsockopt(zmq.LINGER, 0)
         self._pub.bind("tcp://127.0.0.1:*")
-        address = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
+        address: str = self._pub.getsockopt_string(zmq.LAST_ENDPOINT)
         header = own_header("demo", port_tree(("sensors",), address, {"kind": "temperature"}))
         self._node = ZyreNode(
             "demo",

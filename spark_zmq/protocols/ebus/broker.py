@@ -30,6 +30,7 @@ from spark_zmq.protocols.ebus.wire import (
     pack,
 )
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.units import milliseconds
 
 
 class BroadcastRelay:
@@ -175,8 +176,7 @@ class Broker:
         try:
             while not self._stopping.is_set():
                 due = self._router.tick()
-                timeout = max(0.0, min(due - time.monotonic(), 0.1)) * 1000
-                for sock, _ in poller.poll(timeout):
+                for sock, _ in poller.poll(milliseconds(min(due - time.monotonic(), 0.1))):
                     frames = sock.recv_multipart()
                     if sock is self._frontend:
                         self._router.from_client(frames)

@@ -50,6 +50,7 @@ from spark_zmq.protocols.ebus.wire import (
     unpack,
 )
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.units import milliseconds
 
 #: what a broker can answer to a request
 ANSWER_KINDS = (b"REPLY", b"REJECT", b"EXPIRED")
@@ -201,7 +202,7 @@ class Client:
         try:
             while not self._stopping:
                 timeout = max(0.0, self._next_due() - time.monotonic())
-                for item, _ in self._poller.poll(timeout * 1000):
+                for item, _ in self._poller.poll(milliseconds(timeout)):
                     if item is self._socket:
                         self._receive()
                     else:
@@ -223,11 +224,18 @@ class Client:
         self._last_heard = time.monotonic()
         self._next_ping = self._last_heard + self.heartbeat
 
+    @property
+    def _connected(self) -> zmq.Socket:
+        """The socket to the broker (BrokerError once the client is closed)."""
+        if self._socket is None:
+            raise BrokerError(f"ebus client {self.identity.decode()}: closed")
+        return self._socket
+
     def _reconnect(self, why: str, *, warn: bool) -> None:
         """Close the socket, connect anew with a new identity, send what is unanswered again."""
         old = self.identity.decode()
-        self._poller.unregister(self._socket)
-        self._socket.close(0)
+        self._poller.unregister(self._connected)
+        self._connected.close(0)
         self._connect()
         self.reconnects += 1
         log = logger.warning if warn else logger.debug
@@ -254,7 +262,7 @@ class Client:
     def _receive(self) -> None:
         while True:
             try:
-                frames = self._socket.recv_multipart(zmq.NOBLOCK)
+                frames = self._connected.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             self._heard()
@@ -360,7 +368,7 @@ class Client:
     def _send(self, kind: bytes, *args: bytes) -> bool:
         """Send without blocking; False when zmq's queue to the broker is full (try later)."""
         try:
-            self._socket.send_multipart([b"", CLIENT, kind, *args], zmq.NOBLOCK)
+            self._connected.send_multipart([b"", CLIENT, kind, *args], zmq.NOBLOCK)
             return True
         except zmq.Again:
             return False

@@ -246,16 +246,17 @@ class EBus(StreamProtocol, SinkProtocol):
         channels = column_values(batch, "channel")
         data = column_values(batch, "data")
         payloads = column_values(batch, "payload")
-        messages, errors, topics = [], [], []
+        encoded = Encoded()
         for channel, text_value, payload in zip(channels, data, payloads):
             if requests:
                 frames, error = _request(text_value, payload)
             else:
                 frames, error = _broadcast(channel, text_value, payload)
-            messages.append(frames)
-            errors.append(error)
-            topics.append(frames[0] if frames else None)
-        return Encoded(messages, errors, topics)
+            if frames is None:
+                encoded.add_error(error or "nothing to send")
+            else:
+                encoded.add_message(frames, frames[0])
+        return encoded
 
 
 def _decode_message(frames: list[bytes]) -> tuple[str | None, str | None, bytes, str | None]:

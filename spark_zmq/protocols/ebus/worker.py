@@ -17,6 +17,7 @@ import zmq
 from spark_zmq.log import logger
 from spark_zmq.protocols.ebus.wire import HEARTBEAT_SECONDS, WORKER, pack, unpack
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.units import milliseconds
 
 
 class Worker:
@@ -43,7 +44,7 @@ class Worker:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
-                if self._socket.poll(HEARTBEAT_SECONDS * 1000):
+                if self._socket.poll(milliseconds(HEARTBEAT_SECONDS)):
                     self._on_message(self._socket.recv_multipart())
                 self._socket.send_multipart([WORKER, b"HEARTBEAT"])
         finally:

@@ -49,11 +49,12 @@ class ManagerDiscovery(Discovery):
 
     def start(self, listener: EndpointListener) -> None:
         self._listener = listener
-        self._announce(self._request_router())
+        router = self._request_router()
+        self._announce(router)
         logger.info(
             "goby: gobyd's Manager at %s hands out the router %s; reading %s",
             self.manager.endpoint,
-            self.router.subscribe,
+            router.subscribe,
             ", ".join(p.decode("utf-8", "replace") for p in self.prefixes),
         )
         self._thread = threading.Thread(
@@ -70,7 +71,7 @@ class ManagerDiscovery(Discovery):
                     logger.warning(
                         "goby: %s; still reading from %s, asking again every %g s",
                         exc,
-                        self.router.subscribe,
+                        self.router.subscribe if self.router else "(no router yet)",
                         POLL_SECONDS,
                     )
                 self._unanswered = True
@@ -78,11 +79,12 @@ class ManagerDiscovery(Discovery):
             if self._unanswered:
                 logger.info("goby: gobyd's Manager at %s answers again", self.manager.endpoint)
                 self._unanswered = False
-            if router != self.router and not self._stopping.is_set():
+            old = self.router
+            if old is not None and router != old and not self._stopping.is_set():
                 logger.info(
                     "goby: gobyd at %s moved its router from %s to %s (a restart); reconnecting",
                     self.manager.endpoint,
-                    self.router.subscribe,
+                    old.subscribe,
                     router.subscribe,
                 )
                 self._announce(router)

@@ -309,21 +309,17 @@ class Goby(StreamProtocol, SinkProtocol):
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         process, thread = os.getpid(), thread_hash()
-        messages, errors, topics = [], [], []
+        encoded = Encoded()
         for row in zip(
             *(column_values(batch, name) for name in ("group", "scheme", "type", "payload", "text"))
         ):
             try:
                 message = encode_message(*row, process=process, thread=thread)
             except (IdentifierError, PayloadError, ValueError) as exc:
-                messages.append(None)
-                errors.append(str(exc))
-                topics.append(None)
+                encoded.add_error(str(exc))
                 continue
-            messages.append([message])
-            errors.append(None)
-            topics.append(message[: message.index(b"\0")])
-        return Encoded(messages, errors, topics)
+            encoded.add_message([message], message[: message.index(b"\0")])
+        return encoded
 
 
 def _string_or_integer(data_type: pa.DataType) -> bool:

@@ -27,6 +27,7 @@ from spark_zmq.protocols.goby.messages import (
 )
 from spark_zmq.protocols.goby.wire import thread_hash
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.units import milliseconds
 
 DEFAULT_PLATFORM = "default_goby_platform"
 DEFAULT_TCP_PORT = 11144
@@ -97,7 +98,7 @@ def ask(
     try:
         sock.connect(manager.endpoint)
         sock.send(request.SerializeToString())
-        if not sock.poll(timeout * 1000):
+        if not sock.poll(milliseconds(timeout)):
             raise ManagerUnreachable(
                 f"gobyd's Manager at {manager.endpoint} did not answer within {timeout:g} s "
                 f"(managerTimeout): is gobyd running there, with this platform, socket name or "
@@ -221,7 +222,7 @@ class HoldHandshake:
             self._publish(hold_request_message(self.client_name, self.client_pid, self.ready))
             self._next_request = now + HOLD_REQUEST_INTERVAL
         wait = min(timeout, max(0.0, self._next_request - now))
-        if self._sub.poll(wait * 1000):
+        if self._sub.poll(milliseconds(wait)):
             while self._sub.poll(0):
                 self._take(self._sub.recv())
         return self.held
@@ -256,7 +257,7 @@ class HoldHandshake:
         limit)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll(HOLD_REQUEST_INTERVAL):
-            if deadline is not None and time.monotonic() >= deadline:
+            if timeout is not None and deadline is not None and time.monotonic() >= deadline:
                 raise HoldTimeout(self._timeout_text(timeout))
 
     def _timeout_text(self, timeout: float) -> str:

@@ -45,7 +45,8 @@ class GobyPublisher(SinkPublisher):
         self.manager_timeout = manager_timeout
         self.hold_timeout = hold_timeout
         self.curve = curve
-        self._socket_options = {"send_hwm": send_hwm, "send_timeout": send_timeout, "curve": curve}
+        self.send_hwm = send_hwm
+        self.send_timeout = send_timeout
         self._connect(self._request_router())
 
     def _request_router(self) -> Router:
@@ -56,7 +57,9 @@ class GobyPublisher(SinkPublisher):
     def _connect(self, router: Router) -> None:
         self.router = router
         self.name = f"{self.client_name}@{router.publish}"
-        self._xpub = XPubSender(router.publish, **self._socket_options)
+        self._xpub = XPubSender(
+            router.publish, send_hwm=self.send_hwm, send_timeout=self.send_timeout, curve=self.curve
+        )
         self._monitor = self._xpub.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._hold = HoldHandshake(
             router, self.client_name, os.getpid(), self._send_frame, curve=self.curve

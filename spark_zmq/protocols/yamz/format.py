@@ -238,20 +238,16 @@ class Yamz(StreamProtocol, SinkProtocol):
         )
 
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
-        messages, errors, topics = [], [], []
+        encoded = Encoded()
         for frames, topic, payload in zip(
             *(column_values(batch, name) for name in ("frames", "topic", "payload"))
         ):
             message = _message(frames, topic, payload)
             if isinstance(message, str):
-                messages.append(None)
-                errors.append(message)
-                topics.append(None)
+                encoded.add_error(message)
             else:
-                messages.append(message)
-                errors.append(None)
-                topics.append(message[0])
-        return Encoded(messages, errors, topics)
+                encoded.add_message(message, message[0])
+        return encoded
 
 
 def _bytes_or_text(kind: pa.DataType) -> bool:

@@ -29,7 +29,7 @@ from spark_zmq.protocols.zeroeq.wire import (
 )
 
 if TYPE_CHECKING:
-    from zeroconf import Zeroconf
+    from zeroconf import ServiceInfo, Zeroconf
 
     from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf
 
@@ -165,7 +165,7 @@ class Announcement:
             packed = []
         zeroconf.keep_one_label(instance_name)
         self._zeroconf = zeroconf
-        self._info = ServiceInfo(
+        info = ServiceInfo(
             service,
             f"{instance_name}.{service}",
             addresses=packed,
@@ -173,20 +173,20 @@ class Announcement:
             properties=txt,
             server=own_host_name(port),
         )
-        zeroconf.register_service(self._info, strict=False)
+        zeroconf.register_service(info, strict=False)
+        self._info: ServiceInfo | None = info
         self.txt = dict(txt)
         self._lock = threading.Lock()  # updates come from tasks and discovery threads
 
     def update(self, txt: dict[str, str]) -> None:
         with self._lock:
             if txt != self.txt and self._info is not None:
-                self._update(txt)
+                self._update(self._info, txt)
 
-    def _update(self, txt: dict[str, str]) -> None:
+    def _update(self, info: ServiceInfo, txt: dict[str, str]) -> None:
         from zeroconf import ServiceInfo
 
-        info = self._info
-        self._info = ServiceInfo(
+        self._info = updated = ServiceInfo(
             info.type,
             info.name,
             addresses=info.addresses,
@@ -196,9 +196,9 @@ class Announcement:
         )
         # Not update_service: that blocks for the rebroadcasts (~0.7 s); a publisher calls this
         # when it sends a new event, and should not wait for its announcement.
-        asyncio.run_coroutine_threadsafe(
-            self._zeroconf.async_update_service(self._info), self._zeroconf.loop
-        )
+        loop = self._zeroconf.loop
+        if loop is not None:  # None once zeroconf is closed: nothing to update then
+            asyncio.run_coroutine_threadsafe(self._zeroconf.async_update_service(updated), loop)
         self.txt = dict(txt)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ import json
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
@@ -35,6 +36,11 @@ from spark_zmq.protocols.zeroeq.wire import (
     zmq_host,
 )
 from spark_zmq.security import NO_CURVE, Curve
+
+if TYPE_CHECKING:
+    from zeroconf import ServiceBrowser
+
+    from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf
 
 #: seconds to wait for a publisher's vocabulary reply
 VOCABULARY_TIMEOUT = 1.0
@@ -81,7 +87,9 @@ class ZeroEQDiscovery(Discovery):
         self._faulty: set[str] = set()  # records with a fault, logged once each
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
-        self._zeroconf = self._browser = self._announcement = None
+        self._zeroconf: ZeroEQZeroconf | None = None
+        self._browser: ServiceBrowser | None = None
+        self._announcement: Announcement | None = None
         self.vocabulary: Vocabulary | None = None
         self.management: ManagementPort | None = None
 
@@ -102,40 +110,39 @@ class ZeroEQDiscovery(Discovery):
             return
         from zeroconf import ServiceBrowser
 
-        self._zeroconf = make_zeroconf(self.interfaces)
-        self._announce()
-        self._browser = ServiceBrowser(
-            self._zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change]
-        )
+        self._zeroconf = zeroconf = make_zeroconf(self.interfaces)
+        self._announce(zeroconf)
+        self._browser = ServiceBrowser(zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change])
         where = ", ".join(self.interfaces) if self.interfaces else "all interfaces"
         shown = repr(self.session) if self.session else "any session (empty session)"
         logger.info("zeroeq: browsing %s on %s for session %s", PUBLISHER_SERVICE, where, shown)
 
-    def _announce(self) -> None:
+    def _announce(self, zeroconf: ZeroEQZeroconf) -> None:
         """The seed's subscriber record and its vocabulary server (on the browsed interface)."""
         host = self.interfaces[0] if self.interfaces and len(self.interfaces) == 1 else "127.0.0.1"
         try:
             bind = f"tcp://{zmq_host(host)}:*"
-            self.vocabulary = Vocabulary("subscriber", bind, curve=self.curve)
+            vocabulary = Vocabulary("subscriber", bind, curve=self.curve)
         except ValueError:
-            self.vocabulary = Vocabulary("subscriber", "tcp://127.0.0.1:*", curve=self.curve)
+            vocabulary = Vocabulary("subscriber", "tcp://127.0.0.1:*", curve=self.curve)
+        self.vocabulary = vocabulary
         for wire, name in self.events.items():
-            self.vocabulary.register(wire, name)
-        self.vocabulary.on_change = self._update_announcement
+            vocabulary.register(wire, name)
+        vocabulary.on_change = self._update_announcement
         self._announcement = Announcement(
-            self._zeroconf,
+            zeroconf,
             SUBSCRIBER_SERVICE,
             self.instance_name,
             host,
-            int(self.vocabulary.address.rsplit(":", 1)[1]),
-            self._txt(),
+            int(vocabulary.address.rsplit(":", 1)[1]),
+            self._txt(vocabulary),
         )
 
-    def _txt(self) -> dict[str, str]:
+    def _txt(self, vocabulary: Vocabulary) -> dict[str, str]:
         txt = {
             "Type": "ZeroEQ",
-            "vocabulary": self.vocabulary.txt_value(),
-            "vocabulary_request": self.vocabulary.address,
+            "vocabulary": vocabulary.txt_value(),
+            "vocabulary_request": vocabulary.address,
             "user": getpass.getuser(),
             "application": self.application,
         }
@@ -146,8 +153,8 @@ class ZeroEQDiscovery(Discovery):
         return txt
 
     def _update_announcement(self) -> None:
-        if self._announcement is not None:
-            self._announcement.update(self._txt())
+        if self._announcement is not None and self.vocabulary is not None:
+            self._announcement.update(self._txt(self.vocabulary))
 
     def close(self) -> None:
         if self._browser is not None:
@@ -202,7 +209,7 @@ class ZeroEQDiscovery(Discovery):
     def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
         """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why
         asking failed, if it did."""
-        ids = {wire: None for wire in record.vocabulary}
+        ids: dict[bytes, str | None] = dict.fromkeys(record.vocabulary)
         if record.vocabulary_request:
             try:
                 ids.update(
@@ -226,7 +233,7 @@ class ZeroEQDiscovery(Discovery):
         if known.static:
             return True
         record = known.record
-        if not in_session(record.session, self.session):
+        if record is None or not in_session(record.session, self.session):
             return False
         return not self.compatible_only or bool(set(known.vocabulary) & set(self.events))
 
@@ -237,6 +244,8 @@ class ZeroEQDiscovery(Discovery):
             if endpoint is None:
                 self._log_passed_over(key)
             if endpoint == self._joined.get(key):
+                return
+            if self._listener is None:  # closed meanwhile
                 return
             if endpoint is None:
                 self._joined.pop(key, None)
@@ -305,6 +314,7 @@ class ZeroEQDiscovery(Discovery):
             address = f"tcp://{zmq_host(host.strip('[]'))}:{port}"
         if names:
             metadata["names"] = json.dumps(names, sort_keys=True)
+        subscriptions: tuple[bytes, ...]
         if every:
             subscriptions = (b"",)
             if removed:

@@ -233,7 +233,9 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
             mask = pa.array(ok)
             hex_ids = pa.array(distinct, pa.string()).take(ids.indices)
             event_ids = pc.if_else(mask, hex_ids, event_ids)
-            name_of = pa.array([names.get(d) for d in distinct], pa.string()).take(ids.indices)
+            name_of = pa.array(
+                [names.get(d) if d is not None else None for d in distinct], pa.string()
+            ).take(ids.indices)
             event_names = pc.if_else(mask, name_of, event_names)
             second = values.take(pa.array(np.where(counts == 2, starts + 1, first_index)))
             payload = pc.if_else(pa.array(counts == 2), second, payload)
@@ -306,8 +308,7 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
             set(_events_map(options["registeredEvents"])) if options["registeredEvents"] else None
         )
         wire_of: dict[str, bytes] = {}
-        names: dict[bytes, str | None] = {}
-        messages, errors, topics = [], [], []
+        encoded = Encoded()
         for event, hex_id, payload in zip(events, ids, payloads):
             wire, error = _wire_id(event, hex_id, wire_of)
             if error is None and registered is not None and wire not in registered:
@@ -315,19 +316,17 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
                     f"event {event or hex_id!r} is not among registeredEvents; "
                     f"a publisher sends only registered events"
                 )
-            if error is not None:
-                messages.append(None), errors.append(error), topics.append(None)
+            if error is not None or wire is None:
+                encoded.add_error(error or "no event")
                 continue
             if event:
-                names[wire] = event
+                encoded.names[wire] = event
             else:
-                names.setdefault(wire, None)
+                encoded.names.setdefault(wire, None)
             if isinstance(payload, str):
                 payload = payload.encode("utf-8")
-            messages.append([wire, payload] if payload else [wire])
-            errors.append(None)
-            topics.append(wire)
-        return Encoded(messages, errors, topics, names)
+            encoded.add_message([wire, payload] if payload else [wire], wire)
+        return encoded
 
 
 class PublisherSink(SinkPublisher):

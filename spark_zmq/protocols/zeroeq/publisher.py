@@ -19,6 +19,7 @@ import uuid
 
 import zmq
 
+from spark_zmq.errors import PeerTimeout
 from spark_zmq.protocols.xpub import SendTimeout, Subscriptions
 from spark_zmq.protocols.zeroeq.announce import Announcement, make_zeroconf
 from spark_zmq.protocols.zeroeq.vocabulary import Vocabulary
@@ -30,6 +31,7 @@ from spark_zmq.protocols.zeroeq.wire import (
     zmq_host,
 )
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.units import milliseconds
 
 
 class Publisher:
@@ -173,12 +175,12 @@ class Publisher:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 what = "Meerkat" if event is None else f"event {event!r}"
-                raise TimeoutError(
+                raise PeerTimeout(
                     f"zeroeq publisher {self.instance_name}: "
                     f"{self.count_subscribers(event)} of {count} subscribers to "
                     f"{what} after {timeout} s"
                 )
-            self.socket.poll(min(remaining, 0.1) * 1000)
+            self.socket.poll(milliseconds(min(remaining, 0.1)))
 
     def close(self) -> None:
         if self._announcement is not None:

@@ -17,6 +17,7 @@ from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
 from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, NO_REPLY_TYPE
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.units import milliseconds
 
 #: a handler gets the request payload and returns (reply type id, reply payload)
 Handler = Callable[[bytes], "tuple[bytes, bytes]"]
@@ -103,7 +104,7 @@ def request(
     try:
         sock.connect(address)
         sock.send_multipart([request_type, payload] if payload else [request_type])
-        if not sock.poll(timeout * 1000):
+        if not sock.poll(milliseconds(timeout)):
             raise RequestError(f"no reply from {address} within {timeout} s")
         frames = sock.recv_multipart()
     finally:

@@ -1,0 +1,105 @@
+"""A partition's messages between two flushes, and the burst that fills it from a socket.
+
+The bound that matters for memory is in bytes: a burst stops at ``MAX_SEGMENT_BYTES``, and a
+buffer at that size (or at ``MAX_SEGMENT_ROWS`` messages) is written at once, so a buffer never
+holds more than ``MAX_SEGMENT_BYTES`` plus one message, whatever the message size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import zmq
+
+from spark_zmq.spool.layout import SPOOL_SCHEMA
+
+#: a partition's buffer is written to the spool when it holds this many messages
+MAX_SEGMENT_ROWS = 65536
+#: ... or this many bytes of frames (what bounds capture's memory with large messages)
+MAX_SEGMENT_BYTES = 32 << 20
+#: messages taken from one socket before the loop looks at the others (fewer when their bytes
+#: reach MAX_SEGMENT_BYTES first: a burst of large messages is bounded by bytes, not count)
+BURST = 1024
+
+
+@dataclass
+class Buffer:
+    """Messages received since the last flush: frames, receive times (ns) and, rarely, fault
+    rows that capture itself records (a gap), by their index."""
+
+    frames: list[list[bytes]] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    faults: dict[int, str] = field(default_factory=dict)
+    nbytes: int = 0
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    @property
+    def full(self) -> bool:
+        return len(self.frames) >= MAX_SEGMENT_ROWS or self.nbytes >= MAX_SEGMENT_BYTES
+
+    def add_fault(self, text: str) -> None:
+        self.faults[len(self.frames)] = text
+        self.frames.append([])
+        self.times.append(time.time_ns())
+
+    def take(self) -> Buffer:
+        """What the buffer holds, leaving it empty."""
+        taken = Buffer(self.frames, self.times, self.faults, self.nbytes)
+        self.frames, self.times, self.faults, self.nbytes = [], [], {}, 0
+        return taken
+
+    def table(self) -> pa.Table:
+        return spool_table(self.frames, self.times, self.faults)
+
+    def receive_burst(self, sock: zmq.Socket) -> tuple[int, bool]:
+        """Take up to BURST messages (fewer at MAX_SEGMENT_BYTES) waiting on ``sock``: how
+        many, and whether its queue was found empty. Per message: one receive, two appends."""
+        recv = sock.recv_multipart
+        frames, times, now = self.frames, self.times, time.time_ns
+        before, empty, nbytes = len(frames), False, self.nbytes
+        try:
+            for _ in range(BURST):
+                message = recv(zmq.NOBLOCK)
+                frames.append(message)
+                times.append(now())
+                nbytes += sum(map(len, message))
+                if nbytes >= MAX_SEGMENT_BYTES:
+                    break
+        except zmq.Again:
+            empty = True
+        self.nbytes = nbytes
+        return len(frames) - before, empty
+
+
+def spool_table(frames: list, times: list, faults: dict) -> pa.Table:
+    """Rows in SPOOL_SCHEMA: each message's frames and receive time (ns), and fault texts by
+    row index (a fault row has no frames)."""
+    received = pa.array(np.asarray(times, dtype=np.int64) // 1000, type=pa.int64())
+    if faults:
+        fault_texts = [None] * len(frames)
+        for index, text in faults.items():
+            fault_texts[index] = text
+        fault_column = pa.array(fault_texts, type=pa.string())
+    else:
+        fault_column = pa.nulls(len(frames), pa.string())
+    return pa.Table.from_arrays(
+        [
+            received.cast(SPOOL_SCHEMA.field("received_at").type),
+            pa.array(frames, type=SPOOL_SCHEMA.field("frames").type),
+            fault_column,
+        ],
+        schema=SPOOL_SCHEMA,
+    )
+
+
+def utc_text(ns: int) -> str:
+    """A time in ns since the epoch as ISO 8601 UTC with milliseconds, as gap rows show it."""
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9))
+        + f".{ns // 1_000_000 % 1000:03d}Z"
+    )
