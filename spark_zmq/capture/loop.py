@@ -24,23 +24,21 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.capture.buffer import Buffer
-from spark_zmq.capture.drops import DropEpisode
-from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
+from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.mailbox import Mailbox
-from spark_zmq.capture.pushback import PUSH_BACK_SECONDS, PushBack
+from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
+from spark_zmq.capture.spooling import SegmentWriter
 from spark_zmq.errors import CaptureError, CaptureTimeout
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
-from spark_zmq.spool.layout import LeaseLost, SpoolWriteError
+from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
-from spark_zmq.units import milliseconds
 
 #: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
 COALESCE_BELOW = 64
@@ -49,22 +47,6 @@ COALESCE_SECONDS = 0.001
 LEAVE_GRACE = 2.0
 #: seconds still read after the peer of a leaving endpoint closed its connection
 LEAVE_SETTLE = 0.05
-
-
-@dataclass
-class _Connection:
-    """One endpoint: its socket and monitor, what it sent since the last flush, and the state
-    of each kind of episode it can be in."""
-
-    endpoint: Endpoint
-    socket: zmq.Socket
-    monitor: zmq.Socket
-    health: Health
-    load: PushBack
-    drops: DropEpisode
-    buffer: Buffer = field(default_factory=Buffer)
-    received: int = 0  # messages received since capture started
-    leave_by: float | None = None  # set when discovery reported it gone
 
 
 class Capture:
@@ -82,20 +64,21 @@ class Capture:
         receive_hwm: int = 0,
     ) -> None:
         self.spool = spool
-        self.curve = curve  # CURVE client settings of every socket capture opens
         self.max_message_bytes = max_message_bytes
-        #: messages zmq queues per endpoint before it pushes back on the peer (0: no bound)
-        self.receive_hwm = receive_hwm
-        #: a spool that cannot be written: drop and count (True) or stop capture (False)
-        self.drop_on_write_error = drop_on_write_error
         self.flush_interval = flush_interval
         self.name = name
-        self._context: zmq.Context = zmq.Context.instance()
         self._mailbox = Mailbox()  # join/leave from discovery; wake-ups for sync/close
-        self._connections: dict[str, _Connection] = {}
-        self._by_socket: dict[zmq.Socket, _Connection] = {}
-        self._by_monitor: dict[zmq.Socket, _Connection] = {}
-        self._poller = zmq.Poller()
+        #: CURVE client settings of every socket capture opens; receive_hwm: messages zmq
+        #: queues per endpoint before it pushes back on the peer (0: no bound)
+        self._sockets = Sockets(
+            name,
+            self._mailbox,
+            curve=curve,
+            receive_hwm=receive_hwm,
+            max_message_bytes=max_message_bytes,
+        )
+        self._writer = SegmentWriter(spool, name, drop_on_write_error)
+        self._connections: dict[str, Connection] = {}
         self._stopping = False
         self._sync_lock = threading.Condition()
         self._sync_asked = 0
@@ -165,7 +148,6 @@ class Capture:
     # -- the capture thread --------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._poller.register(self._mailbox, zmq.POLLIN)
         next_flush = time.monotonic() + self.flush_interval
         try:
             while not self._stopping:
@@ -173,13 +155,13 @@ class Capture:
                 leave_at = self._next_leave()
                 wake_at = min(next_flush, recheck_at, leave_at)
                 received = 0
-                for item, _ in self._poller.poll(milliseconds(wake_at - time.monotonic())):
-                    if item in self._by_socket:
-                        received += self._receive(self._by_socket[item])
-                    elif item == self._mailbox.fileno():
+                for ready, conn in self._sockets.poll(wake_at - time.monotonic()):
+                    if ready == "mailbox":
                         self._apply_commands()
-                    elif item in self._by_monitor:
-                        self._on_monitor_event(self._by_monitor[item])
+                    elif conn is not None and ready == "message":
+                        received += self._receive(conn)
+                    elif conn is not None:
+                        self._on_monitor_event(conn)
                 if recheck_at <= time.monotonic():
                     self._reopen_abandoned()
                 if leave_at <= time.monotonic():
@@ -202,7 +184,7 @@ class Capture:
         finally:
             self._shutdown()
 
-    def _receive(self, conn: _Connection) -> int:
+    def _receive(self, conn: Connection) -> int:
         """Take one burst from ``conn``'s socket into its buffer, and write the buffer when it
         is full (see ``buffer``: it never holds more than MAX_SEGMENT_BYTES plus one message,
         so a flood of large messages costs at most that, plus zmq's queue)."""
@@ -219,7 +201,7 @@ class Capture:
         for conn in self._connections.values():
             conn.load.check(now, conn.received)
 
-    def _on_monitor_event(self, conn: _Connection) -> None:
+    def _on_monitor_event(self, conn: Connection) -> None:
         event = recv_monitor_message(conn.monitor)["event"]
         if event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
             # the peer of a leaving endpoint closed the connection: what it sent has arrived
@@ -234,9 +216,7 @@ class Capture:
         now = time.monotonic()
         for conn in list(self._connections.values()):
             if conn.health.abandoned(now, self.max_message_bytes):
-                self._unregister(conn)
-                conn.socket, conn.monitor = self._open_socket(conn.endpoint)
-                self._register(conn)
+                self._sockets.reopen(conn)
 
     def _next_recheck(self) -> float:
         times = [c.health.recheck_at for c in self._connections.values() if c.health.recheck_at]
@@ -271,7 +251,9 @@ class Capture:
             ):
                 self._receive(old)
                 self._flush(old)  # rows so far keep the metadata they arrived under
-                self._resubscribe(old.socket, old.endpoint.subscriptions, endpoint.subscriptions)
+                self._sockets.resubscribe(
+                    old.socket, old.endpoint.subscriptions, endpoint.subscriptions
+                )
                 old.endpoint = endpoint
                 logger.info(
                     "%s: endpoint %s updated its metadata or subscriptions", self.name, endpoint.key
@@ -279,56 +261,8 @@ class Capture:
                 return
             self._finish_leave(old)
         self.spool.open_partition(endpoint.key)
-        key, address = endpoint.key, endpoint.address
-        conn = _Connection(
-            endpoint,
-            *self._open_socket(endpoint),
-            health=Health(self.name, address, key),
-            load=PushBack(self.name, address, key, self.receive_hwm),
-            drops=DropEpisode(self.name, key),
-        )
-        self._connections[key] = conn
-        self._register(conn)
-        logger.info("%s: endpoint joined: %s at %s", self.name, key, address)
-
-    def _open_socket(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
-        sock = self.curve.as_client(self._context.socket(endpoint.socket_type))
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, self.receive_hwm)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_SECONDS * 1000)
-        if endpoint.socket_type == zmq.SUB:
-            for prefix in endpoint.subscriptions:
-                sock.setsockopt(zmq.SUBSCRIBE, prefix)
-        monitor = sock.get_monitor_socket(MONITORED)
-        sock.connect(endpoint.address)
-        return sock, monitor
-
-    @staticmethod
-    def _resubscribe(sock: zmq.Socket, old: tuple[bytes, ...], new: tuple[bytes, ...]) -> None:
-        """Change a live SUB socket's subscriptions: no reconnect, nothing in flight lost."""
-        if sock.type != zmq.SUB:
-            return
-        for prefix in set(new) - set(old):
-            sock.setsockopt(zmq.SUBSCRIBE, prefix)
-        for prefix in set(old) - set(new):
-            sock.setsockopt(zmq.UNSUBSCRIBE, prefix)
-
-    def _register(self, conn: _Connection) -> None:
-        self._by_socket[conn.socket] = conn
-        self._by_monitor[conn.monitor] = conn
-        self._poller.register(conn.socket, zmq.POLLIN)
-        self._poller.register(conn.monitor, zmq.POLLIN)
-
-    def _unregister(self, conn: _Connection) -> None:
-        """Close the connection's sockets (its buffered messages stay)."""
-        for sock in (conn.socket, conn.monitor):
-            self._poller.unregister(sock)
-        self._by_socket.pop(conn.socket, None)
-        self._by_monitor.pop(conn.monitor, None)
-        conn.socket.disable_monitor()
-        conn.monitor.close(0)
-        conn.socket.close(0)
+        self._connections[endpoint.key] = self._sockets.connect(endpoint)
+        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
 
     def _leave(self, key: str) -> None:
         """Discovery says the endpoint is gone: read on until its peer closes the connection."""
@@ -351,12 +285,12 @@ class Capture:
             if conn.leave_by is not None and conn.leave_by <= now:
                 self._finish_leave(conn)
 
-    def _finish_leave(self, conn: _Connection) -> None:
+    def _finish_leave(self, conn: Connection) -> None:
         key = conn.endpoint.key
         del self._connections[key]
         self._receive(conn)  # what already arrived is kept
         self._flush(conn)
-        self._unregister(conn)
+        self._sockets.close(conn)
         self.spool.retire(key)
         logger.info("%s: partition %s retired after %d messages", self.name, key, conn.received)
 
@@ -373,78 +307,16 @@ class Capture:
             self._sync_done = max(self._sync_done, wanted)
             self._sync_lock.notify_all()
 
-    def _flush(self, conn: _Connection) -> None:
-        if not len(conn.buffer):
-            return
-        taken = conn.buffer.take()
-        key = conn.endpoint.key
-        if not self.spool.has_room(key):
-            bound = (
-                f"the spool {self.spool.root} reached maxSpoolBytes ({self.spool.max_bytes} bytes)"
-            )
-            self._drop(conn, taken, bound)
-            return
-        try:
-            if conn.drops:
-                self._end_drop_episode(conn, taken.times[0])
-            self.spool.append(key, conn.endpoint.source, taken.table())
-        except SpoolWriteError as exc:
-            if not self.drop_on_write_error:
-                raise SpoolWriteError(
-                    f"{exc}. The spool holds everything written before; the {len(taken)} "
-                    f"messages of this flush are lost. Free the storage, or set "
-                    f"onSpoolWriteError=drop to drop and count messages while the spool cannot "
-                    f"be written"
-                ) from None
-            self._drop(conn, taken, f"the spool could not be written ({exc})")
-
-    def _drop(self, conn: _Connection, taken: Buffer, cause: str) -> None:
-        """Drop new messages, count them, and keep capture's own fault rows if it can."""
-        conn.drops.drop(len(taken) - len(taken.faults), taken.times[0], cause)
-        if not taken.faults:
-            return
-        kept = sorted(taken.faults)
-        faults = Buffer(
-            [[] for _ in kept],
-            [taken.times[i] for i in kept],
-            {n: taken.faults[i] for n, i in enumerate(kept)},
-        )
-        try:
-            self.spool.append(conn.endpoint.key, conn.endpoint.source, faults.table())
-        except SpoolWriteError:
-            pass  # lost within the episode that the gap row reports
-
-    def _end_drop_episode(self, conn: _Connection, until: int) -> None:
-        """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot)."""
-        text = conn.drops.gap_text(until)
-        gap = Buffer([[]], [until], {0: text})
-        self.spool.append(
-            conn.endpoint.key, conn.endpoint.source, gap.table(), dropped=conn.drops.count
-        )
-        conn.drops.ended(text)
+    def _flush(self, conn: Connection) -> None:
+        self._writer.flush(conn)
 
     def _shutdown(self) -> None:
         fenced = isinstance(self._failure, LeaseLost)  # nothing more may be written
         for conn in list(self._connections.values()):
             if not fenced:
-                self._write_last(conn)
-            self._unregister(conn)
+                self._writer.write_last(conn, self._receive)
+            self._sockets.close(conn)
         self._connections.clear()
-        self._poller.unregister(self._mailbox)
+        self._sockets.shutdown()
         with self._sync_lock:
             self._sync_lock.notify_all()
-
-    def _write_last(self, conn: _Connection) -> None:
-        try:
-            self._receive(conn)
-            self._flush(conn)
-            if conn.drops:
-                self._end_drop_episode(conn, time.time_ns())
-        except LeaseLost as exc:
-            logger.warning(
-                "%s: last messages of %s not written: %s", self.name, conn.endpoint.key, exc
-            )
-        except Exception:  # keep closing the others
-            logger.exception(
-                "%s: could not write the last messages of %s", self.name, conn.endpoint.key
-            )

@@ -1,0 +1,92 @@
+"""Writing a connection's buffer to the spool: a segment per flush, or, when the spool cannot
+take it (at ``maxSpoolBytes``, or its storage refusing with ``onSpoolWriteError=drop``), a drop
+episode that ends with one gap row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from spark_zmq.capture.buffer import Buffer
+from spark_zmq.capture.connections import Connection
+from spark_zmq.log import logger
+from spark_zmq.spool.layout import LeaseLost, SpoolWriteError
+from spark_zmq.spool.writer import Spool
+
+
+class SegmentWriter:
+    """Flushes connections' buffers into ``spool``."""
+
+    def __init__(self, spool: Spool, name: str, drop_on_write_error: bool) -> None:
+        self.spool = spool
+        self.name = name
+        #: a spool that cannot be written: drop and count (True) or stop capture (False)
+        self.drop_on_write_error = drop_on_write_error
+
+    def flush(self, conn: Connection) -> None:
+        """Write what ``conn`` buffered (SpoolWriteError unless drops are allowed)."""
+        if not len(conn.buffer):
+            return
+        taken = conn.buffer.take()
+        key = conn.endpoint.key
+        if not self.spool.has_room(key):
+            spool = self.spool
+            bound = f"the spool {spool.root} reached maxSpoolBytes ({spool.max_bytes} bytes)"
+            self._drop(conn, taken, bound)
+            return
+        try:
+            if conn.drops:
+                self._end_drop_episode(conn, taken.times[0])
+            self.spool.append(key, conn.endpoint.source, taken.table())
+        except SpoolWriteError as exc:
+            if not self.drop_on_write_error:
+                raise SpoolWriteError(
+                    f"{exc}. The spool holds everything written before; the {len(taken)} "
+                    f"messages of this flush are lost. Free the storage, or set "
+                    f"onSpoolWriteError=drop to drop and count messages while the spool cannot "
+                    f"be written"
+                ) from None
+            self._drop(conn, taken, f"the spool could not be written ({exc})")
+
+    def write_last(self, conn: Connection, receive: Callable[[Connection], object]) -> None:
+        """Capture stops: what ``receive`` still takes from the socket, the buffer, and the gap
+        row of an open drop episode; a failure is logged, so that the others are written."""
+        try:
+            receive(conn)
+            self.flush(conn)
+            if conn.drops:
+                self._end_drop_episode(conn, time.time_ns())
+        except LeaseLost as exc:
+            logger.warning(
+                "%s: last messages of %s not written: %s", self.name, conn.endpoint.key, exc
+            )
+        except Exception:  # keep closing the others
+            logger.exception(
+                "%s: could not write the last messages of %s", self.name, conn.endpoint.key
+            )
+
+    def _drop(self, conn: Connection, taken: Buffer, cause: str) -> None:
+        """Drop new messages, count them, and keep capture's own fault rows if it can."""
+        conn.drops.drop(len(taken) - len(taken.faults), taken.times[0], cause)
+        if not taken.faults:
+            return
+        kept = sorted(taken.faults)
+        faults = Buffer(
+            [[] for _ in kept],
+            [taken.times[i] for i in kept],
+            {n: taken.faults[i] for n, i in enumerate(kept)},
+        )
+        try:
+            self.spool.append(conn.endpoint.key, conn.endpoint.source, faults.table())
+        except SpoolWriteError:
+            pass  # lost within the episode that the gap row reports
+
+    def _end_drop_episode(self, conn: Connection, until: int) -> None:
+        """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot)."""
+        text = conn.drops.gap_text(until)
+        gap = Buffer([[]], [until], {0: text})
+        self.spool.append(
+            conn.endpoint.key, conn.endpoint.source, gap.table(), dropped=conn.drops.count
+        )
+        conn.drops.ended(text)
