@@ -11,8 +11,6 @@ import sys
 import pytest
 import zmq
 import zmq.auth
-from conftest import MemoryState, wait_until
-from test_ebus_requests import run_requests
 
 from spark_zmq.capture.loop import Capture
 from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
@@ -25,6 +23,8 @@ from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 from spark_zmq.security import Curve
 from spark_zmq.spool.writer import Spool
 from spark_zmq.testing.logs import logged_warnings
+from support.common import MemoryState, wait_until
+from support.ebus import run_requests
 
 ECHO = "zeroeq::test::Echo"
 

@@ -9,13 +9,13 @@ import subprocess
 import time
 
 import pytest
-from conftest import wait_until
 
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.protocols.zeroeq import Publisher
 from spark_zmq.spool.layout import BATCH_ROWS, Source, load_index, partition_dir, segment_paths
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
+from support.common import wait_until
 
 SOURCE = Source("tcp://127.0.0.1:1", {})
 ECHO = "zeroeq::test::Echo"

@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
 
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.testing.processes import running_holders
 from spark_zmq.testing.standalone import StandaloneCluster
+from support.common import ROOT, wait_until
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parent.parent
 ECHO = "zeroeq::test::Echo"
 
 

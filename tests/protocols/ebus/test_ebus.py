@@ -10,7 +10,6 @@ import zlib
 import pyarrow as pa
 import pytest
 import zmq
-from conftest import wait_until
 
 from spark_zmq.options import READER_OPTIONS, parse_options
 from spark_zmq.protocols.ebus import (
@@ -23,6 +22,7 @@ from spark_zmq.protocols.ebus import (
     unpack,
 )
 from spark_zmq.spool.layout import Source
+from support.common import wait_until
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
 BSON_L_42 = bytes.fromhex("0c000000106c002a00000000")

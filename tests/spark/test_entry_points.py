@@ -6,13 +6,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from spark_zmq.cli import FORMATS, options_markdown
-
-ROOT = Path(__file__).resolve().parent.parent
+from support.common import ROOT
 
 
 def test_readme_options_tables_are_generated_from_the_definitions():

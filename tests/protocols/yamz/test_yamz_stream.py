@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import zmq
-from conftest import wait_until
 from pyre import Pyre
+
+from support.common import wait_until
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).resolve().parent

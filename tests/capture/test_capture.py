@@ -9,14 +9,13 @@ import sys
 import textwrap
 import time
 
-from conftest import wait_until
-
 from spark_zmq.capture.loop import Capture
 from spark_zmq.protocols.base import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
+from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
 SUBSCRIPTIONS = (b"", event_id(MEERKAT))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from support.common import ROOT
+
 pytestmark = pytest.mark.spark
 
 

@@ -15,7 +15,6 @@ import time
 import pyarrow as pa
 import pytest
 import zmq
-from conftest import wait_until
 from google.protobuf import descriptor_pb2
 
 from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, OptionError, parse_options
@@ -35,6 +34,7 @@ from spark_zmq.protocols.goby.messages import ManagerRequest, ManagerResponse, S
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
 from spark_zmq.spool.layout import Source
+from support.common import wait_until
 
 #: what a C++ Goby client parses: /group/scheme/type/decimal pid/hex thread/ NUL
 GOBY_IDENTIFIER = re.compile(rb"^/([^/]+)/([^/]+)/([^/]+)/(\d+)/([0-9a-f]+)/\x00")

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 import zmq
-from conftest import wait_until
 
 from spark_zmq.protocols.ebus import Broker, pack
+from support.common import ROOT, wait_until
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parent.parent
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 LOOPBACK_CONF = (
     "spark.driver.host=127.0.0.1",

@@ -11,13 +11,13 @@ import textwrap
 
 import pytest
 import zmq
-from conftest import wait_until
 from pyre import Pyre
 
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.yamz import ZyreNode, for_connect
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery, reachable
 from spark_zmq.testing.logs import logged_warnings
+from support.common import wait_until
 
 
 class Listener:

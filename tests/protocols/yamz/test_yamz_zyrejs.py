@@ -14,14 +14,14 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-from conftest import wait_until
 from test_yamz_stream import payloads, start_reader
 
+from support.common import ROOT, wait_until
+
 pytestmark = pytest.mark.spark
-NODE_PEER = Path(__file__).resolve().parent / "peers" / "node" / "yamz_node.js"
+NODE_PEER = ROOT / "tests" / "peers" / "node" / "yamz_node.js"
 LOCAL, REMOTE = ("szmqzj0", "10.79.0.1"), ("szmqzj1", "10.79.0.2")
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import zmq
-from conftest import MemoryState, wait_until
 from zeroconf import ServiceInfo
 
 from spark_zmq.capture.holder import holder_log
@@ -25,6 +24,7 @@ from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
 from spark_zmq.testing.logs import logged_warnings
 from spark_zmq.testing.processes import rss_bytes, running_holders
 from spark_zmq.testing.standalone import free_port
+from support.common import MemoryState, wait_until
 
 ECHO = event_id("zeroeq::test::Echo")
 FLOOD_SECONDS = 12

@@ -11,10 +11,10 @@ from concurrent.futures import Future
 
 import pytest
 import zmq
-from conftest import wait_until
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.ebus import Broker, Client, Worker, pack, unpack
+from support.common import wait_until
 
 CLIENT, BROKER_SIDE = b"EBC01", b"EBW01"
 

@@ -10,12 +10,12 @@ import threading
 import uuid
 
 import pytest
-from conftest import MemoryState, wait_until
 
 from spark_zmq.cli import main
 from spark_zmq.protocols.zeroeq import SUBSCRIBER_SERVICE, event_id, event_id_text
 from spark_zmq.protocols.zeroeq.announce import Announcement
 from spark_zmq.protocols.zeroeq.management import ManagementPort
+from support.common import MemoryState, wait_until
 
 CLI = [sys.executable, "-m", "spark_zmq", "zeroeq"]
 ECHO = "cli::test::Echo"

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 import zmq
-from conftest import wait_until
 
 from spark_zmq.protocols.ebus import Broker, pack, unpack
+from support.common import wait_until
 
 CLIENT, WORKER = b"EBC01", b"EBW01"
 

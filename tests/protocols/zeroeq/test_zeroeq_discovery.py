@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import wait_until
 from test_zeroeq_stream import rows_of, start_query, wait_for_rows
 from zeroeq_peers import announced
 
@@ -18,6 +17,7 @@ from spark_zmq.protocols.zeroeq import (
     request_vocabulary,
 )
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
+from support.common import wait_until
 
 pytestmark = pytest.mark.spark
 ECHO, OTHER = "zeroeq::test::Echo", "zeroeq::test::Other"

@@ -11,7 +11,6 @@ import time
 
 import pytest
 import zmq
-from conftest import wait_until
 from pyspark.errors import StreamingQueryException
 from test_goby_wire import (
     BSON_DEPTH_5,
@@ -24,6 +23,7 @@ from test_goby_wire import (
 
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
 from spark_zmq.protocols.goby.messages import ManagerRequest
+from support.common import wait_until
 
 pytestmark = pytest.mark.spark
 APP_NAME = "spark_zmq tests"  # conftest's session

@@ -60,7 +60,7 @@ class WireSubscriber:
 def announced(zeroconf, service: str, session: str, timeout: float = 60.0) -> dict:
     """{instance name: Record} of the ``service`` records of ``session`` that a browser sees,
     once there is at least one."""
-    from conftest import wait_until
+    from support.common import wait_until
 
     found = {}
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 import zmq
-from conftest import wait_until
 
 from spark_zmq.protocols.zeroeq import PUBLISHER_SERVICE, event_id
 from spark_zmq.spool.layout import load_index
+from support.common import wait_until
 
 pytestmark = pytest.mark.spark
 ECHO = "zeroeq::test::Echo"
