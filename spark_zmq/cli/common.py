@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from spark_zmq.errors import SparkZmqError
 
 
@@ -12,3 +14,12 @@ class CommandError(SparkZmqError):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+def aligned(head: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
+    """Plain columns aligned under ``head``: readable in a terminal, easy to grep or cut."""
+    cells = [list(head), *(list(line) for line in lines)]
+    widths = [max(len(cell) for cell in column) for column in zip(*cells)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells
+    )

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from spark_zmq.cli.common import aligned
 from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
 
@@ -111,19 +112,17 @@ def row_of(format_name: str, endpoint: Endpoint) -> dict:
 def table(rows: list[dict]) -> str:
     """A plain text table: format, partition, endpoint, metadata as key=value."""
     head = ("format", "partition", "endpoint", "metadata")
-    lines = [
+    return aligned(
+        head,
         (
-            r["format"],
-            r["partition"],
-            r["endpoint"],
-            " ".join(f"{k}={v}" for k, v in r["metadata"].items()),
-        )
-        for r in rows
-    ]
-    widths = [max(len(cell) for cell in column) for column in zip(head, *lines)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
-        for line in [head, *lines]
+            (
+                r["format"],
+                r["partition"],
+                r["endpoint"],
+                " ".join(f"{k}={v}" for k, v in r["metadata"].items()),
+            )
+            for r in rows
+        ),
     )
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import zmq
 
-from spark_zmq.cli.common import CommandError
+from spark_zmq.cli.common import CommandError, aligned
 from spark_zmq.options import comma_list
 from spark_zmq.protocols.zeroeq import (
     MEERKAT,
@@ -631,12 +631,8 @@ def describe(record: Record) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    """Aligned plain columns, readable in a terminal and easy to grep or cut."""
-    cells = [list(COLUMNS)] + [[cell_text(row, column) for column in COLUMNS] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells
-    )
+    """The browsed records, one per line under COLUMNS."""
+    return aligned(COLUMNS, ([cell_text(row, column) for column in COLUMNS] for row in rows))
 
 
 def cell_text(row: dict, column: str) -> str:

@@ -21,16 +21,14 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
-from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
+from spark_zmq.planning.holders import HolderWatch
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol
-from spark_zmq.spool.layout import JsonState, PartitionState, partition_keys
-from spark_zmq.spool.leases import Lease, load_lease
+from spark_zmq.spool.layout import JsonState, PartitionState
 from spark_zmq.spool.reader import read_snapshot
 
 #: seconds between renewals of the assignment (the query's heartbeat to its holders)
@@ -41,18 +39,6 @@ CLAIM_RETRY = 3.0
 MAX_DECLINES = 2
 #: seconds a restarted query keeps the previous run's endpoints that discovery has not found again
 RECONFIRM_SECONDS = 30.0
-
-
-@dataclass
-class _Watched:
-    """The driver's view of one partition's lease, timed by the driver's own clock (no clock
-    of another host is trusted)."""
-
-    lease: Lease | None
-    changed_at: float
-    requested_at: float = float("-inf")
-    requests: int = 0  # claims sent since its epoch last changed
-    last_holder: Lease | None = None  # the last lease seen with a holder in it
 
 
 class ExecutorCapture(Placement):
@@ -70,7 +56,7 @@ class ExecutorCapture(Placement):
         self._lock = threading.Lock()
         self._spool_id = ""
         self._beat = 0
-        self._watched: dict[str, _Watched] = {}
+        self._holders = HolderWatch(protocol.name, spool_path, self.settings.lease_timeout)
         self._live: set[str] | None = None  # live holders as the last snapshot read them
         self._planned: tuple[int, list[Claim]] = (0, [])  # the last claims round opened
         self._stopping = threading.Event()
@@ -184,7 +170,7 @@ class ExecutorCapture(Placement):
     def snapshot(self) -> dict[str, PartitionState]:
         if self._discovery is not None:
             self._discovery.check()
-        live = self._live = self._live_holders()
+        live = self._live = self._holders.live()
         with self._lock:
             assigned = set(self._endpoints)
         state = read_snapshot(self.spool_path)
@@ -195,66 +181,6 @@ class ExecutorCapture(Placement):
             else s
             for k, s in state.items()
         }
-
-    def _live_holders(self) -> set[str]:
-        """Keys whose holder's heartbeat moved within leaseTimeout, by this process's clock."""
-        now = time.monotonic()
-        live = set()
-        for key in partition_keys(self.spool_path):
-            lease = load_lease(self.spool_path, key)
-            watched = self._watched.get(key)
-            changed = False
-            if watched is None:
-                watched = self._watched[key] = _Watched(lease, now)
-            elif _beat_of(lease) != _beat_of(watched.lease):
-                changed = True
-                if lease is not None and lease.epoch != _beat_of(watched.lease)[0]:
-                    watched.requests = 0  # a claim went through
-                watched.lease, watched.changed_at = lease, now
-            if lease is not None and lease.holder:
-                self._log_holder_change(key, watched, lease)
-            if changed and lease is not None and lease.failure:
-                # failed during this run (a failure left by an earlier run is not raised again)
-                raise CaptureError(
-                    f"{self.protocol.name}: the capture of partition {key} on "
-                    f"executor {lease.executor} failed: {lease.failure}"
-                )
-            if (
-                lease is not None
-                and not lease.sealed
-                and now - watched.changed_at < self.settings.lease_timeout
-            ):
-                live.add(key)
-        return live
-
-    def _log_holder_change(self, key: str, watched: _Watched, lease: Lease) -> None:
-        """One line per new holder, and one when a holder lets go."""
-        last = watched.last_holder
-        watched.last_holder = lease
-        name = self.protocol.name
-        if last is None or lease.epoch > last.epoch:
-            if last is None:
-                logger.info(
-                    "%s: partition %s held by executor %s (epoch %d)",
-                    name,
-                    key,
-                    lease.executor,
-                    lease.epoch,
-                )
-            else:
-                logger.warning(
-                    "%s: partition %s moved from executor %s to executor %s (epoch "
-                    "%d); nothing was captured between %s and %s",
-                    name,
-                    key,
-                    last.executor,
-                    lease.executor,
-                    lease.epoch,
-                    _wall(last.at),
-                    _wall(lease.at),
-                )
-        elif lease.sealed and not last.sealed:
-            logger.info("%s: partition %s released by its holder %s", name, key, lease.holder)
 
     def next_claims_round(self, last_round: int | None) -> int | None:
         claims = self.claims()
@@ -275,7 +201,7 @@ class ExecutorCapture(Placement):
 
     def claims(self, retry_now: bool = False) -> list[Claim]:
         # the reader asks right after a snapshot: its reading of the leases is current
-        live = self._live if self._live is not None and not retry_now else self._live_holders()
+        live = self._live if self._live is not None and not retry_now else self._holders.live()
         now = time.monotonic()
         with self._lock:
             assigned = sorted(self._endpoints)
@@ -283,22 +209,18 @@ class ExecutorCapture(Placement):
         for key in assigned:
             if key in live:
                 continue
-            watched = self._watched.get(key) or _Watched(None, now)
+            watched = self._holders.of(key)
             if not retry_now and now - watched.requested_at < CLAIM_RETRY:
                 continue
-            epoch = watched.lease.epoch if watched.lease else 0
             declines = max(0, MAX_DECLINES - watched.requests)
             wanted.append(
-                Claim(self.spool_path, self._spool_id, key, epoch, declines, self.settings)
+                Claim(self.spool_path, self._spool_id, key, watched.epoch, declines, self.settings)
             )
         return wanted
 
     def requested(self, claims: list[Claim]) -> None:
-        now = time.monotonic()
         for claim in claims:
-            watched = self._watched.setdefault(claim.key, _Watched(None, now))
-            watched.requested_at = now
-            watched.requests += 1
+            self._holders.requested(claim.key)
 
     def commit(self, end: dict[str, int]) -> None:
         committed = self._commits.load() or {}
@@ -310,11 +232,3 @@ class ExecutorCapture(Placement):
         if self._discovery is not None:
             self._discovery.close()
             self._discovery = None
-
-
-def _beat_of(lease: Lease | None) -> tuple:
-    return (None,) if lease is None else (lease.epoch, lease.beat, lease.sealed)
-
-
-def _wall(at: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at)) if at else "(never)"
