@@ -1,37 +1,26 @@
 """The writer side of a spool folder: claims partitions, appends segments, truncates.
 
-**One writer per partition, fenced by epochs.** A writer (a capture on the driver, or a holder
-process on an executor) owns a partition by *claiming* the next epoch: ``mkdir e<n+1>``, which
-exactly one claimant wins, also on a shared filesystem. It then *seals* the folders of earlier
-epochs by renaming them to ``e<n>.sealed``, reads the sealed index (final from then on) and goes
-on from its end. Every write of a holder goes through a path inside its own epoch folder, so once
-that folder is sealed the writes fail (``LeaseLost``): a holder that was paused and resumed after
-a takeover cannot append, even if it never noticed it lost the lease. A holder that stops cleanly
-seals its own folder, which marks the partition free.
+Each partition has one writer at a time, fenced by epochs (``epochs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import functools
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 
 from spark_zmq.log import logger
+from spark_zmq.spool.epochs import claim_epoch, lock_folder, remove_unused_epochs, seal
 from spark_zmq.spool.layout import (
     BATCH_ROWS,
     INDEX_NAME,
     LEASE_NAME,
-    LOCK_NAME,
-    SEALED,
     SPOOL_SCHEMA,
     JsonState,
     LeaseLost,
@@ -51,7 +40,7 @@ from spark_zmq.spool.layout import (
     segment_paths,
     write_atomically,
 )
-from spark_zmq.spool.leases import Lease, lease_of, process_id
+from spark_zmq.spool.leases import Lease, process_id
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -95,7 +84,7 @@ class Spool:
             raise SpoolError(
                 f"cannot use {root!r} as a spool folder (option spoolPath): {exc.strerror or exc}"
             ) from None
-        self._lock_file = self._take_lock(lock_wait) if exclusive else None
+        self._lock_file = lock_folder(root, lock_wait) if exclusive else None
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
         self.epochs: dict[str, int] = {}  # partitions this process holds -> its epoch
@@ -107,32 +96,6 @@ class Spool:
                 if index is not None:
                     self.partitions[key] = index
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
-
-    def _take_lock(self, wait: float) -> IO[str]:
-        """Exclusive use of the folder. Waits a little: a query restarted in the same session
-        may start before the process of its previous run has released the lock."""
-        lock = open(os.path.join(self.root, LOCK_NAME), "a+")
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    lock.close()
-                    raise
-                if time.monotonic() > deadline:
-                    lock.close()
-                    raise SpoolError(
-                        f"spool folder {self.root} is in use by another running query; give "
-                        f"each query its own option spoolPath"
-                    ) from None
-                time.sleep(0.2)
-        lock.seek(0)
-        lock.truncate()
-        lock.write(str(os.getpid()))
-        lock.flush()
-        return lock
 
     def close(self) -> None:
         """Let go of every partition held (seal) and of the folder."""
@@ -172,23 +135,7 @@ class Spool:
         return index
 
     def _claim(self, key: str, expect_epoch: int | None) -> None:
-        folder = partition_dir(self.root, key)
-        os.makedirs(folder, exist_ok=True)
-        claimed = epochs(folder)
-        current = claimed[-1][0] if claimed else 0
-        if expect_epoch is not None and current != expect_epoch:
-            raise LeaseLost(f"partition {key!r} is held by epoch {current}, not {expect_epoch}")
-        mine = current + 1
-        try:
-            os.mkdir(os.path.join(folder, epoch_name(mine)))
-        except FileExistsError:
-            raise LeaseLost(
-                f"partition {key!r}: epoch {mine} was claimed by another holder first"
-            ) from None
-        for epoch, sealed in claimed:
-            if not sealed:
-                self._seal(folder, epoch)
-        previous = lease_of(folder, current, True) if claimed else None
+        mine, previous = claim_epoch(self.root, key, expect_epoch)
         index = load_index(self.root, key) or PartitionIndex(key)
         old = self.partitions.get(key)
         self.nbytes += index.nbytes - (old.nbytes if old else 0)
@@ -198,14 +145,6 @@ class Spool:
         self._beats[key] = 0
         self._save(index)
         self.heartbeat(key)
-
-    @staticmethod
-    def _seal(folder: str, epoch: int) -> None:
-        base = os.path.join(folder, epoch_name(epoch))
-        try:
-            os.rename(base, base + SEALED)
-        except FileNotFoundError:  # sealed by its holder meanwhile
-            pass
 
     @_locked
     def heartbeat(self, key: str, failure: str = "") -> None:
@@ -234,7 +173,7 @@ class Spool:
                 pass
         epoch = self.epochs.pop(key, None)
         if epoch is not None:
-            self._seal(partition_dir(self.root, key), epoch)
+            seal(partition_dir(self.root, key), epoch)
             if not self.exclusive:
                 self.partitions.pop(key, None)
 
@@ -324,15 +263,8 @@ class Spool:
                     break
                 except FileNotFoundError:
                     continue
-        self._remove_unused_epochs(key, index)
-
-    def _remove_unused_epochs(self, key: str, index: PartitionIndex) -> None:
-        """Sealed folders of earlier epochs whose segments are all committed."""
-        folder = partition_dir(self.root, key)
         used = {s.epoch for s in index.segments} | {self.epochs[key]}
-        for epoch, sealed in epochs(folder):
-            if sealed and epoch not in used and epoch < self.epochs[key]:
-                shutil.rmtree(os.path.join(folder, epoch_name(epoch) + SEALED), ignore_errors=True)
+        remove_unused_epochs(partition_dir(self.root, key), used, self.epochs[key])
 
     def state(self, name: str) -> JsonState:
         """A small JSON document kept beside the partitions (discovery's durable state)."""
@@ -355,7 +287,7 @@ class Spool:
         """LeaseLost if the epoch folder was sealed (someone claimed the partition), else a
         SpoolWriteError naming the file, the partition and the cause."""
         mine = self.epochs.get(key, 0)
-        newer = [e for e, _ in epochs(partition_dir(self.root, key)) if e > mine]
+        newer = any(e > mine for e, _ in epochs(partition_dir(self.root, key)))
         if isinstance(exc, FileNotFoundError) and newer:
             epoch = self.epochs.pop(key, None)
             if not self.exclusive:

@@ -1,0 +1,100 @@
+"""Epochs: how a spool folder has one writer per partition, and one query per folder.
+
+**One writer per partition, fenced by epochs.** A writer (a capture on the driver, or a holder
+process on an executor) owns a partition by *claiming* the next epoch: ``mkdir e<n+1>``, which
+exactly one claimant wins, also on a shared filesystem. It then *seals* the folders of earlier
+epochs by renaming them to ``e<n>.sealed``, reads the sealed index (final from then on) and goes
+on from its end. Every write of a holder goes through a path inside its own epoch folder, so once
+that folder is sealed the writes fail (``LeaseLost``): a holder that was paused and resumed after
+a takeover cannot append, even if it never noticed it lost the lease. A holder that stops cleanly
+seals its own folder, which marks the partition free.
+
+With capture on the driver, one process writes every partition of the folder, and a lock file
+(``LOCK``, flock) keeps a second query's capture off it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import time
+from typing import IO
+
+from spark_zmq.spool.layout import (
+    LOCK_NAME,
+    SEALED,
+    LeaseLost,
+    SpoolError,
+    epoch_name,
+    epochs,
+    partition_dir,
+)
+from spark_zmq.spool.leases import Lease, lease_of
+
+
+def lock_folder(root: str, wait: float) -> IO[str]:
+    """Exclusive use of the folder. Waits a little: a query restarted in the same session
+    may start before the process of its previous run has released the lock."""
+    lock = open(os.path.join(root, LOCK_NAME), "a+")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                lock.close()
+                raise
+            if time.monotonic() > deadline:
+                lock.close()
+                raise SpoolError(
+                    f"spool folder {root} is in use by another running query; give "
+                    f"each query its own option spoolPath"
+                ) from None
+            time.sleep(0.2)
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def claim_epoch(root: str, key: str, expect_epoch: int | None) -> tuple[int, Lease | None]:
+    """Claim the partition's next epoch: (the epoch claimed, the previous holder's lease if
+    there was one). ``expect_epoch``: claim only if the highest epoch is still that one (0:
+    never claimed); LeaseLost otherwise, or when another claimant won the same epoch."""
+    folder = partition_dir(root, key)
+    os.makedirs(folder, exist_ok=True)
+    claimed = epochs(folder)
+    current = claimed[-1][0] if claimed else 0
+    if expect_epoch is not None and current != expect_epoch:
+        raise LeaseLost(f"partition {key!r} is held by epoch {current}, not {expect_epoch}")
+    mine = current + 1
+    try:
+        os.mkdir(os.path.join(folder, epoch_name(mine)))
+    except FileExistsError:
+        raise LeaseLost(
+            f"partition {key!r}: epoch {mine} was claimed by another holder first"
+        ) from None
+    for epoch, sealed in claimed:
+        if not sealed:
+            seal(folder, epoch)
+    return mine, lease_of(folder, current, True) if claimed else None
+
+
+def seal(folder: str, epoch: int) -> None:
+    """Mark an epoch's folder final (its writer may no longer write into it)."""
+    base = os.path.join(folder, epoch_name(epoch))
+    try:
+        os.rename(base, base + SEALED)
+    except FileNotFoundError:  # sealed by its holder meanwhile
+        pass
+
+
+def remove_unused_epochs(folder: str, used: set[int], current: int) -> None:
+    """Sealed folders of epochs before ``current`` that hold no segment in ``used``."""
+    for epoch, sealed in epochs(folder):
+        if sealed and epoch not in used and epoch < current:
+            shutil.rmtree(os.path.join(folder, epoch_name(epoch) + SEALED), ignore_errors=True)
