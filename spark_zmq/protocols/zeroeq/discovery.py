@@ -13,7 +13,6 @@ name, TXT ``vocabulary``, ``vocabulary_request``, ``session``, ``user``, ``appli
 
 from __future__ import annotations
 
-import getpass
 import json
 import threading
 import uuid
@@ -22,14 +21,14 @@ from typing import TYPE_CHECKING
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
-from spark_zmq.protocols.zeroeq.announce import Announcement, PublisherRecord, make_zeroconf
+from spark_zmq.protocols.zeroeq.announce import PublisherRecord, make_zeroconf
 from spark_zmq.protocols.zeroeq.management import ALL, ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
-from spark_zmq.protocols.zeroeq.vocabulary import Vocabulary, request_vocabulary
+from spark_zmq.protocols.zeroeq.subscriber import SubscriberRecord
+from spark_zmq.protocols.zeroeq.vocabulary import request_vocabulary
 from spark_zmq.protocols.zeroeq.wire import (
     MEERKAT,
     PUBLISHER_SERVICE,
-    SUBSCRIBER_SERVICE,
     event_id,
     event_id_text,
     in_session,
@@ -89,8 +88,7 @@ class ZeroEQDiscovery(Discovery):
         self._listener: EndpointListener | None = None
         self._zeroconf: ZeroEQZeroconf | None = None
         self._browser: ServiceBrowser | None = None
-        self._announcement: Announcement | None = None
-        self.vocabulary: Vocabulary | None = None
+        self.subscriber: SubscriberRecord | None = None
         self.management: ManagementPort | None = None
 
     # -- lifetime ------------------------------------------------------------------------------
@@ -111,64 +109,33 @@ class ZeroEQDiscovery(Discovery):
         from zeroconf import ServiceBrowser
 
         self._zeroconf = zeroconf = make_zeroconf(self.interfaces)
-        self._announce(zeroconf)
+        self.subscriber = SubscriberRecord(
+            zeroconf,
+            instance_name=self.instance_name,
+            interfaces=self.interfaces,
+            events=self.events,
+            session=self.session,
+            application=self.application,
+            management=self.management.address if self.management else None,
+            curve=self.curve,
+        )
         self._browser = ServiceBrowser(zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change])
         where = ", ".join(self.interfaces) if self.interfaces else "all interfaces"
         shown = repr(self.session) if self.session else "any session (empty session)"
         logger.info("zeroeq: browsing %s on %s for session %s", PUBLISHER_SERVICE, where, shown)
 
-    def _announce(self, zeroconf: ZeroEQZeroconf) -> None:
-        """The seed's subscriber record and its vocabulary server (on the browsed interface)."""
-        host = self.interfaces[0] if self.interfaces and len(self.interfaces) == 1 else "127.0.0.1"
-        try:
-            bind = f"tcp://{zmq_host(host)}:*"
-            vocabulary = Vocabulary("subscriber", bind, curve=self.curve)
-        except ValueError:
-            vocabulary = Vocabulary("subscriber", "tcp://127.0.0.1:*", curve=self.curve)
-        self.vocabulary = vocabulary
-        for wire, name in self.events.items():
-            vocabulary.register(wire, name)
-        vocabulary.on_change = self._update_announcement
-        self._announcement = Announcement(
-            zeroconf,
-            SUBSCRIBER_SERVICE,
-            self.instance_name,
-            host,
-            int(vocabulary.address.rsplit(":", 1)[1]),
-            self._txt(vocabulary),
-        )
-
-    def _txt(self, vocabulary: Vocabulary) -> dict[str, str]:
-        txt = {
-            "Type": "ZeroEQ",
-            "vocabulary": vocabulary.txt_value(),
-            "vocabulary_request": vocabulary.address,
-            "user": getpass.getuser(),
-            "application": self.application,
-        }
-        if self.session:
-            txt["session"] = self.session
-        if self.management is not None:
-            txt["management"] = self.management.address
-        return txt
-
-    def _update_announcement(self) -> None:
-        if self._announcement is not None and self.vocabulary is not None:
-            self._announcement.update(self._txt(self.vocabulary))
-
     def close(self) -> None:
         if self._browser is not None:
             self._browser.cancel()
             self._browser = None
-        if self._announcement is not None:
-            self._announcement.close()
-            self._announcement = None
+        if self.subscriber is not None:
+            self.subscriber.close()
+            self.subscriber = None
         if self._zeroconf is not None:
             self._zeroconf.close()
             self._zeroconf = None
-        for server in (self.vocabulary, self.management):
-            if server is not None:
-                server.close()
+        if self.management is not None:
+            self.management.close()
 
     # -- ZeroConf ------------------------------------------------------------------------------
 
@@ -255,9 +222,9 @@ class ZeroEQDiscovery(Discovery):
                 self._log_joined(key)
                 self._passed_over.discard(key)
             self._joined[key] = endpoint
-            if self.vocabulary is not None and endpoint.metadata.get("events"):
+            if self.subscriber is not None and endpoint.metadata.get("events"):
                 for hex_id in endpoint.metadata["events"].split(";"):
-                    self.vocabulary.register(bytes.fromhex(hex_id))
+                    self.subscriber.vocabulary.register(bytes.fromhex(hex_id))
             self._listener.endpoint_joined(endpoint)
 
     def _log_passed_over(self, key: str) -> None:
