@@ -15,20 +15,21 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import zmq
 
 from spark_zmq.cli.common import CommandError, aligned
-from spark_zmq.options import comma_list
+from spark_zmq.cli.discover import MemoryState
+from spark_zmq.options import READER_OPTIONS, OptionError, Options, comma_list, parse_options
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.zeroeq import (
-    MEERKAT,
     PUBLISHER_SERVICE,
     SUBSCRIBER_SERVICE,
     ManagementError,
     Publisher,
-    PublisherRecord,
     Record,
+    ZeroEQ,
     default_session,
-    event_id,
     event_id_text,
     in_session,
     make_zeroconf,
@@ -39,7 +40,6 @@ from spark_zmq.protocols.zeroeq import (
     resolve_interfaces,
 )
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
-from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, zmq_host
 from spark_zmq.units import milliseconds
 
 if TYPE_CHECKING:
@@ -399,31 +399,45 @@ def send(
 
 
 class Subscription:
-    """One SUB socket per publisher, because a SUB socket does not tell which of its peers sent
-    a message and each JSON line names its publisher."""
+    """The reader's own discovery and decoding, with one SUB socket per endpoint (a SUB socket
+    does not tell which of its peers sent a message, and each line names its publisher).
 
-    def __init__(self, events: dict[bytes, str | None]) -> None:
-        self.events = events
-        # Meerkat always: 0.9 publishers count their subscribers by it
-        self.filters = [*events, event_id(MEERKAT)] if events else [b"", event_id(MEERKAT)]
-        self.poller = zmq.Poller()
+    Discovery reports endpoints on its own threads; sockets stay on the caller's, so endpoints
+    pass through a queue. An endpoint that leaves stays connected: closing its socket could drop
+    messages not read yet, and zmq reconnects by itself if it comes back."""
+
+    def __init__(self, options: Options) -> None:
+        self.protocol = ZeroEQ()
+        self.options = options
+        self._joined: queue.Queue[Endpoint] = queue.Queue()
+        self.endpoints: dict[str, Endpoint] = {}
         self.sockets: dict[str, zmq.Socket] = {}
-        self.names: dict[str, dict[bytes, str | None]] = {}
+        self.poller = zmq.Poller()
+        self.discovery = self.protocol.discovery(options, MemoryState())
 
-    def connect(self, instance: str, address: str, names: dict[bytes, str | None]) -> None:
-        """Connect to a publisher once; a later call (its record changed) updates its names."""
-        self.names[instance] = {**names, **{w: n for w, n in self.events.items() if n}}
-        if instance in self.sockets:
-            return
-        sock: zmq.Socket = zmq.Context.instance().socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        sock.setsockopt(zmq.LINGER, 0)
-        for prefix in self.filters:
-            sock.setsockopt(zmq.SUBSCRIBE, prefix)
-        sock.connect(address)
-        self.sockets[instance] = sock
-        self.poller.register(sock, zmq.POLLIN)
-        note("subscribe", f"connected to publisher {instance}")
+    # the EndpointListener of discovery (its threads)
+    def endpoint_joined(self, endpoint: Endpoint) -> None:
+        self._joined.put(endpoint)
+
+    def endpoint_left(self, key: str) -> None:
+        pass
+
+    def connect_joined(self) -> None:
+        """Connect the endpoints reported since the last call (on the caller's thread)."""
+        while not self._joined.empty():
+            endpoint = self._joined.get()
+            self.endpoints[endpoint.key] = endpoint  # its latest names decode its events
+            if endpoint.key in self.sockets:
+                continue
+            sock: zmq.Socket = zmq.Context.instance().socket(zmq.SUB)
+            sock.setsockopt(zmq.RCVHWM, 0)
+            sock.setsockopt(zmq.LINGER, 0)
+            for prefix in endpoint.subscriptions:
+                sock.setsockopt(zmq.SUBSCRIBE, prefix)
+            sock.connect(endpoint.address)
+            self.sockets[endpoint.key] = sock
+            self.poller.register(sock, zmq.POLLIN)
+            note("subscribe", f"connected to publisher {endpoint.key}")
 
     def receive(self, timeout: float) -> list[tuple[str, list[bytes]]]:
         """At most one message of each publisher that has one, waiting up to ``timeout`` s."""
@@ -431,28 +445,26 @@ class Subscription:
             time.sleep(timeout)
             return []
         ready = dict(self.poller.poll(milliseconds(timeout)))
-        return [
-            (instance, sock.recv_multipart())
-            for instance, sock in self.sockets.items()
-            if sock in ready
-        ]
+        return [(key, sock.recv_multipart()) for key, sock in self.sockets.items() if sock in ready]
 
-    def decode(self, instance: str, frames: list[bytes]) -> dict | None:
-        """A message as its JSON line's fields, or None for one that is not printed: malformed,
-        or Meerkat and the like, which only the subscription's own bookkeeping asked for."""
-        if len(frames[0]) != EVENT_ID_BYTES or len(frames) > 2:
-            note(
-                "subscribe",
-                f"publisher {instance}: skipped a malformed message of {len(frames)} frame(s)",
-            )
+    def decode(self, key: str, frames: list[bytes]) -> dict | None:
+        """A message as its JSON line's fields, decoded as a query decodes it; None for one
+        that is not printed: malformed (noted), or Meerkat and the like, which only the
+        subscription's own bookkeeping asked for."""
+        endpoint = self.endpoints[key]
+        messages = pa.array([frames], pa.list_(pa.binary()))
+        decoded = self.protocol.decode(messages, endpoint.source, self.options)
+        if decoded.keep is not None and not decoded.keep[0].as_py():
             return None
-        wire, payload = frames[0], frames[1] if len(frames) == 2 else b""
-        if self.events and wire not in self.events:
+        error = decoded.error[0].as_py()
+        if error is not None:
+            note("subscribe", f"publisher {key}: skipped a malformed message: {error}")
             return None
+        payload = decoded.payload[0].as_py() or b""
         line = {
-            "publisher": instance,
-            "event_id": wire.hex(),
-            "event": self.names[instance].get(wire),
+            "publisher": key,
+            "event_id": decoded.columns["event_id"][0].as_py(),
+            "event": decoded.columns["event"][0].as_py(),
         }
         try:
             line["payload"] = payload.decode("utf-8")
@@ -461,70 +473,34 @@ class Subscription:
         return line
 
     def close(self) -> None:
+        self.discovery.close()
         for sock in self.sockets.values():
             sock.close(0)
 
 
-class PublisherFinder:
-    """Publishers of a session as ZeroConf announces them. ZeroConf calls back on its own
-    thread and zmq sockets stay on the main one, so found publishers pass through a queue.
-    A publisher that leaves stays connected: closing its socket could drop messages not read
-    yet, and zmq reconnects by itself if it comes back."""
-
-    def __init__(self, interfaces: tuple[str, ...] | None, session: str) -> None:
-        from zeroconf import ServiceBrowser
-
-        self.session = session
-        self.found: queue.Queue[tuple[PublisherRecord, dict[bytes, str | None]]] = queue.Queue()
-        self.zeroconf = make_zeroconf(interfaces)
-        self.browser = ServiceBrowser(self.zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change])
-
-    def _on_change(
-        self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange
-    ) -> None:
-        from zeroconf import ServiceStateChange
-
-        if state_change is ServiceStateChange.Removed:
-            return
-        info = zeroconf.get_service_info(service_type, name, timeout=int(RECORD_TIMEOUT * 1000))
-        if info is None:
-            return
-        try:
-            record = PublisherRecord.parse(name, info.properties)
-        except ValueError as exc:
-            note("subscribe", f"ignoring publisher record {name}: {exc}")
-            return
-        if in_session(record.session, self.session):
-            self.found.put((record, vocabulary_of(record)))
-
-    def hand_over(self, subscription: Subscription) -> None:
-        """Connect what was found since the last call (on the caller's thread)."""
-        while not self.found.empty():
-            record, names = self.found.get()
-            subscription.connect(record.instance_name, record.address, names)
-
-    def close(self) -> None:
-        self.browser.cancel()
-        self.zeroconf.close()
+def subscription_options(args: argparse.Namespace, session: str) -> Options:
+    """The reader options that say what ``subscribe``'s arguments say."""
+    raw = {"session": session, "managementUri": "none"}
+    raw["discoveryInterfaces"] = ",".join(args.interfaces) if args.interfaces else "all"
+    if args.events:
+        raw["events"] = ",".join(name or wire.hex() for wire, name in args.events.items())
+    if args.publishers:
+        raw["publishers"] = ",".join(args.publishers)
+    try:
+        return parse_options("zeroeq", READER_OPTIONS + ZeroEQ.reader_options, raw)
+    except OptionError as exc:
+        raise CommandError(str(exc), 2) from None
 
 
 def run_subscribe(args: argparse.Namespace) -> int:
     """Print events until done; finding no publisher, or fewer events than asked for, is a
     failure (exit 1) so scripts can tell an empty wire from a working one."""
     session = default_session() if args.session is None else args.session
-    subscription = Subscription(args.events)
-    finder = None
-    if args.publishers:
-        for instance in args.publishers:
-            host, port = parse_address(instance)
-            subscription.connect(instance, f"tcp://{zmq_host(host)}:{port}", {})
-    else:
-        finder = PublisherFinder(args.interfaces, session)
+    subscription = Subscription(subscription_options(args, session))
     try:
-        received = print_events(subscription, finder, args.count, args.timeout)
+        subscription.discovery.start(subscription)
+        received = print_events(subscription, args.count, args.timeout)
     finally:
-        if finder is not None:
-            finder.close()
         subscription.close()
     if not subscription.sockets:
         raise CommandError(
@@ -535,12 +511,7 @@ def run_subscribe(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_events(
-    subscription: Subscription,
-    finder: PublisherFinder | None,
-    count: int | None,
-    timeout: float | None,
-) -> int:
+def print_events(subscription: Subscription, count: int | None, timeout: float | None) -> int:
     """Print events as they come, until ``count`` of them or ``timeout`` s; how many."""
     deadline = None if timeout is None else time.monotonic() + timeout
     received = 0
@@ -548,8 +519,7 @@ def print_events(
         wait = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
         if wait <= 0:
             break
-        if finder is not None:
-            finder.hand_over(subscription)
+        subscription.connect_joined()
         for instance, frames in subscription.receive(wait):
             line = subscription.decode(instance, frames)
             if line is not None and (count is None or received < count):
