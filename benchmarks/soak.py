@@ -37,6 +37,7 @@ from pathlib import Path
 
 from hermetic import ensure_private_network
 
+from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.testing.processes import rss_bytes, running_holders
 from spark_zmq.testing.standalone import free_port
 
@@ -300,8 +301,7 @@ def committed_offsets(checkpoint: Path) -> dict[str, int]:
     if not commits:
         return {}
     lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    offsets = json.loads(lines[-1])
-    return {k: v for k, v in offsets.items() if isinstance(v, int)}
+    return StreamOffset.from_json(json.loads(lines[-1])).ends
 
 
 def count(run: Run, sent: dict[int, int]) -> dict[str, int]:
@@ -336,7 +336,8 @@ def count(run: Run, sent: dict[int, int]) -> dict[str, int]:
     }
 
 
-def soak(args: argparse.Namespace) -> int:
+def soak(args: argparse.Namespace) -> dict:
+    """Run the soak; its result: the figures (counts), the faults injected, peaks, wall time."""
     rng = random.Random(args.seed)
     folder = Path(tempfile.mkdtemp(prefix="soak-"))
     run = Run(folder, args.publishers, args.rate, *(free_port() for _ in range(4)))
@@ -374,18 +375,34 @@ def soak(args: argparse.Namespace) -> int:
         run.sample()
     finally:
         run.stop_all()
-    figures = count(run, sent)
+    return {
+        "figures": count(run, sent),
+        "faults": dict(run.faults),
+        "peak_capture_rss": run.peak_capture_rss,
+        "peak_query_rss": run.peak_query_rss,
+        "peak_spool": run.peak_spool,
+        "seconds": time.monotonic() - started,
+    }
+
+
+def report(result: dict) -> bool:
+    """Print the result; True if nothing was duplicated and nothing lost after capture."""
+    figures = result["figures"]
+    mib = 2**20
+    lines = [(name, f"{value:>10,}") for name, value in figures.items()]
+    lines += [
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in result["faults"].items())),
+        ("peak RSS of a capture process", f"{result['peak_capture_rss'] / mib:>10.0f} MiB"),
+        ("peak RSS of the query (JVM + Python)", f"{result['peak_query_rss'] / mib:>10.0f} MiB"),
+        ("peak spool size", f"{result['peak_spool'] / mib:>10.1f} MiB"),
+        ("wall time", f"{result['seconds']:>10.0f} s"),
+    ]
     print("\n== soak result ==")
-    for name, value in figures.items():
-        print(f"  {name:<40} {value:>10,}")
-    print(f"  {'faults injected':<40} {', '.join(f'{k} {v}' for k, v in run.faults.items())}")
-    print(f"  {'peak RSS of a capture process':<40} {run.peak_capture_rss / 2**20:>10.0f} MiB")
-    print(f"  {'peak RSS of the query (JVM + Python)':<40} {run.peak_query_rss / 2**20:>10.0f} MiB")
-    print(f"  {'peak spool size':<40} {run.peak_spool / 2**20:>10.1f} MiB")
-    print(f"  {'wall time':<40} {time.monotonic() - started:>10.0f} s")
+    for name, value in lines:
+        print(f"  {name:<40} {value}")
     ok = figures["duplicated"] == 0 and figures["lost after capture"] == 0
     print("PASS: nothing duplicated, nothing lost after capture" if ok else "FAIL")
-    return 0 if ok else 1
+    return ok
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -410,6 +427,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--publishers", type=int, default=2)
     parser.add_argument("--fault-every", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--result", metavar="PATH", help="also write the result as JSON there")
     args = parser.parse_args(argv)
     if args.short:
         args.minutes, args.fault_every = 1.0, 8.0
@@ -423,7 +441,10 @@ def main() -> int:
     if args.part == "query":
         return run_query(args)
     ensure_private_network(__file__)
-    return soak(args)
+    result = soak(args)
+    if args.result:
+        Path(args.result).write_text(json.dumps(result, indent=1))
+    return 0 if report(result) else 1
 
 
 if __name__ == "__main__":

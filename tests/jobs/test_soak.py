@@ -3,7 +3,7 @@ lost after capture. The full run is ``python benchmarks/soak.py`` (10 minutes)."
 
 from __future__ import annotations
 
-import re
+import json
 import subprocess
 import sys
 
@@ -14,25 +14,25 @@ from support.common import ROOT
 pytestmark = pytest.mark.spark
 
 
-def test_short_soak_loses_nothing_after_capture_and_duplicates_nothing():
+def test_short_soak_loses_nothing_after_capture_and_duplicates_nothing(tmp_path):
+    result_path = tmp_path / "soak.json"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), "--short"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "soak.py"),
+            "--short",
+            "--result",
+            str(result_path),
+        ],
         capture_output=True,
         text=True,
         timeout=900,
     )
     out = run.stdout
-    figures = {
-        name: int(value.replace(",", ""))
-        for name, value in re.findall(r"^  (\S.*?)\s{2,}([\d,]+)$", out, re.M)
-    }
     assert run.returncode == 0, out + run.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    figures = result["figures"]
     assert figures["duplicated"] == 0 and figures["lost after capture"] == 0, out
     assert figures["delivered"] > 0.25 * figures["sent"], out
-    faults = dict(
-        re.findall(
-            r"(publisher|broker|query|capture) (\d+)",
-            re.search(r"faults injected\s+(.*)", out).group(1),
-        )
-    )
-    assert all(int(faults[kind]) >= 1 for kind in ("publisher", "broker", "query", "capture"))
+    faults = result["faults"]
+    assert all(faults[kind] >= 1 for kind in ("publisher", "broker", "query", "capture")), faults

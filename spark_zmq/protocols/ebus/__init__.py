@@ -10,8 +10,9 @@
 """
 
 from spark_zmq.protocols.ebus.broker import BroadcastRelay, Broker
-from spark_zmq.protocols.ebus.client import Answer, BrokerError, Client, ask
+from spark_zmq.protocols.ebus.client import BrokerError, Client, ask
 from spark_zmq.protocols.ebus.format import EBus
+from spark_zmq.protocols.ebus.outstanding import Answer
 from spark_zmq.protocols.ebus.wire import BROKER_CHANNEL, PayloadError, pack, unpack
 from spark_zmq.protocols.ebus.worker import Worker
 

@@ -28,9 +28,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from typing import Any
 
 import zmq
@@ -38,6 +37,7 @@ import zmq
 from spark_zmq.capture.mailbox import Mailbox
 from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
+from spark_zmq.protocols.ebus.outstanding import Outstanding, PendingRequest
 from spark_zmq.protocols.ebus.wire import (
     CLIENT,
     DEFAULT_STALES_MS,
@@ -60,35 +60,6 @@ QUESTION_KINDS = (b"SERVICES", b"WORKERS")
 
 class BrokerError(PeerError):
     """The broker did not answer, or answered with something else."""
-
-
-@dataclass(frozen=True)
-class Answer:
-    """What became of one request."""
-
-    request_id: str
-    #: REPLY (a worker's result), REJECT (the worker said no) or EXPIRED (no answer within
-    #: stalesMs: the broker's REJECT without data, an EXPIRED message, or this client's own
-    #: expiry, whichever came first)
-    status: str
-    #: the data frame as received (packed, or ``null``); None when none came
-    data: bytes | None
-    #: how many times the request was sent (resends and reconnects included)
-    sends: int
-
-
-@dataclass
-class _Request:
-    service: bytes
-    request_id: bytes
-    data: bytes
-    stales_ms: int
-    expires: float
-    #: who waits for the answer (more than one when the same id is asked again meanwhile)
-    futures: list[Future]
-    sends: int = 0
-    resends_left: int = 0
-    next_send: float = 0.0
 
 
 class Client:
@@ -117,8 +88,7 @@ class Client:
         self._context = context or zmq.Context.instance()
         self._socket: zmq.Socket | None = None
         self._poller = zmq.Poller()
-        self._requests: dict[bytes, _Request] = {}
-        self._questions: dict[bytes, tuple[bytes, Future]] = {}
+        self._outstanding = Outstanding()
         self._mailbox = Mailbox()  # requests and questions from callers' threads
         self._stopping = False
         self._last_heard = self._next_ping = 0.0
@@ -143,7 +113,7 @@ class Client:
         request_id_bytes = (request_id or uuid.uuid4().hex).encode("utf-8")
         self._command(
             "request",
-            _Request(
+            PendingRequest(
                 service.encode("utf-8"),
                 request_id_bytes,
                 data,
@@ -246,18 +216,16 @@ class Client:
             why,
             self.identity.decode(),
             old,
-            len(self._requests),
+            len(self._outstanding.requests),
         )
-        for request in self._requests.values():
+        for request in self._outstanding.requests.values():
             self._send_request(request, spend=False)
-        for request_id, (question, _) in self._questions.items():
+        for request_id, (question, _) in self._outstanding.questions.items():
             self._ask(question, request_id)
 
     def _next_due(self) -> float:
         due = min(self._next_ping, self._last_heard + self.heartbeat * self.liveness)
-        for request in self._requests.values():
-            due = min(due, request.next_send, request.expires)
-        return due
+        return min(due, self._outstanding.next_due())
 
     def _receive(self) -> None:
         while True:
@@ -289,34 +257,12 @@ class Client:
         if kind == b"PING":
             self._send(b"HEARTBEAT")
         elif kind in ANSWER_KINDS and args:
-            self._answered(kind, args)
+            self._outstanding.answered(kind, args)
         elif kind in QUESTION_KINDS and len(args) >= 2:
-            self._question_answered(kind, args[0], args[1])
+            self._outstanding.question_answered(kind, args[0], args[1])
         elif kind == b"DISCONNECT":
             reason = args[0].decode("utf-8", "replace") if args else "no reason given"
             self._reconnect(f"asked it to disconnect ({reason})", warn=True)
-
-    def _answered(self, kind: bytes, args: list[bytes]) -> None:
-        request = self._requests.pop(args[0], None)
-        if request is None:
-            return  # not ours, or answered already: discard
-        data = args[1] if len(args) > 1 else None
-        status = "EXPIRED" if kind == b"REJECT" and data is None else kind.decode()
-        _settle(
-            request.futures,
-            Answer(request.request_id.decode("utf-8", "replace"), status, data, request.sends),
-        )
-
-    def _question_answered(self, kind: bytes, request_id: bytes, frame: bytes) -> None:
-        """Settle the question with this id; an answer without one (the reference broker's to
-        its own client's questions) settles the oldest question of its type."""
-        if request_id not in self._questions:
-            request_id = next(
-                (key for key, (question, _) in self._questions.items() if question == kind), b""
-            )
-        question = self._questions.pop(request_id, None)
-        if question is not None:
-            _settle([question[1]], frame)
 
     def _keep_alive(self) -> None:
         now = time.monotonic()
@@ -333,18 +279,13 @@ class Client:
 
     def _resend_and_expire(self) -> None:
         now = time.monotonic()
-        for request_id, request in list(self._requests.items()):
-            if now >= request.expires:
-                del self._requests[request_id]
-                self._send(b"CANCEL", request.service, request_id)
-                _settle(
-                    request.futures,
-                    Answer(request_id.decode("utf-8", "replace"), "EXPIRED", None, request.sends),
-                )
-            elif now >= request.next_send:
+        for request in self._outstanding.expire(now):
+            self._send(b"CANCEL", request.service, request.request_id)
+        for request in self._outstanding.requests.values():
+            if now >= request.next_send:
                 self._send_request(request)
 
-    def _send_request(self, request: _Request, *, spend: bool = True) -> None:
+    def _send_request(self, request: PendingRequest, *, spend: bool = True) -> None:
         """Send (or resend: ``spend`` says whether it counts against ``resends``)."""
         if not self._send(
             b"REQ",
@@ -379,39 +320,21 @@ class Client:
                 self._new_request(argument)
             elif kind == "ask":
                 question, request_id, future = argument
-                self._questions[request_id] = (question, future)
+                self._outstanding.questions[request_id] = (question, future)
                 self._ask(question, request_id)
             else:
-                self._questions.pop(argument, None)
+                self._outstanding.questions.pop(argument, None)
 
-    def _new_request(self, request: _Request) -> None:
-        waiting = self._requests.get(request.request_id)
-        if waiting is not None:  # the same id again (a retried task): one answer
-            waiting.futures.extend(request.futures)
-            return
-        request.resends_left = self.resends
-        self._requests[request.request_id] = request
-        self._send_request(request)
+    def _new_request(self, request: PendingRequest) -> None:
+        if self._outstanding.add(request, self.resends):
+            self._send_request(request)
 
     def _shutdown(self) -> None:
         if self._socket is not None:
             self._socket.close(0)
-        error = BrokerError(f"the EBUS client of {self.address} closed before an answer came")
-        for waiting in [f for r in self._requests.values() for f in r.futures] + [
-            future for _, future in self._questions.values()
-        ]:
-            if not waiting.done():
-                waiting.set_exception(error)
-        self._requests.clear()
-        self._questions.clear()
-
-
-def _settle(futures: list[Future], value: Any) -> None:
-    for future in futures:
-        try:
-            future.set_result(value)
-        except InvalidStateError:  # the caller cancelled it meanwhile
-            pass
+        self._outstanding.fail_all(
+            BrokerError(f"the EBUS client of {self.address} closed before an answer came")
+        )
 
 
 def ask(address: str, kind: str, timeout: float = 3.0, curve: Curve = NO_CURVE) -> Any:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from spark_zmq.protocols.base import ANSWERED, REFUSED, UNANSWERED, Outcome, Requester
-from spark_zmq.protocols.ebus.client import Answer, Client
+from spark_zmq.protocols.ebus.client import Client
+from spark_zmq.protocols.ebus.outstanding import Answer
 from spark_zmq.protocols.ebus.wire import answer_json
 from spark_zmq.security import NO_CURVE, Curve
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus import client as ebus_client
+from spark_zmq.protocols.ebus.outstanding import Answer, Outstanding, PendingRequest
 from spark_zmq.protocols.ebus.requests import ServiceRequester
 from spark_zmq.protocols.ebus.routing import RequestRouter
 from spark_zmq.protocols.ebus.wire import CLIENT, WORKER, pack, unpack
@@ -402,12 +403,12 @@ def test_ebus_client_takes_any_broker_message_300_examples(messages, pending, qu
     sent, reconnects = [], []
     client._send = lambda kind, *args: sent.append([kind, *args]) or True
     client._reconnect = lambda why, warn: reconnects.append(why)
-    client._requests = {
-        rid: ebus_client._Request(b"echo", rid, b"null", 3000, 1e18, [Future()]) for rid in pending
-    }
-    futures = {rid: request.futures[0] for rid, request in client._requests.items()}
-    client._questions = {rid: (b"SERVICES", Future()) for rid in questions}
-    asked = {rid: question[1] for rid, question in client._questions.items()}
+    client._outstanding = outstanding = Outstanding()
+    for rid in pending:
+        outstanding.add(PendingRequest(b"echo", rid, b"null", 3000, 1e18, [Future()]), 0)
+    futures = {rid: request.futures[0] for rid, request in outstanding.requests.items()}
+    outstanding.questions.update({rid: (b"SERVICES", Future()) for rid in questions})
+    asked = {rid: question[1] for rid, question in outstanding.questions.items()}
 
     for frames in messages:
         client._on_message(frames)
@@ -415,10 +416,12 @@ def test_ebus_client_takes_any_broker_message_300_examples(messages, pending, qu
     for rid, future in futures.items():
         if future.done():
             answer = future.result()
-            assert answer.status in ("REPLY", "REJECT", "EXPIRED") and rid not in client._requests
+            assert (
+                answer.status in ("REPLY", "REJECT", "EXPIRED") and rid not in outstanding.requests
+            )
             assert answer.request_id == rid.decode("utf-8", "replace")
     for rid, future in asked.items():
-        assert future.done() is (rid not in client._questions)
+        assert future.done() is (rid not in outstanding.questions)
         if future.done():
             assert isinstance(future.result(), bytes)
     assert all(kind == b"HEARTBEAT" for kind, *_ in sent)
@@ -453,7 +456,7 @@ def test_ebus_worker_answers_any_request_300_examples(messages):
 def test_ebus_request_outcomes_from_any_answer_300_examples(status, data, sends):
     requester = object.__new__(ServiceRequester)
     requester.service, requester.frontend, requester.stales_ms = "echo", "tcp://h:5000", 3000
-    outcome = requester.outcome_of(ebus_client.Answer("q/1/0/0", status, data, sends))
+    outcome = requester.outcome_of(Answer("q/1/0/0", status, data, sends))
     assert outcome.status == status and outcome.request_id == "q/1/0/0"
     assert (
         outcome.kind == {"REPLY": "answered", "REJECT": "refused", "EXPIRED": "unanswered"}[status]
