@@ -14,8 +14,8 @@ import zmq
 from spark_zmq.capture.buffer import Buffer
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
-from spark_zmq.capture.mailbox import Mailbox
 from spark_zmq.capture.pushback import PushBack
+from spark_zmq.mailbox import Mailbox
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import Curve
 from spark_zmq.units import milliseconds

@@ -29,11 +29,11 @@ import time
 import urllib.parse
 from dataclasses import asdict
 
+from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
 from spark_zmq.capture.buffer import spool_table, utc_text
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
-from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.spool.layout import JsonState, LeaseLost, SpoolError, partition_keys
 from spark_zmq.spool.leases import load_lease

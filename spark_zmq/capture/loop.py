@@ -30,11 +30,11 @@ from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.capture.buffer import Buffer
 from spark_zmq.capture.connections import Connection, Sockets
-from spark_zmq.capture.mailbox import Mailbox
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
 from spark_zmq.capture.spooling import SegmentWriter
 from spark_zmq.errors import CaptureError, CaptureTimeout
 from spark_zmq.log import logger
+from spark_zmq.mailbox import Mailbox
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.spool.layout import LeaseLost

@@ -22,9 +22,9 @@ import threading
 import time
 import uuid
 
+from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
 from spark_zmq.log import logger
 from spark_zmq.options import Options
-from spark_zmq.planning.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
 from spark_zmq.planning.holders import HolderWatch
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from spark_zmq.capture.assignment import Claim
 from spark_zmq.options import Options
-from spark_zmq.planning.assignment import Claim
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spool.layout import PartitionState
 
@@ -52,12 +52,3 @@ class Placement(ABC):
     @abstractmethod
     def close(self) -> None:
         """Stop discovering and, where this process captures, capturing."""
-
-
-def make_placement(protocol: StreamProtocol, options: Options, spool_path: str) -> Placement:
-    """The placement option ``capture`` names."""
-    from spark_zmq.planning.driver import DriverCapture
-    from spark_zmq.planning.executors import ExecutorCapture
-
-    kind = ExecutorCapture if options["capture"] == "executors" else DriverCapture
-    return kind(protocol, options, spool_path)

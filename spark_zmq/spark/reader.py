@@ -32,12 +32,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from spark_zmq.capture.assignment import Claim
 from spark_zmq.capture.holder import executor_id, register_executor, take_partition
 from spark_zmq.errors import RowError
 from spark_zmq.log import logger
 from spark_zmq.options import Options
-from spark_zmq.planning.assignment import Claim
-from spark_zmq.planning.placement import Placement, make_placement
+from spark_zmq.planning import make_placement
+from spark_zmq.planning.placement import Placement
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spark.offsets import PartitionOffsets, StreamOffset, admit, ranges
 from spark_zmq.spool.reader import read_range

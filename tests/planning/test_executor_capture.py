@@ -340,8 +340,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     RECONFIRM_SECONDS."""
     from spark_zmq.capture.buffer import spool_table
     from spark_zmq.options import READER_OPTIONS, parse_options
-    from spark_zmq.planning import executors
-    from spark_zmq.planning.placement import make_placement
+    from spark_zmq.planning import executors, make_placement
     from spark_zmq.protocols.base import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.layout import JsonState

@@ -34,9 +34,9 @@ from typing import Any
 
 import zmq
 
-from spark_zmq.capture.mailbox import Mailbox
 from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
+from spark_zmq.mailbox import Mailbox
 from spark_zmq.protocols.ebus.outstanding import Outstanding, PendingRequest
 from spark_zmq.protocols.ebus.wire import (
     CLIENT,
