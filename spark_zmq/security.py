@@ -1,6 +1,7 @@
 """CURVE security (RFC 26/CurveZMQ) for the zmq sockets the package opens, from options.
 
-One set of options (``spark_zmq.options.CURVE_OPTIONS``) for readers and writers of every format:
+One set of options (``spark_zmq.stream_options.CURVE_OPTIONS``) for readers and writers of every
+format:
 
 - ``curveServerKey``: the public key of the server this side connects to (a publisher, a broker,
   gobyd). Setting it makes the connecting sockets CURVE clients.

@@ -13,7 +13,7 @@ import zmq
 import zmq.auth
 
 from spark_zmq.capture.loop import Capture
-from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
+from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, ManagerUnreachable, request_router
@@ -22,6 +22,7 @@ from spark_zmq.protocols.zeroeq.management import LIST, ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 from spark_zmq.security import Curve
 from spark_zmq.spool.writer import Spool
+from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.testing.logs import logged_warnings
 from support.common import MemoryState, wait_until
 from support.ebus import run_requests

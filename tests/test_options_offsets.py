@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
+from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.spark.offsets import admit, ranges
+from spark_zmq.stream_options import READER_OPTIONS
 
 SPECS = READER_OPTIONS + ZeroEQ.reader_options
 

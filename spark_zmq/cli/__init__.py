@@ -18,7 +18,7 @@ from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
 from spark_zmq.cli.goby import add_goby_parser, run_goby
 from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, option_table
+from spark_zmq.options import option_table
 from spark_zmq.protocols.base import SinkProtocol
 from spark_zmq.spark.datasource import (
     EBusDataSource,
@@ -26,6 +26,7 @@ from spark_zmq.spark.datasource import (
     YamzDataSource,
     ZeroEQDataSource,
 )
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
 FORMATS = {
     source.name(): source.protocol

@@ -12,8 +12,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from spark_zmq.options import CURVE_OPTIONS, Option
+from spark_zmq.options import Option
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.stream_options import CURVE_OPTIONS
 
 
 def flag(option: Option) -> str:

@@ -17,8 +17,9 @@ import time
 from collections.abc import Mapping
 
 from spark_zmq.cli.common import aligned
-from spark_zmq.options import READER_OPTIONS, OptionError, parse_options
+from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
+from spark_zmq.stream_options import READER_OPTIONS
 
 PROG = "python -m spark_zmq discover"
 #: what discover reads of yamz when no address is given: every port one to three levels deep

@@ -20,7 +20,7 @@ import zmq
 
 from spark_zmq.cli.common import CommandError, aligned
 from spark_zmq.cli.discover import MemoryState
-from spark_zmq.options import READER_OPTIONS, OptionError, Options, comma_list, parse_options
+from spark_zmq.options import OptionError, Options, comma_list, parse_options
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.zeroeq import (
     PUBLISHER_SERVICE,
@@ -40,6 +40,7 @@ from spark_zmq.protocols.zeroeq import (
     resolve_interfaces,
 )
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
+from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.units import milliseconds
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourc
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, OptionError, Options, parse_options
+from spark_zmq.options import OptionError, Options, parse_options
 from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
@@ -19,6 +19,7 @@ from spark_zmq.protocols.yamz import Yamz
 from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.spark.reader import ZmqStreamReader, output_schema
 from spark_zmq.spark.writer import ZmqStreamWriter
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
 
 class ZmqDataSource(DataSource):

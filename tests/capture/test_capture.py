@@ -137,7 +137,8 @@ def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
 
 SIGTERM_CHILD = textwrap.dedent("""
     import sys, time
-    from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.options import parse_options
+    from spark_zmq.stream_options import READER_OPTIONS
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spark.reader import ZmqStreamReader
     protocol = ZeroEQ()
@@ -180,10 +181,11 @@ def test_sigterm_writes_what_was_received(tmp_path):
 def test_latest_starts_before_what_this_run_captures(tmp_path):
     """startingOffsets=latest skips what an earlier run left in the spool, never what this run
     received before Spark's first offset call."""
-    from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.options import parse_options
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spark.offsets import StreamOffset
     from spark_zmq.spark.reader import ZmqStreamReader
+    from spark_zmq.stream_options import READER_OPTIONS
 
     publisher = Publisher("", announce=False)
     key = publisher.instance_name

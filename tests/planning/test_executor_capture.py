@@ -339,12 +339,13 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     partition is not retired. Discovery confirms the one it finds; the other leaves after
     RECONFIRM_SECONDS."""
     from spark_zmq.capture.buffer import spool_table
-    from spark_zmq.options import READER_OPTIONS, parse_options
+    from spark_zmq.options import parse_options
     from spark_zmq.planning import executors, make_placement
     from spark_zmq.protocols.base import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.layout import JsonState
     from spark_zmq.spool.writer import Spool
+    from spark_zmq.stream_options import READER_OPTIONS
 
     grace = 4.0
     monkeypatch.setattr(executors, "RECONFIRM_SECONDS", grace)

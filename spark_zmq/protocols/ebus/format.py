@@ -13,7 +13,6 @@ from __future__ import annotations
 import pyarrow as pa
 
 from spark_zmq.options import (
-    REQUEST_WRITER_OPTIONS,
     Option,
     Options,
     boolean,
@@ -52,6 +51,7 @@ from spark_zmq.protocols.ebus.wire import (
 from spark_zmq.protocols.xpub import XPubSender
 from spark_zmq.security import Curve
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import REQUEST_WRITER_OPTIONS
 
 
 def _channels(value: str) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from spark_zmq.options import READER_OPTIONS, parse_options
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.ebus import (
     BroadcastRelay,
     Broker,
@@ -22,6 +22,7 @@ from spark_zmq.protocols.ebus import (
     unpack,
 )
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS
 from support.common import wait_until
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec

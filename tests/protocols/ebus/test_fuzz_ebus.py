@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus import client as ebus_client
 from spark_zmq.protocols.ebus.outstanding import Answer, Outstanding, PendingRequest
@@ -25,6 +25,7 @@ from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError
 from spark_zmq.protocols.ebus.worker import Worker
 from spark_zmq.protocols.extjson import from_json, to_json
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import (
     bson_documents,
     bson_objects,

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.extjson import from_json
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.goby import messages as goby_messages
@@ -44,6 +44,7 @@ from spark_zmq.protocols.goby.wire import (
     subscription_prefix,
 )
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import (
     bson_documents,
     bson_objects,

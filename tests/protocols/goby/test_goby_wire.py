@@ -17,7 +17,7 @@ import pytest
 import zmq
 from google.protobuf import descriptor_pb2
 
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, OptionError, parse_options
+from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.goby import (
     Goby,
     GobyDaemon,
@@ -34,6 +34,7 @@ from spark_zmq.protocols.goby.messages import ManagerRequest, ManagerResponse, S
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.common import wait_until
 
 #: what a C++ Goby client parses: /group/scheme/type/decimal pid/hex thread/ NUL

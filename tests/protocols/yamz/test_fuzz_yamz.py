@@ -12,11 +12,12 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.yamz import Yamz
 from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
 from spark_zmq.protocols.yamz.uri import AddressError, Category, for_bind, for_connect, parse
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import fuzz, json_texts, json_values, list_array
 
 pytestmark = pytest.mark.timeout(120)

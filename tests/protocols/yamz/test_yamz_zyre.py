@@ -152,8 +152,9 @@ def test_wildcard_hosts_are_reached_at_the_peers_zyre_host():
 
 
 def test_option_errors_name_the_option_and_what_is_wrong_with_the_address():
-    from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, OptionError, parse_options
+    from spark_zmq.options import OptionError, parse_options
     from spark_zmq.protocols.yamz import Yamz
+    from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
     reader, writer = READER_OPTIONS + Yamz.reader_options, WRITER_OPTIONS + Yamz.writer_options
     for specs, raw, fault in (

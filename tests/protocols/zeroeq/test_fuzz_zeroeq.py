@@ -13,7 +13,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import READER_OPTIONS, WRITER_OPTIONS, parse_options
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ, event_id, event_id_text, parse_address
 from spark_zmq.protocols.zeroeq import vocabulary as zeroeq_vocabulary
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, Record
@@ -27,6 +27,7 @@ from spark_zmq.protocols.zeroeq.management import (
 )
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.common import MemoryState
 from support.fuzzing import deeply_nested_json, fuzz, json_texts, json_values, list_array
 

@@ -7,7 +7,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from spark_zmq.options import READER_OPTIONS, parse_options
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import (
     MEERKAT,
     PublisherRecord,
@@ -19,6 +19,7 @@ from spark_zmq.protocols.zeroeq import (
     parse_event,
 )
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS
 
 ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
 

@@ -1,0 +1,271 @@
+"""The options every format shares: the generic stream reader's, the generic writer's, and
+CURVE's (applied by ``spark_zmq.security``). Each is defined once (see ``options``)."""
+
+from __future__ import annotations
+
+from spark_zmq import security
+from spark_zmq.options import (
+    Option,
+    byte_size,
+    choice,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    text,
+)
+
+# ---------------------------------------------------------------------------------------------
+# CURVE security, for readers and writers of every format (spark_zmq.security applies them).
+
+KEY = "a 40-character Z85 key or a zmq.auth key file"
+
+CURVE_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "curveServerKey",
+        security.public_key,
+        KEY,
+        None,
+        "CURVE: the public key of the server this side connects to (publisher, broker, "
+        "gobyd); the connection is then encrypted and the server authenticated.",
+    ),
+    Option(
+        "curvePublicKey",
+        security.public_key,
+        KEY,
+        None,
+        "CURVE: this side's public key (derived from `curveSecretKey` when not given).",
+    ),
+    Option(
+        "curveSecretKey",
+        security.secret_key,
+        KEY,
+        None,
+        "CURVE: this side's secret key. A side that binds (a writer's socket, a reader's "
+        "management port) becomes a CURVE server; a client without one uses a fresh key "
+        "pair.",
+    ),
+    Option(
+        "curveClientKeys",
+        security.public_keys,
+        "comma-separated keys or key files, or a folder of .key files",
+        None,
+        "CURVE: the client public keys a CURVE server of this side accepts. Default: any "
+        "client that completes the handshake (the management port then refuses all).",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options of the generic stream reader, shared by every format.
+
+MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+
+READER_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "mode",
+        choice(*MODES),
+        "one of " + ", ".join(MODES),
+        "PERMISSIVE",
+        "What to do with a malformed message: keep it as a row with `error` set and the raw "
+        "bytes in `payload`, drop it (counted and logged), or fail the query.",
+    ),
+    Option(
+        "maxRecordsPerTrigger",
+        positive_int,
+        "a positive integer",
+        None,
+        "Admission control: at most this many messages per micro-batch over all partitions.",
+    ),
+    Option(
+        "startingOffsets",
+        choice("earliest", "latest"),
+        "earliest or latest",
+        "latest",
+        "Where a new query (no checkpoint) starts in a spool that already holds messages: "
+        "after them (what is captured from now on), or at the first one still held (what an "
+        "earlier query with the same spool left uncommitted). A restart from a checkpoint "
+        "goes on where it stopped either way.",
+    ),
+    Option(
+        "spoolPath",
+        text,
+        "a folder path",
+        None,
+        "Where captured messages are kept until Spark commits them. Default: a folder under "
+        "the local temporary directory derived from the format and options, so a restart with "
+        "the same options finds it; its path is logged.",
+    ),
+    Option(
+        "maxBytesPerBatch",
+        byte_size,
+        "a size such as 64m or 1048576",
+        "64m",
+        "Largest Arrow batch a read task hands to Spark (as well as at most 65536 rows): "
+        "it bounds the read-side Python worker's memory and keeps each batch well inside the "
+        "JVM's direct memory (which is the heap size unless set), however large the "
+        "messages. A single larger message goes alone in its batch.",
+    ),
+    Option(
+        "maxSpoolBytes",
+        byte_size,
+        "a size such as 4g, 512m or 1048576",
+        "4g",
+        "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
+        "and reported as a row with `error` set (a gap): those of the partitions that hold "
+        "more than their share of the bound (the bound divided among the partitions), so "
+        "that one flooding peer does not cost its neighbours their messages.",
+    ),
+    Option(
+        "maxMessageBytes",
+        byte_size,
+        "a size such as 64m or 1048576",
+        "64m",
+        "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
+        "connection on a larger one; capture reconnects and reports the drop as a row with "
+        "`error` set (a gap), handled per `mode`.",
+    ),
+    Option(
+        "receiveHighWaterMark",
+        non_negative_int,
+        "a non-negative integer (messages)",
+        "10000",
+        "Messages zmq queues per endpoint before capture takes them (ZMQ_RCVHWM): enough for "
+        "capture's pauses (a spool write). A peer that sends faster than capture takes is "
+        "pushed back beyond it (TCP flow control) and drops or waits at its own send queue; "
+        "the episode is logged once. Memory per endpoint is about this many times the "
+        "message size, plus capture's 32 MiB buffer: lower it for large messages. 0: no "
+        "bound (a backlog grows in memory).",
+    ),
+    Option(
+        "flushIntervalMs",
+        positive_int,
+        "a positive integer (milliseconds)",
+        "100",
+        "How often capture writes what it received to the spool (it also writes at every "
+        "micro-batch, every 65536 messages and every 32 MiB).",
+    ),
+    Option(
+        "onSpoolWriteError",
+        choice("fail", "drop"),
+        "fail or drop",
+        "fail",
+        "When the spool's storage refuses a write (full disk, read-only, I/O error): fail "
+        "the query naming the spool and the cause, or drop new messages while it lasts, "
+        "counted, logged and reported as a row with `error` set (a gap). Either way the "
+        "spool keeps everything written before.",
+    ),
+    Option(
+        "capture",
+        choice("driver", "executors"),
+        "driver or executors",
+        "driver",
+        "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
+        "one capture process per partition on the executors, started by tasks and handed "
+        "over when an executor is lost. With `executors`, `spoolPath` must name storage "
+        "that every node reaches.",
+    ),
+    Option(
+        "leaseTimeout",
+        positive_float,
+        "a positive number of seconds",
+        "10",
+        "`capture=executors`: a partition whose capture process has not renewed its lease "
+        "for this long is taken over by a new one (an executor lost).",
+    ),
+    Option(
+        "captureIdleTimeout",
+        positive_float,
+        "a positive number of seconds",
+        "60",
+        "`capture=executors`: a capture process ends when the query has not renewed its "
+        "assignment for this long (the query stopped or lost its driver).",
+    ),
+    *CURVE_OPTIONS,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options of the generic stream writer, shared by every format.
+
+WRITER_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "mode",
+        choice(*MODES),
+        "one of " + ", ".join(MODES),
+        "PERMISSIVE",
+        "What to do with a row that cannot be sent (no event, a wrong id, a message over "
+        "`maxMessageBytes`, ...): skip it with a warning naming the first such row of the "
+        "task, skip it counting only, or fail the batch naming the row. For requests "
+        "(`ebus` with `service`): a refused request fails the batch under FAILFAST only; an "
+        "unanswered (expired) one fails it unless DROPMALFORMED, which counts it and records "
+        "it in `replyPath`.",
+    ),
+    Option(
+        "maxMessageBytes",
+        byte_size,
+        "a size such as 64m or 1048576",
+        "64m",
+        "Largest message sent; a larger row is handled per `mode`.",
+    ),
+    Option(
+        "waitForSubscribers",
+        non_negative_float,
+        "a number of seconds",
+        "0",
+        "Time given to subscribers to connect to a new publisher: before it sends an "
+        "event, a publisher waits until `minSubscribers` subscriptions match it (seen "
+        "through XPUB), but only until this many seconds after its first send; then it "
+        "sends anyway, with a warning. The bound is per publisher (one per executor Python "
+        "worker), so however many events, tasks and batches it sends, it waits no longer "
+        "than this in all.",
+    ),
+    Option(
+        "minSubscribers",
+        positive_int,
+        "a positive integer",
+        "1",
+        "How many matching subscriptions `waitForSubscribers` waits for.",
+    ),
+    Option(
+        "sendHighWaterMark",
+        positive_int,
+        "a positive number of messages",
+        "100000",
+        "Messages queued per peer (subscriber, or broker); when a queue is full a send waits "
+        "(XPUB_NODROP: back-pressure, not loss).",
+    ),
+    Option(
+        "sendTimeout",
+        non_negative_float,
+        "a number of seconds",
+        "60",
+        "How long a send may wait on back-pressure before the task fails.",
+    ),
+    *CURVE_OPTIONS,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options of writers whose rows are requests that get answers (EBUS `service`); a format that
+# has such a writer adds these to its writer options.
+
+REQUEST_WRITER_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "maxInFlight",
+        positive_int,
+        "a positive integer",
+        "100",
+        "Requests a task keeps waiting for an answer at once; further rows wait for answers.",
+    ),
+    Option(
+        "replyPath",
+        text,
+        "a folder path",
+        None,
+        "Where the answers are written: one Parquet file per task, "
+        "`<replyPath>/batchId=<n>/part-<partition>.parquet`, with columns `requestId`, "
+        "`status` and `data` (JSON text). A retried task replaces its file. Default: not "
+        "written.",
+    ),
+)
