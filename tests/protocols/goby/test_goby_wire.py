@@ -29,8 +29,8 @@ from spark_zmq.protocols.goby import (
     request_router,
     split_message,
 )
-from spark_zmq.protocols.goby.format import manager_address
 from spark_zmq.protocols.goby.messages import ManagerRequest, ManagerResponse, Socket
+from spark_zmq.protocols.goby.options import manager_address
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
 from spark_zmq.spool.layout import Source
