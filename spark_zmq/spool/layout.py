@@ -196,9 +196,15 @@ def epoch_name(epoch: int) -> str:
     return f"e{epoch:08d}"
 
 
-def read_in_epoch(folder: str, epoch: int, name: str) -> tuple[str, bool] | None:
-    """(text, sealed) of a file of an epoch folder, found whether or not it has been sealed
-    meanwhile (a holder seals by renaming its folder); None if it has no such file."""
+class EpochFile(NamedTuple):
+    text: str
+    sealed: bool  # found in the sealed folder
+    path: str  # where it was read (for messages)
+
+
+def read_in_epoch(folder: str, epoch: int, name: str) -> EpochFile | None:
+    """A file of an epoch folder, found whether or not it has been sealed meanwhile (a holder
+    seals by renaming its folder); None if it has no such file."""
     base = os.path.join(folder, epoch_name(epoch))
     for path, sealed in (
         (os.path.join(base, name), False),
@@ -206,7 +212,7 @@ def read_in_epoch(folder: str, epoch: int, name: str) -> tuple[str, bool] | None
     ):
         try:
             with open(path, encoding="utf-8") as f:
-                return f.read(), sealed
+                return EpochFile(f.read(), sealed, path)
         except FileNotFoundError:
             continue
     return None
@@ -218,9 +224,7 @@ def load_index(root: str, key: str) -> PartitionIndex | None:
     for epoch, _ in reversed(epochs(folder)):
         found = read_in_epoch(folder, epoch, INDEX_NAME)
         if found is not None:
-            text, sealed = found
-            where = os.path.join(folder, epoch_name(epoch) + (SEALED if sealed else ""), INDEX_NAME)
-            return PartitionIndex.from_json(text, where)
+            return PartitionIndex.from_json(found.text, found.path)
     return None
 
 

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 
 from spark_zmq.spool.layout import (
     LEASE_NAME,
-    SEALED,
     checked_version,
-    epoch_name,
     epochs,
     partition_dir,
     read_in_epoch,
@@ -58,15 +56,14 @@ def lease_of(folder: str, epoch: int, sealed: bool) -> Lease:
     found = read_in_epoch(folder, epoch, LEASE_NAME)
     if found is None:  # claimed a moment ago; its lease is being written
         return Lease(epoch, "", "", 0, 0.0, sealed)
-    where = os.path.join(folder, epoch_name(epoch) + (SEALED if found[1] else ""), LEASE_NAME)
-    obj = checked_version(json.loads(found[0]), where)
+    obj = checked_version(json.loads(found.text), found.path)
     return Lease(
         epoch,
         obj["holder"],
         obj["executor"],
         obj["beat"],
         obj["at"],
-        sealed or found[1],
+        sealed or found.sealed,
         obj.get("failure", ""),
     )
 
