@@ -219,7 +219,11 @@ class Capture:
                 self._sockets.reopen(conn)
 
     def _next_recheck(self) -> float:
-        times = [c.health.recheck_at for c in self._connections.values() if c.health.recheck_at]
+        times = [
+            c.health.recheck_at
+            for c in self._connections.values()
+            if c.health.recheck_at is not None
+        ]
         return min(times, default=float("inf"))
 
     def _next_leave(self) -> float:

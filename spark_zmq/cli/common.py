@@ -23,3 +23,16 @@ def aligned(head: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells
     )
+
+
+class MemoryState:
+    """Discovery's durable state, kept in memory: a tool leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self.data: dict | None = None
+
+    def load(self) -> dict | None:
+        return self.data
+
+    def save(self, data: dict) -> None:
+        self.data = data

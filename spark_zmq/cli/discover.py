@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from spark_zmq.cli.common import aligned
+from spark_zmq.cli.common import MemoryState, aligned
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
 from spark_zmq.stream_options import READER_OPTIONS
@@ -42,19 +42,6 @@ class Found:
     def endpoint_left(self, key: str) -> None:
         with self._lock:
             self.endpoints.pop(key, None)
-
-
-class MemoryState:
-    """Discovery's durable state, kept in memory: a look leaves nothing behind."""
-
-    def __init__(self) -> None:
-        self.data: dict | None = None
-
-    def load(self) -> dict | None:
-        return self.data
-
-    def save(self, data: dict) -> None:
-        self.data = data
 
 
 def option_arg(value: str) -> tuple[str, str]:

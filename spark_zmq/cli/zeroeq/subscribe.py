@@ -12,8 +12,7 @@ import time
 import pyarrow as pa
 import zmq
 
-from spark_zmq.cli.common import CommandError
-from spark_zmq.cli.discover import MemoryState
+from spark_zmq.cli.common import CommandError, MemoryState
 from spark_zmq.cli.zeroeq.common import note
 from spark_zmq.options import OptionError, Options, parse_options
 from spark_zmq.protocols.base import Endpoint
