@@ -6,9 +6,8 @@ segment happens once per flush (every ``flush_interval`` seconds, every 65536 me
 of a partition, and whenever the reader asks via ``sync``). Decoding happens later, on executors.
 
 Discovery calls ``endpoint_joined``/``endpoint_left`` from its own threads; those calls are queued
-and applied by the capture thread, because zmq sockets belong to one thread. An endpoint that
-leaves is still read until its peer closes the connection (or for ``LEAVE_GRACE`` seconds):
-discovery often reports a peer gone before the last messages it sent have arrived.
+and applied by the capture thread, because zmq sockets belong to one thread (``membership`` says
+what joining and leaving do). Other threads ask for a flush through ``sync`` (see ``sync``).
 
 Gaps are never silent: a connection that zmq drops and re-establishes (a message over
 ``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart) and
@@ -24,14 +23,17 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.capture.buffer import Buffer
 from spark_zmq.capture.connections import Connection, Sockets
+from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
 from spark_zmq.capture.spooling import SegmentWriter
+from spark_zmq.capture.sync import FlushRequests
 from spark_zmq.errors import CaptureError, CaptureTimeout
 from spark_zmq.log import logger
 from spark_zmq.mailbox import Mailbox
@@ -43,10 +45,6 @@ from spark_zmq.spool.writer import Spool
 #: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
 COALESCE_BELOW = 64
 COALESCE_SECONDS = 0.001
-#: seconds an endpoint that discovery reports gone is still read, for what it sent before going
-LEAVE_GRACE = 2.0
-#: seconds still read after the peer of a leaving endpoint closed its connection
-LEAVE_SETTLE = 0.05
 
 
 class Capture:
@@ -78,11 +76,9 @@ class Capture:
             max_message_bytes=max_message_bytes,
         )
         self._writer = SegmentWriter(spool, name, drop_on_write_error)
-        self._connections: dict[str, Connection] = {}
+        self._members = Membership(name, spool, self._sockets, self._drain)
         self._stopping = False
-        self._sync_lock = threading.Condition()
-        self._sync_asked = 0
-        self._sync_done = 0
+        self._flushes = FlushRequests()
         self._failure: BaseException | None = None
         self._next_load_check = 0.0
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
@@ -103,22 +99,17 @@ class Capture:
 
     def received(self) -> dict[str, int]:
         """Messages received per partition since start (read without locking: a statistic)."""
-        return {key: conn.received for key, conn in list(self._connections.items())}
+        return {key: conn.received for key, conn in self._members.items()}
 
     def handshake_failures(self) -> dict[str, int]:
         """Failed handshakes per partition since its last success (a statistic)."""
-        return {k: c.health.handshake_failures for k, c in list(self._connections.items())}
+        return {k: c.health.handshake_failures for k, c in self._members.items()}
 
     def sync(self, timeout: float = 10.0) -> None:
         """Return once everything received before this call is in the spool."""
-        with self._sync_lock:
-            self._sync_asked += 1
-            wanted = self._sync_asked
+        ticket = self._flushes.ask()
         self._mailbox.wake()
-        with self._sync_lock:
-            done = self._sync_lock.wait_for(
-                lambda: self._sync_done >= wanted or not self._thread.is_alive(), timeout
-            )
+        done = self._flushes.wait(ticket, timeout, self._thread.is_alive)
         self._raise_if_failed()
         if not done:
             raise CaptureTimeout(f"{self.name}: capture did not flush within {timeout} s")
@@ -134,7 +125,7 @@ class Capture:
         if not self._thread.is_alive():
             self._mailbox.close()
 
-    def _command(self, command: tuple) -> None:
+    def _command(self, command: tuple[str, Any]) -> None:
         self._mailbox.post(command)
 
     def check(self) -> None:
@@ -152,7 +143,7 @@ class Capture:
         try:
             while not self._stopping:
                 recheck_at = self._next_recheck()
-                leave_at = self._next_leave()
+                leave_at = self._members.next_leave()
                 wake_at = min(next_flush, recheck_at, leave_at)
                 received = 0
                 for ready, conn in self._sockets.poll(wake_at - time.monotonic()):
@@ -165,10 +156,10 @@ class Capture:
                 if recheck_at <= time.monotonic():
                     self._reopen_abandoned()
                 if leave_at <= time.monotonic():
-                    self._finish_leaving()
+                    self._members.retire_left()
                 if time.monotonic() >= self._next_load_check:
                     self._end_push_backs()
-                if time.monotonic() >= next_flush or self._sync_pending():
+                if time.monotonic() >= next_flush or self._flushes.pending:
                     self._flush_all()
                     next_flush = time.monotonic() + self.flush_interval
                 elif 0 < received < COALESCE_BELOW:
@@ -192,20 +183,18 @@ class Capture:
         conn.received += count
         conn.load.after_burst(count, emptied, conn.received)
         if conn.buffer.full:
-            self._flush(conn)
+            self._writer.flush(conn)
         return count
 
     def _end_push_backs(self) -> None:
         now = time.monotonic()
         self._next_load_check = now + PUSH_BACK_SECONDS / 4
-        for conn in self._connections.values():
+        for conn in self._members:
             conn.load.check(now, conn.received)
 
     def _on_monitor_event(self, conn: Connection) -> None:
         event = recv_monitor_message(conn.monitor)["event"]
-        if event == zmq.EVENT_DISCONNECTED and conn.leave_by is not None:
-            # the peer of a leaving endpoint closed the connection: what it sent has arrived
-            conn.leave_by = min(conn.leave_by, time.monotonic() + LEAVE_SETTLE)
+        if event == zmq.EVENT_DISCONNECTED and self._members.peer_disconnected(conn):
             return
         gap = conn.health.on_event(event)
         if gap is not None:
@@ -214,113 +203,37 @@ class Capture:
     def _reopen_abandoned(self) -> None:
         """A connection zmq gave up (see ``health``) gets a new socket."""
         now = time.monotonic()
-        for conn in list(self._connections.values()):
+        for conn in self._members:
             if conn.health.abandoned(now, self.max_message_bytes):
                 self._sockets.reopen(conn)
 
     def _next_recheck(self) -> float:
-        times = [
-            c.health.recheck_at
-            for c in self._connections.values()
-            if c.health.recheck_at is not None
-        ]
-        return min(times, default=float("inf"))
-
-    def _next_leave(self) -> float:
-        times = [c.leave_by for c in self._connections.values() if c.leave_by is not None]
+        times = [c.health.recheck_at for c in self._members if c.health.recheck_at is not None]
         return min(times, default=float("inf"))
 
     def _apply_commands(self) -> None:
         for command, arg in self._mailbox.take():
             if command == "join":
-                self._join(arg)
+                self._members.join(arg)
             else:
-                self._leave(arg)
-
-    def _join(self, endpoint: Endpoint) -> None:
-        old = self._connections.get(endpoint.key)
-        if old is not None and old.leave_by is not None:
-            if old.endpoint == endpoint:  # back before it was let go
-                old.leave_by = None
-                logger.info("%s: endpoint %s is back", self.name, endpoint.key)
-                return
-            self._finish_leave(old)
-            old = None
-        if old is not None:
-            if old.endpoint == endpoint:
-                return
-            if (
-                old.endpoint.address == endpoint.address
-                and old.endpoint.socket_type == endpoint.socket_type
-            ):
-                self._receive(old)
-                self._flush(old)  # rows so far keep the metadata they arrived under
-                self._sockets.resubscribe(
-                    old.socket, old.endpoint.subscriptions, endpoint.subscriptions
-                )
-                old.endpoint = endpoint
-                logger.info(
-                    "%s: endpoint %s updated its metadata or subscriptions", self.name, endpoint.key
-                )
-                return
-            self._finish_leave(old)
-        self.spool.open_partition(endpoint.key)
-        self._connections[endpoint.key] = self._sockets.connect(endpoint)
-        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
-
-    def _leave(self, key: str) -> None:
-        """Discovery says the endpoint is gone: read on until its peer closes the connection."""
-        conn = self._connections.get(key)
-        if conn is None or conn.leave_by is not None:
-            return
-        settle = LEAVE_SETTLE if conn.health.disconnected_at is not None else LEAVE_GRACE
-        conn.leave_by = time.monotonic() + settle
-        conn.health.recheck_at = None
-        logger.info(
-            "%s: endpoint left: %s at %s; reading what it sent until it disconnects",
-            self.name,
-            key,
-            conn.endpoint.address,
-        )
-
-    def _finish_leaving(self) -> None:
-        now = time.monotonic()
-        for conn in list(self._connections.values()):
-            if conn.leave_by is not None and conn.leave_by <= now:
-                self._finish_leave(conn)
-
-    def _finish_leave(self, conn: Connection) -> None:
-        key = conn.endpoint.key
-        del self._connections[key]
-        self._receive(conn)  # what already arrived is kept
-        self._flush(conn)
-        self._sockets.close(conn)
-        self.spool.retire(key)
-        logger.info("%s: partition %s retired after %d messages", self.name, key, conn.received)
-
-    def _sync_pending(self) -> bool:
-        return self._sync_asked > self._sync_done
+                self._members.leave(arg)
 
     def _flush_all(self) -> None:
-        with self._sync_lock:
-            wanted = self._sync_asked
-        for conn in self._connections.values():
-            self._receive(conn)
-            self._flush(conn)
-        with self._sync_lock:
-            self._sync_done = max(self._sync_done, wanted)
-            self._sync_lock.notify_all()
+        tickets = self._flushes.start_flush()
+        for conn in self._members:
+            self._drain(conn)
+        self._flushes.served(tickets)
 
-    def _flush(self, conn: Connection) -> None:
+    def _drain(self, conn: Connection) -> None:
+        """What ``conn``'s socket holds now, and its buffer, into the spool."""
+        self._receive(conn)
         self._writer.flush(conn)
 
     def _shutdown(self) -> None:
         fenced = isinstance(self._failure, LeaseLost)  # nothing more may be written
-        for conn in list(self._connections.values()):
-            if not fenced:
-                self._writer.write_last(conn, self._receive)
-            self._sockets.close(conn)
-        self._connections.clear()
+        self._members.close_all(None if fenced else self._write_last)
         self._sockets.shutdown()
-        with self._sync_lock:
-            self._sync_lock.notify_all()
+        self._flushes.wake_all()
+
+    def _write_last(self, conn: Connection) -> None:
+        self._writer.write_last(conn, self._receive)

@@ -91,10 +91,7 @@ class Spool:
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
         if exclusive:
-            for key in partition_keys(root):
-                index = load_index(root, key)
-                if index is not None:
-                    self.partitions[key] = index
+            self.partitions = _indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
 
     def close(self) -> None:
@@ -171,11 +168,16 @@ class Spool:
                 self.heartbeat(key, failure)
             except SpoolError:
                 pass
-        epoch = self.epochs.pop(key, None)
+        epoch = self._forget(key)
         if epoch is not None:
             seal(partition_dir(self.root, key), epoch)
-            if not self.exclusive:
-                self.partitions.pop(key, None)
+
+    def _forget(self, key: str) -> int | None:
+        """This process no longer holds ``key``: the epoch it held it under, if any."""
+        epoch = self.epochs.pop(key, None)
+        if epoch is not None and not self.exclusive:
+            self.partitions.pop(key, None)
+        return epoch
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -185,13 +187,10 @@ class Spool:
         held). So when one peer floods the spool to its bound, its partition is the one that
         drops, not its neighbours; the spool then holds at most the bound plus what the
         partitions under their shares add."""
-        if self.nbytes < self.max_bytes:
-            return True
-        if key is None:
-            return False
+        if self.nbytes < self.max_bytes or key is None:
+            return self.nbytes < self.max_bytes
         index = self.partitions.get(key)
-        share = self.max_bytes // max(1, len(self.partitions))
-        return index is None or index.nbytes < share
+        return index is None or index.nbytes < self.max_bytes // max(1, len(self.partitions))
 
     @_locked
     def append(self, key: str, source: Source, table: pa.Table, dropped: int = 0) -> None:
@@ -205,16 +204,9 @@ class Spool:
             return
         segment = Segment(index.end, table.num_rows, 0, self.epochs[key])
         path = self._path(key, segment.file_name)
-        schema = SPOOL_SCHEMA.with_metadata({"source": source.to_json()})
-        tmp = path + ".tmp"
         try:
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-                # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
-                writer.write_table(table.replace_schema_metadata(schema.metadata), BATCH_ROWS)
-            os.replace(tmp, path)
-            segment.nbytes = os.path.getsize(path)
+            segment.nbytes = _write_segment_file(path, source, table)
         except OSError as exc:
-            remove_quietly(tmp)
             raise self._write_failed(key, path, exc) from None
         updated = dataclasses.replace(
             index,
@@ -257,12 +249,7 @@ class Spool:
             logger.warning("spool: %s; deleting the committed segments first", exc)
         for segment in gone:
             self.nbytes -= segment.nbytes
-            for path in segment_paths(self.root, key, segment):
-                try:
-                    os.remove(path)
-                    break
-                except FileNotFoundError:
-                    continue
+            _delete_segment_file(self.root, key, segment)
         used = {s.epoch for s in index.segments} | {self.epochs[key]}
         remove_unused_epochs(partition_dir(self.root, key), used, self.epochs[key])
 
@@ -289,9 +276,7 @@ class Spool:
         mine = self.epochs.get(key, 0)
         newer = any(e > mine for e, _ in epochs(partition_dir(self.root, key)))
         if isinstance(exc, FileNotFoundError) and newer:
-            epoch = self.epochs.pop(key, None)
-            if not self.exclusive:
-                self.partitions.pop(key, None)
+            epoch = self._forget(key)
             return LeaseLost(
                 f"partition {key!r}: epoch {epoch} was taken over by a newer "
                 f"holder; this process may no longer write to it"
@@ -299,3 +284,34 @@ class Spool:
         return SpoolWriteError(
             f"cannot write {path} (spool {self.root}, partition {key}): {os_cause(exc)}"
         )
+
+
+def _indexes(root: str) -> dict[str, PartitionIndex]:
+    """The index of every partition in the spool folder ``root`` that has one."""
+    indexes = {key: load_index(root, key) for key in partition_keys(root)}
+    return {key: index for key, index in indexes.items() if index is not None}
+
+
+def _write_segment_file(path: str, source: Source, table: pa.Table) -> int:
+    """Write ``table`` as an Arrow IPC file at ``path`` (whole or not at all); its size."""
+    schema = SPOOL_SCHEMA.with_metadata({"source": source.to_json()})
+    tmp = path + ".tmp"
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
+            writer.write_table(table.replace_schema_metadata(schema.metadata), BATCH_ROWS)
+        os.replace(tmp, path)
+        return os.path.getsize(path)
+    except OSError:
+        remove_quietly(tmp)
+        raise
+
+
+def _delete_segment_file(root: str, key: str, segment: Segment) -> None:
+    """Delete a segment's file, in whichever epoch folder it is (gone already: nothing to do)."""
+    for path in segment_paths(root, key, segment):
+        try:
+            os.remove(path)
+            return
+        except FileNotFoundError:
+            continue

@@ -13,27 +13,19 @@ name, TXT ``vocabulary``, ``vocabulary_request``, ``session``, ``user``, ``appli
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, make_zeroconf
-from spark_zmq.protocols.zeroeq.management import ALL, ManagementPort
+from spark_zmq.protocols.zeroeq.management import ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
+from spark_zmq.protocols.zeroeq.selection import Known, Selection, describe
 from spark_zmq.protocols.zeroeq.subscriber import SubscriberRecord
 from spark_zmq.protocols.zeroeq.vocabulary import request_vocabulary
-from spark_zmq.protocols.zeroeq.wire import (
-    MEERKAT,
-    PUBLISHER_SERVICE,
-    event_id,
-    event_id_text,
-    in_session,
-    zmq_host,
-)
+from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
 from spark_zmq.security import NO_CURVE, Curve
 
 if TYPE_CHECKING:
@@ -43,15 +35,6 @@ if TYPE_CHECKING:
 
 #: seconds to wait for a publisher's vocabulary reply
 VOCABULARY_TIMEOUT = 1.0
-
-
-@dataclass(frozen=True)
-class Known:
-    """What is known of one publisher: its record (if announced) and its vocabulary."""
-
-    record: PublisherRecord | None
-    vocabulary: dict[bytes, str | None]
-    static: bool = False
 
 
 class ZeroEQDiscovery(Discovery):
@@ -79,6 +62,7 @@ class ZeroEQDiscovery(Discovery):
         self.management_bind = management_bind
         self.application = application
         self.state = state
+        self.selection = Selection(session, events, compatible_only)
         self.instance_name = str(uuid.uuid4())
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
@@ -194,16 +178,6 @@ class ZeroEQDiscovery(Discovery):
     def _overridden(self) -> set[str]:
         return self.management.overrides.publishers() if self.management else set()
 
-    def _automatic(self, key: str, known: Known | None) -> bool:
-        if known is None:
-            return False
-        if known.static:
-            return True
-        record = known.record
-        if record is None or not in_session(record.session, self.session):
-            return False
-        return not self.compatible_only or bool(set(known.vocabulary) & set(self.events))
-
     def _refresh(self, key: str) -> None:
         """Work out what to read of publisher ``key`` and tell the listener if it changed."""
         with self._lock:
@@ -233,17 +207,12 @@ class ZeroEQDiscovery(Discovery):
         if known is None or known.record is None or key in self._passed_over:
             return
         self._passed_over.add(key)
-        if not in_session(known.record.session, self.session):
-            why = f"it is in session {known.record.session!r}, not {self.session!r}"
-        elif self.compatible_only and not set(known.vocabulary) & set(self.events):
-            why = "its vocabulary shares no event with option events (compatibleOnly)"
-        else:
-            why = "a management request unsubscribed it"
+        why = self.selection.why_not_read(known)
         logger.info("zeroeq: publisher %s is not read: %s", key, why)
 
     def _log_joined(self, key: str) -> None:
         known = self._known.get(key)
-        if known is not None and known.record is not None and not self._automatic(key, known):
+        if known is not None and known.record is not None and not self.selection.automatic(known):
             logger.info(
                 "zeroeq: publisher %s (session %r) is read by a management request",
                 key,
@@ -251,76 +220,14 @@ class ZeroEQDiscovery(Discovery):
             )
 
     def _endpoint(self, key: str) -> Endpoint | None:
-        known = self._known.get(key)
         overrides = self.management.overrides if self.management else None
-        # copies: the management port's thread changes these sets
-        added = set(overrides.added.get(key, ())) if overrides else set()
-        removed = set(overrides.removed.get(key, ())) if overrides else set()
-        automatic = self._automatic(key, known)
-        if ALL in removed or not (automatic or added):
-            return None
-        every = (automatic and not self.events) or ALL in added
-        base = {wire.hex() for wire in self.events} if automatic else set()
-        wanted = set() if every else (base | added) - removed
-        if not every and not wanted:
-            return None
-        names = {
-            wire.hex(): name for wire, name in (known.vocabulary if known else {}).items() if name
-        }
-        names.update({wire.hex(): name for wire, name in self.events.items() if name})
-        if overrides:
-            names.update(dict(overrides.names))
-        metadata = {"publisher": key}
-        if known is not None and known.record is not None:
-            for txt_key in ("session", "application", "user", "instance"):
-                if txt_key in known.record.txt:
-                    metadata[txt_key] = known.record.txt[txt_key]
-            address = known.record.address
-        else:
-            host, _, port = key.rpartition(":")
-            address = f"tcp://{zmq_host(host.strip('[]'))}:{port}"
-        if names:
-            metadata["names"] = json.dumps(names, sort_keys=True)
-        subscriptions: tuple[bytes, ...]
-        if every:
-            subscriptions = (b"",)
-            if removed:
-                metadata["excluded"] = ";".join(sorted(removed))
-        else:
-            subscriptions = tuple(bytes.fromhex(h) for h in sorted(wanted))
-            metadata["events"] = ";".join(sorted(wanted))
-        # 0.9 publishers notice subscribers by their Meerkat subscription
-        return Endpoint(key, address, metadata, subscriptions + (event_id(MEERKAT),))
+        return self.selection.endpoint(key, self._known.get(key), overrides)
 
     def describe(self) -> list[dict]:
         """The current subscriptions, for the management port's List request."""
         with self._lock:
             joined = dict(self._joined)
-        out = []
-        for key, endpoint in sorted(joined.items()):
-            known = self._known.get(key)
-            names = json.loads(endpoint.metadata.get("names", "{}"))
-            events = endpoint.metadata.get("events")
-            out.append(
-                {
-                    "publisher": key,
-                    "address": endpoint.address,
-                    "session": endpoint.metadata.get("session"),
-                    "application": endpoint.metadata.get("application"),
-                    "origin": (
-                        "static"
-                        if known and known.static
-                        else "session"
-                        if self._automatic(key, known)
-                        else "management"
-                    ),
-                    "events": "all"
-                    if events is None
-                    else [
-                        {"id": h, "text": event_id_text(bytes.fromhex(h)), "name": names.get(h)}
-                        for h in events.split(";")
-                    ],
-                    "excluded": [h for h in endpoint.metadata.get("excluded", "").split(";") if h],
-                }
-            )
-        return out
+        return [
+            describe(key, endpoint, self.selection.origin(self._known.get(key)))
+            for key, endpoint in sorted(joined.items())
+        ]

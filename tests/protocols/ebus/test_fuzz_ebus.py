@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from spark_zmq.options import parse_options
 from spark_zmq.protocols.ebus import EBus
-from spark_zmq.protocols.ebus import client as ebus_client
+from spark_zmq.protocols.ebus.connection import BrokerConnection
 from spark_zmq.protocols.ebus.outstanding import Answer, Outstanding, PendingRequest
 from spark_zmq.protocols.ebus.requests import ServiceRequester
 from spark_zmq.protocols.ebus.routing import RequestRouter
@@ -399,7 +399,7 @@ def test_ebus_broker_takes_any_client_and_worker_message_300_examples(events):
     questions=st.lists(st.sampled_from(REQUEST_IDS), unique=True, max_size=3),
 )
 def test_ebus_client_takes_any_broker_message_300_examples(messages, pending, questions):
-    client = object.__new__(ebus_client.Client)
+    client = object.__new__(BrokerConnection)
     client.address = "tcp://127.0.0.1:5000"
     sent, reconnects = [], []
     client._send = lambda kind, *args: sent.append([kind, *args]) or True

@@ -1,0 +1,135 @@
+"""Which endpoints capture reads: joins, metadata updates, and the grace of a leaving endpoint.
+
+An endpoint is *joined* (read, its partition open), *leaving* (discovery reported it gone; still
+read until its peer closes the connection or ``LEAVE_GRACE`` runs out, because discovery often
+reports a peer gone before the last messages it sent have arrived) or *retired* (drained, its
+socket closed, its partition retired in the spool). A leaving endpoint that joins again with the
+same description is joined again without a new socket.
+
+Only the capture thread calls these (zmq sockets belong to one thread).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from spark_zmq.capture.connections import Connection, Sockets
+from spark_zmq.log import logger
+from spark_zmq.protocols.base import Endpoint
+from spark_zmq.spool.writer import Spool
+
+#: seconds an endpoint that discovery reports gone is still read, for what it sent before going
+LEAVE_GRACE = 2.0
+#: seconds still read after the peer of a leaving endpoint closed its connection
+LEAVE_SETTLE = 0.05
+
+
+class Membership:
+    """The connections of the endpoints capture reads, keyed by partition.
+
+    ``drain`` takes what a connection's socket holds into the spool; it runs before a
+    connection's rows change metadata and before a connection is closed, so that nothing
+    received is lost on either path.
+    """
+
+    def __init__(
+        self, name: str, spool: Spool, sockets: Sockets, drain: Callable[[Connection], None]
+    ) -> None:
+        self.name = name
+        self._spool = spool
+        self._sockets = sockets
+        self._drain = drain
+        self._connections: dict[str, Connection] = {}
+
+    def __iter__(self) -> Iterator[Connection]:
+        return iter(list(self._connections.values()))
+
+    def items(self) -> list[tuple[str, Connection]]:
+        """A copy, safe to read from another thread (for statistics)."""
+        return list(self._connections.items())
+
+    def join(self, endpoint: Endpoint) -> None:
+        old = self._connections.get(endpoint.key)
+        if old is not None and old.leave_by is not None:
+            if old.endpoint == endpoint:  # back before it was let go
+                old.leave_by = None
+                logger.info("%s: endpoint %s is back", self.name, endpoint.key)
+                return
+            self.retire(old)
+            old = None
+        if old is not None:
+            if old.endpoint == endpoint:
+                return
+            if _same_socket(old.endpoint, endpoint):
+                self._update(old, endpoint)
+                return
+            self.retire(old)
+        self._spool.open_partition(endpoint.key)
+        self._connections[endpoint.key] = self._sockets.connect(endpoint)
+        logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
+
+    def _update(self, conn: Connection, endpoint: Endpoint) -> None:
+        """Same address and socket type, new metadata or subscriptions: keep the socket."""
+        self._drain(conn)  # rows so far keep the metadata they arrived under
+        self._sockets.resubscribe(conn.socket, conn.endpoint.subscriptions, endpoint.subscriptions)
+        conn.endpoint = endpoint
+        logger.info(
+            "%s: endpoint %s updated its metadata or subscriptions", self.name, endpoint.key
+        )
+
+    def leave(self, key: str) -> None:
+        """Discovery says the endpoint is gone: read on until its peer closes the connection."""
+        conn = self._connections.get(key)
+        if conn is None or conn.leave_by is not None:
+            return
+        settle = LEAVE_SETTLE if conn.health.disconnected_at is not None else LEAVE_GRACE
+        conn.leave_by = time.monotonic() + settle
+        conn.health.recheck_at = None
+        logger.info(
+            "%s: endpoint left: %s at %s; reading what it sent until it disconnects",
+            self.name,
+            key,
+            conn.endpoint.address,
+        )
+
+    def peer_disconnected(self, conn: Connection) -> bool:
+        """The peer closed ``conn``: if it is leaving, what it sent has arrived, so it can go
+        soon. True if the event was about a leaving endpoint (and so is handled)."""
+        if conn.leave_by is None:
+            return False
+        conn.leave_by = min(conn.leave_by, time.monotonic() + LEAVE_SETTLE)
+        return True
+
+    def next_leave(self) -> float:
+        """When the next leaving endpoint is let go (inf: none is leaving)."""
+        times = [c.leave_by for c in self._connections.values() if c.leave_by is not None]
+        return min(times, default=float("inf"))
+
+    def retire_left(self) -> None:
+        """Let go of every leaving endpoint whose time has come."""
+        now = time.monotonic()
+        for conn in self:
+            if conn.leave_by is not None and conn.leave_by <= now:
+                self.retire(conn)
+
+    def retire(self, conn: Connection) -> None:
+        """Drain ``conn``, close its socket and retire its partition."""
+        key = conn.endpoint.key
+        del self._connections[key]
+        self._drain(conn)  # what already arrived is kept
+        self._sockets.close(conn)
+        self._spool.retire(key)
+        logger.info("%s: partition %s retired after %d messages", self.name, key, conn.received)
+
+    def close_all(self, last_words: Callable[[Connection], None] | None) -> None:
+        """Close every socket (capture is stopping); ``last_words`` first, if given."""
+        for conn in self:
+            if last_words is not None:
+                last_words(conn)
+            self._sockets.close(conn)
+        self._connections.clear()
+
+
+def _same_socket(old: Endpoint, new: Endpoint) -> bool:
+    return old.address == new.address and old.socket_type == new.socket_type
