@@ -120,4 +120,7 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from spark_zmq.log import configure_logging
+
+    configure_logging()
     sys.exit(main())

@@ -448,4 +448,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from spark_zmq.log import configure_logging
+
+    configure_logging()
     sys.exit(main())

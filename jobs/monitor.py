@@ -66,4 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from spark_zmq.log import configure_logging
+
+    configure_logging()
     sys.exit(main())

@@ -176,4 +176,7 @@ def report(spark: SparkSession, path: str, publishers: list[str], expected: int)
 
 
 if __name__ == "__main__":
+    from spark_zmq.log import configure_logging
+
+    configure_logging()
     sys.exit(main())

@@ -6,14 +6,17 @@ from __future__ import annotations
 from spark_zmq import security
 from spark_zmq.options import (
     Option,
+    boolean,
     byte_size,
     choice,
+    duration,
     non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
     text,
 )
+from spark_zmq.spark.offsets import ending_offsets, starting_offsets
 
 # ---------------------------------------------------------------------------------------------
 # CURVE security, for readers and writers of every format (spark_zmq.security applies them).
@@ -68,7 +71,21 @@ READER_OPTIONS: tuple[Option, ...] = (
         "one of " + ", ".join(MODES),
         "PERMISSIVE",
         "What to do with a malformed message: keep it as a row with `error` set and the raw "
-        "bytes in `payload`, drop it (counted and logged), or fail the query.",
+        "bytes in `payload`, drop it (counted and logged), or fail the query. Gap rows "
+        "(lost messages, `error` starting with `gap:`) are not malformed: see "
+        "`failOnDataLoss`.",
+    ),
+    Option(
+        "failOnDataLoss",
+        boolean,
+        "true or false",
+        "false",
+        "What to do when messages were lost before they reached the spool (a dropped "
+        "connection, the spool's bound, a partition without a holder, a damaged segment): "
+        "deliver a gap row (`error` starting with `gap:`, null `payload`, counted in the "
+        "progress line), or fail the query naming the partition, offset and cause. False by "
+        "default because a push source cannot ask a peer to send again: failing would stop "
+        "capture too and lose more.",
     ),
     Option(
         "maxRecordsPerTrigger",
@@ -78,14 +95,40 @@ READER_OPTIONS: tuple[Option, ...] = (
         "Admission control: at most this many messages per micro-batch over all partitions.",
     ),
     Option(
+        "minRecordsPerTrigger",
+        positive_int,
+        "a positive integer",
+        None,
+        "Admission control: a micro-batch waits until this many messages are available, but "
+        "not longer than `maxTriggerDelay` after the previous one, so a slow stream makes "
+        "fewer, larger files. Ignored by `Trigger.AvailableNow`.",
+    ),
+    Option(
+        "maxTriggerDelay",
+        duration,
+        "a duration such as 30s, 15m or 500ms (a bare number: seconds)",
+        "15m",
+        "With `minRecordsPerTrigger`: the longest wait for a micro-batch that has fewer "
+        "messages than that.",
+    ),
+    Option(
         "startingOffsets",
-        choice("earliest", "latest"),
-        "earliest or latest",
-        "latest",
-        "Where a new query (no checkpoint) starts in a spool that already holds messages: "
-        "after them (what is captured from now on), or at the first one still held (what an "
-        "earlier query with the same spool left uncommitted). A restart from a checkpoint "
-        "goes on where it stopped either way.",
+        starting_offsets,
+        'earliest, latest, or JSON {"<partition>": offset} (-2: earliest, -1: latest)',
+        None,
+        "Where a read starts in a spool that already holds messages. A new stream (no "
+        "checkpoint), default `latest`: after them (what is captured from now on), or at the "
+        "first one still held (`earliest`: what an earlier query with the same spool left "
+        "uncommitted); a restart from a checkpoint goes on where it stopped either way. A "
+        "batch read, default `earliest`. In JSON, a partition not named starts at earliest.",
+    ),
+    Option(
+        "endingOffsets",
+        ending_offsets,
+        'latest, or JSON {"<partition>": offset} (-1: latest)',
+        None,
+        "Batch reads only: where the read ends (exclusive). Default `latest`: everything the "
+        "spool holds when the read is planned. In JSON, a partition not named ends at latest.",
     ),
     Option(
         "spoolPath",
@@ -122,8 +165,8 @@ READER_OPTIONS: tuple[Option, ...] = (
         "a size such as 64m or 1048576",
         "64m",
         "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
-        "connection on a larger one; capture reconnects and reports the drop as a row with "
-        "`error` set (a gap), handled per `mode`.",
+        "connection on a larger one; capture reconnects and reports the drop as a gap row "
+        "(see `failOnDataLoss`).",
     ),
     Option(
         "receiveHighWaterMark",

@@ -28,7 +28,7 @@ def test_defaults_and_case_insensitive_names():
         ({"maxMessageBytes": "lots"}, ["'maxMessageBytes'", "64m"]),
         ({"publishers": "127.0.0.1"}, ["'publishers'", "host:port"]),
         ({"events": "a,,b"}, ["'events'"]),
-        ({"startingOffsets": "middle"}, ["'startingOffsets'", "earliest or latest"]),
+        ({"startingOffsets": "middle"}, ["'startingOffsets'", "earliest, latest, or JSON"]),
     ],
 )
 def test_bad_options_name_the_option_and_accepted_values(raw, words):

@@ -18,6 +18,7 @@ from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
 from spark_zmq.cli.goby import add_goby_parser, run_goby
 from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
+from spark_zmq.log import configure_logging
 from spark_zmq.options import option_table
 from spark_zmq.protocols.base import SinkProtocol
 from spark_zmq.spark.datasource import (
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     add_discover_parser(commands, sorted(FORMATS))
     add_demo_parser(commands)
     args = parser.parse_args(argv)
+    configure_logging()
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0

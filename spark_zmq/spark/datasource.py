@@ -1,13 +1,19 @@
 """Spark's entry point for each format: a ``DataSource`` class per protocol.
 
-``spark.readStream.format(name)`` finds the class through the ``pyspark_<name>`` module's
-``DefaultSource`` (Spark imports every top-level ``pyspark_*`` module at its first data source
-call), or through ``spark.dataSource.register(ZeroEQDataSource)`` and the like.
+``spark.readStream.format(name)`` (and ``spark.read``, which reads a spool) finds the class
+through the ``pyspark_<name>`` module's ``DefaultSource`` (Spark imports every top-level
+``pyspark_*`` module at its first data source call), or through
+``spark.dataSource.register(ZeroEQDataSource)`` and the like.
 """
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -17,7 +23,9 @@ from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.yamz import Yamz
 from spark_zmq.protocols.zeroeq import ZeroEQ
-from spark_zmq.spark.reader import ZmqStreamReader, output_schema
+from spark_zmq.spark.batch import ZmqBatchReader
+from spark_zmq.spark.reader import ZmqStreamReader
+from spark_zmq.spark.rows import output_schema
 from spark_zmq.spark.writer import ZmqStreamWriter
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
@@ -50,6 +58,9 @@ class ZmqDataSource(DataSource):
     def schema(self) -> StructType:
         self.reader_options()  # fail on a bad option when the query is defined, not later
         return from_arrow_schema(output_schema(self.protocol))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ZmqBatchReader(self.protocol, self.reader_options())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return ZmqStreamReader(self.protocol, self.reader_options())

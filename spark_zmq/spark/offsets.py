@@ -7,6 +7,7 @@ plus the format version and, with ``capture=executors``, the round of claims pla
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -14,6 +15,10 @@ from typing import Any, NamedTuple
 from spark_zmq.errors import SparkZmqError
 
 PartitionOffsets = dict[str, int]
+#: ``startingOffsets`` / ``endingOffsets``: earliest, latest, or an offset per partition
+OffsetSpec = str | PartitionOffsets
+#: in a JSON offset spec, as in Kafka's: the first offset still held, and the next one written
+EARLIEST, LATEST = -2, -1
 
 #: the layout of the offsets this release writes into checkpoints
 OFFSET_VERSION = 1
@@ -109,3 +114,70 @@ def admit(
     for key, _size in backlog.items():
         end[key] = start.get(key, first_available.get(key, 0)) + shares[key]
     return end
+
+
+# -- startingOffsets and endingOffsets ---------------------------------------------------------
+
+
+def starting_offsets(value: str) -> OffsetSpec:
+    """Option parser: ``earliest``, ``latest`` or JSON ``{"<partition>": offset}``."""
+    return _offset_spec(value, ("earliest", "latest"))
+
+
+def ending_offsets(value: str) -> OffsetSpec:
+    """Option parser: ``latest`` or JSON ``{"<partition>": offset}`` (no ``earliest``: a
+    read that ends where it starts reads nothing)."""
+    return _offset_spec(value, ("latest",))
+
+
+def _offset_spec(value: str, words: tuple[str, ...]) -> OffsetSpec:
+    if value.strip().lower() in words:
+        return value.strip().lower()
+    if not value.strip().startswith("{"):
+        raise ValueError(value)
+    doc = json.loads(value)  # ValueError: the option's error says what is accepted
+    if not isinstance(doc, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= EARLIEST for v in doc.values()
+    ):
+        raise ValueError(value)
+    return {str(k): int(v) for k, v in doc.items()}
+
+
+def resolve(
+    spec: OffsetSpec,
+    first: Mapping[str, int],
+    end: Mapping[str, int],
+    unnamed: str,
+    option: str,
+) -> PartitionOffsets:
+    """The offset ``spec`` names in each partition the spool holds ([first, end) each).
+
+    A partition the JSON does not name gets ``unnamed`` (earliest or latest). An offset
+    outside what the spool holds is an OffsetRangeError naming the partition and the range;
+    so is a partition that the spool does not hold.
+    """
+    if isinstance(spec, str):
+        return dict(first if spec == "earliest" else end)
+    missing = sorted(set(spec) - set(end))
+    if missing:
+        raise OffsetRangeError(
+            f"option {option!r} names partitions the spool does not hold: {', '.join(missing)}"
+            f" (it holds: {', '.join(sorted(end)) or 'none'})"
+        )
+    resolved = dict(first if unnamed == "earliest" else end)
+    for key, offset in spec.items():
+        if offset in (EARLIEST, LATEST):
+            resolved[key] = first[key] if offset == EARLIEST else end[key]
+        elif not first[key] <= offset <= end[key]:
+            raise OffsetRangeError(
+                f"option {option!r} asks for offset {offset} of partition {key}, but the spool "
+                f"holds [{first[key]}, {end[key]}) of it (earlier offsets were committed and "
+                f"deleted)"
+            )
+        else:
+            resolved[key] = offset
+    return resolved
+
+
+class OffsetRangeError(SparkZmqError, ValueError):
+    """startingOffsets or endingOffsets names an offset or partition the spool does not hold."""

@@ -18,12 +18,10 @@ import os
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -34,37 +32,13 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_zmq.capture.assignment import Claim
 from spark_zmq.capture.holder import executor_id, register_executor, take_partition
-from spark_zmq.errors import RowError
-from spark_zmq.log import logger
-from spark_zmq.options import Options
+from spark_zmq.log import configure_spark_worker_logging
+from spark_zmq.options import OptionError, Options
 from spark_zmq.planning import make_placement
 from spark_zmq.planning.placement import Placement
 from spark_zmq.protocols.base import StreamProtocol
-from spark_zmq.spark.offsets import PartitionOffsets, StreamOffset, admit, ranges
-from spark_zmq.spool.reader import read_range
-
-#: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
-BATCH_ROWS = 65536
-
-SHARED_COLUMNS = pa.schema(
-    [
-        pa.field("partition", pa.string()),
-        pa.field("offset", pa.int64()),
-        pa.field("received_at", pa.timestamp("us", tz="UTC")),
-        pa.field("endpoint", pa.string()),
-        pa.field("payload", pa.binary()),
-        pa.field("error", pa.string()),
-    ]
-)
-
-
-class MalformedMessageError(RowError):
-    """A malformed message under ``mode=FAILFAST``."""
-
-
-def output_schema(protocol: StreamProtocol) -> pa.Schema:
-    """The Arrow schema of the rows of a format: shared columns, then the protocol's."""
-    return pa.schema(list(SHARED_COLUMNS) + list(protocol.columns))
+from spark_zmq.spark.offsets import PartitionOffsets, StreamOffset, admit, ranges, resolve
+from spark_zmq.spark.rows import SpoolRange, read_rows
 
 
 def default_spool_path(protocol: StreamProtocol, options: Options) -> str:
@@ -75,26 +49,23 @@ def default_spool_path(protocol: StreamProtocol, options: Options) -> str:
     return os.path.join(tempfile.gettempdir(), f"spark_zmq-{user}", f"{protocol.name}-{digest}")
 
 
-@dataclass(frozen=True)
-class SpoolRange(InputPartition):
-    """One partition's offset range of one micro-batch; all an executor needs to read it."""
-
-    spool_path: str
-    key: str
-    start: int
-    end: int
-
-
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Generic micro-batch reader over capture + spool, for any ``StreamProtocol``."""
 
     def __init__(self, protocol: StreamProtocol, options: Options) -> None:
+        if options["endingOffsets"] is not None:
+            raise OptionError(
+                f"{protocol.name}: option 'endingOffsets' applies to batch reads "
+                f"(spark.read) only; a stream reads on as long as it runs"
+            )
         self.protocol = protocol
         self.options = options
         self.spool_path = options["spoolPath"] or default_spool_path(protocol, options)
         # driver side only, created lazily (this object is also pickled to executors)
         self._placement: Placement | None = None
         self._available_now: PartitionOffsets | None = None
+        #: minRecordsPerTrigger: when the last micro-batch was planned (monotonic seconds)
+        self._last_trigger = time.monotonic()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -105,6 +76,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _started(self) -> Placement:
         if self._placement is None:
+            configure_spark_worker_logging()
             self._placement = make_placement(self.protocol, self.options, self.spool_path)
             _stop_on_sigterm()
             atexit.register(self.stop)
@@ -121,11 +93,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def initialOffset(self) -> dict:
-        first = self._available()[1]
-        if self.options["startingOffsets"] == "earliest":
-            return StreamOffset(first).to_json()
+        end, first, _ = self._available()
+        # latest: what this run captured before Spark's first call is read, not skipped
         ends_at_start = self._started().ends_at_start
-        return StreamOffset({k: ends_at_start.get(k, v) for k, v in first.items()}).to_json()
+        latest = {k: ends_at_start.get(k, v) for k, v in first.items()}
+        spec = self.options["startingOffsets"] or "latest"
+        if spec == "latest":
+            return StreamOffset(latest).to_json()
+        return StreamOffset(resolve(spec, first, end, "earliest", "startingOffsets")).to_json()
 
     def latestOffset(self, start_json: dict, limit: ReadLimit) -> dict:
         offset = StreamOffset.from_json(start_json)
@@ -143,7 +118,22 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         claims_round = offset.claims_round
         if self._available_now is None:
             claims_round = self._started().next_claims_round(claims_round)
+        if claims_round == offset.claims_round and self._too_few(start, end, first):
+            return offset.to_json()  # the same offset: Spark plans no micro-batch
+        self._last_trigger = time.monotonic()
         return StreamOffset(end, claims_round).to_json()
+
+    def _too_few(
+        self, start: PartitionOffsets, end: PartitionOffsets, first: PartitionOffsets
+    ) -> bool:
+        """minRecordsPerTrigger: fewer messages than that are waiting and the previous
+        micro-batch was planned less than maxTriggerDelay ago (never under AvailableNow)."""
+        wanted = self.options["minRecordsPerTrigger"]
+        if wanted is None or self._available_now is not None:
+            return False
+        waiting = sum(r.size for r in ranges(start, end, first))
+        delay = self.options["maxTriggerDelay"]
+        return waiting < wanted and time.monotonic() - self._last_trigger < delay
 
     def getDefaultReadLimit(self) -> ReadLimit:
         max_rows = self.options["maxRecordsPerTrigger"]
@@ -182,6 +172,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Rows of a ``SpoolRange``; for a ``Claim``, a holder of its partition, and no rows."""
+        configure_spark_worker_logging()
         if isinstance(partition, Claim):
             take_partition(partition)
             return
@@ -189,94 +180,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise TypeError(f"{self.protocol.name}: cannot read a {type(partition).__name__}")
         if self.options["capture"] == "executors":
             register_executor(partition.spool_path, executor_id())
-        schema = output_schema(self.protocol)
-        max_bytes = self.options["maxBytesPerBatch"]
-        pending: list[pa.RecordBatch] = []
-        pending_rows = pending_bytes = 0
-        dropped = 0
-        for first, source, table in read_range(
-            partition.spool_path, partition.key, partition.start, partition.end
-        ):
-            batch, malformed = self._decode(partition.key, first, source, table, schema)
-            dropped += malformed
-            if batch.num_rows:
-                pending.append(batch)
-                pending_rows += batch.num_rows
-                pending_bytes += batch.nbytes
-            if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
-                yield from _rebatch(pending, schema, max_bytes)
-                pending, pending_rows, pending_bytes = [], 0, 0
-        yield from _rebatch(pending, schema, max_bytes)
-        if dropped:
-            logger.warning(
-                "%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
-                self.protocol.name,
-                dropped,
-                partition.key,
-                partition.start,
-                partition.end,
-            )
-
-    def _decode(
-        self, key: str, first: int, source, table: pa.Table, schema: pa.Schema
-    ) -> tuple[pa.RecordBatch, int]:
-        """Rows of one spool slice in the output schema, with ``mode`` applied."""
-        n = table.num_rows
-        frames = table.column("frames").combine_chunks()
-        decoded = self.protocol.decode(frames, source, self.options)
-        fault = table.column("fault").combine_chunks()
-        error = pc.if_else(pc.is_null(fault), decoded.error, fault)
-        columns = {
-            "partition": pa.repeat(pa.scalar(key, pa.string()), n),
-            "offset": pa.array(np.arange(first, first + n, dtype=np.int64)),
-            "received_at": table.column("received_at").combine_chunks(),
-            "endpoint": pa.repeat(pa.scalar(source.endpoint, pa.string()), n),
-            "payload": pc.if_else(pc.is_null(fault), decoded.payload, pa.nulls(n, pa.binary())),
-            "error": error,
-            **decoded.columns,
-        }
-        batch = pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
-        if decoded.keep is not None:
-            batch = batch.filter(pc.or_(decoded.keep, pc.is_valid(error)))
-        malformed = pc.is_valid(batch.column("error"))
-        count = pc.sum(malformed).as_py() or 0
-        if not count:
-            return batch, 0
-        mode = self.options["mode"]
-        if mode == "FAILFAST":
-            row = batch.filter(malformed).slice(0, 1).to_pylist()[0]
-            raise MalformedMessageError(
-                f"{self.protocol.name}: malformed message in partition {key} at offset "
-                f"{row['offset']} from {row['endpoint']}: {row['error']} (mode=FAILFAST; use "
-                f"mode=PERMISSIVE to keep such messages as rows, or DROPMALFORMED to skip them)"
-            )
-        if mode == "DROPMALFORMED":
-            return batch.filter(pc.invert(malformed)), count
-        return batch, 0
-
-
-def _rebatch(
-    batches: list[pa.RecordBatch], schema: pa.Schema, max_bytes: int
-) -> Iterator[pa.RecordBatch]:
-    """Few, large batches out of many small ones: at most BATCH_ROWS rows and ``max_bytes``
-    bytes each (a single larger row alone), so that no batch strains the Python worker or the
-    JVM's direct memory that Spark reads it into."""
-    if not batches:
-        return
-    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
-    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-        yield from _within_bytes(batch, max_bytes)
-
-
-def _within_bytes(batch: pa.RecordBatch, max_bytes: int) -> Iterator[pa.RecordBatch]:
-    """``batch`` cut into slices of at most ``max_bytes`` (zero-copy), halving the rows of a
-    slice that is still over."""
-    if batch.nbytes <= max_bytes or batch.num_rows <= 1:
-        yield batch
-        return
-    rows = max(1, min(batch.num_rows // 2, batch.num_rows * max_bytes // batch.nbytes))
-    for start in range(0, batch.num_rows, rows):
-        yield from _within_bytes(batch.slice(start, rows), max_bytes)
+        yield from read_rows(self.protocol, self.options, partition)
 
 
 _sigterm_installed = False

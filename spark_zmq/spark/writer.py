@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_zmq.errors import RowError
-from spark_zmq.log import logger
+from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
     ANSWERED,
@@ -122,6 +122,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
     # -- executors -----------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SendCounts:
+        configure_spark_worker_logging()
         publisher = shared_publisher(self.protocol, self.options)
         if isinstance(publisher, Requester):
             return self._write_requests(publisher, iterator)
@@ -256,6 +257,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
     # -- driver --------------------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        configure_spark_worker_logging()
         done = [m for m in messages if isinstance(m, SendCounts)]
         sent = sum(m.sent for m in done)
         skipped = sum(m.skipped for m in done)
@@ -275,6 +277,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         logger.info(line)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        configure_spark_worker_logging()
         sent = sum(m.sent for m in messages if isinstance(m, SendCounts))
         logger.warning(
             "%s writer: batch %d aborted after %d messages were sent (a retry "

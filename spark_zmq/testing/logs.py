@@ -18,9 +18,8 @@ class _Collected(logging.Handler):
 
 @contextlib.contextmanager
 def logged_warnings() -> Iterator[list[str]]:
-    """The warnings this logger writes while the block runs, as a list of lines: for tests and
-    benchmarks that check what was logged (the logger does not propagate, so pytest's caplog does
-    not see them)."""
+    """The warnings the package logs in this process while the block runs, as a list of lines:
+    for tests and benchmarks that check what was logged (whether or not logging propagates)."""
     handler = _Collected()
     logger.addHandler(handler)
     try:

@@ -50,4 +50,7 @@ def main(control: str, spool: str, table: str, session: str, runs: str, *extra: 
 
 
 if __name__ == "__main__":
+    from spark_zmq.log import configure_logging
+
+    configure_logging()
     sys.exit(main(*sys.argv[1:]))

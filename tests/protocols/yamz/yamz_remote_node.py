@@ -63,4 +63,7 @@ def main(beacon_port: int) -> None:
 
 
 if __name__ == "__main__":
+    from spark_zmq.log import configure_logging
+
+    configure_logging()
     main(int(sys.argv[1]))

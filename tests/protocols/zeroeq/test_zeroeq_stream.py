@@ -201,7 +201,7 @@ def test_malformed_messages_kept_or_dropped(spark, tmp_path, publishers, mode):
     )
     try:
         publish_malformed(publisher, list(MALFORMED))
-        expected = 5 if mode == "PERMISSIVE" else 2
+        expected = 5 if mode == "PERMISSIVE" else 3  # the gap row stays under DROPMALFORMED
         wait_until(
             lambda: any(bytes(r.payload or b"") == b"after" for r in rows_of(spark, name)),
             what="the last message",
@@ -212,13 +212,15 @@ def test_malformed_messages_kept_or_dropped(spark, tmp_path, publishers, mode):
         query.stop()
     assert len(rows) == expected
     assert [bytes(r.payload) for r in (rows[0], rows[-1])] == [b"before", b"after"]
+    gap = rows[-2]
+    assert gap.payload is None and gap.error.startswith("gap: ")
+    assert "maxMessageBytes (1024 bytes)" in gap.error
     if mode == "PERMISSIVE":
-        short, three, gap = rows[1:4]
+        short, three = rows[1:3]
         assert bytes(short.payload) == b"short-idpayload"
         assert "2 frames of 8, 7 bytes" in short.error
         assert short.event_id is None
         assert bytes(three.payload) == event_id(ECHO) + b"ab" and "3 frames" in three.error
-        assert gap.payload is None and "maxMessageBytes (1024 bytes)" in gap.error
     assert all(r.error is None for r in (rows[0], rows[-1]))
 
 
@@ -227,7 +229,6 @@ def test_malformed_messages_kept_or_dropped(spark, tmp_path, publishers, mode):
     [
         ("short-id", "2 frames of 8, 7 bytes"),
         ("three-frames", "3 frames of 16, 1, 1 bytes"),
-        ("oversize", "maxMessageBytes (1024 bytes)"),
     ],
 )
 def test_malformed_message_fails_a_failfast_query(spark, tmp_path, publishers, kind, words):
@@ -250,6 +251,48 @@ def test_malformed_message_fails_a_failfast_query(spark, tmp_path, publishers, k
     message = str(info.value)
     assert "zeroeq: malformed message in partition" in message and words in message
     assert "mode=FAILFAST" in message
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [False, True])
+def test_a_dropped_connection_is_a_gap_row_that_only_fail_on_data_loss_fails_on(
+    spark, tmp_path, publishers, fail_on_data_loss
+):
+    """Under FAILFAST, a message over maxMessageBytes (zmq drops the connection: data lost, not
+    a malformed message) is delivered as a gap row; failOnDataLoss=true fails the query."""
+    session = f"lossy-{fail_on_data_loss}".lower()
+    publisher = publishers(session)
+    name = session.replace("-", "_")
+    query = start_query(
+        spark,
+        tmp_path,
+        name,
+        session=session,
+        mode="FAILFAST",
+        maxMessageBytes="1024",
+        failOnDataLoss=str(fail_on_data_loss).lower(),
+    )
+    try:
+        publish_malformed(publisher, ["oversize"])
+        if fail_on_data_loss:
+            with pytest.raises(Exception) as info:
+                query.awaitTermination(60)
+                raise AssertionError("the query did not fail")
+            message = str(info.value)
+            assert f"zeroeq: data lost in partition {publisher.instance_name}" in message
+            assert "maxMessageBytes (1024 bytes)" in message and "failOnDataLoss=true" in message
+            return
+        wait_until(
+            lambda: any(bytes(r.payload or b"") == b"after" for r in rows_of(spark, name)),
+            what="the last message",
+        )
+        rows = sorted(rows_of(spark, name), key=lambda r: r.offset)
+    finally:
+        query.stop()
+    assert [bytes(r.payload) if r.payload else r.error[:4] for r in rows] == [
+        b"before",
+        "gap:",
+        b"after",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,69 @@
+"""Batch reads of a spool: ``spark.read.format(F).option("spoolPath", P).load()``.
+
+What a stream captured and has not yet committed stays in its spool; a batch read plans one
+task per partition over [startingOffsets, endingOffsets) of what the spool holds when the read
+is planned (replay, debugging, a backfill into a table), and reads it with the stream's own
+rows: the same schema, ``mode``, ``failOnDataLoss`` and gap rows. It opens no socket and writes
+nothing: a live stream on the same spool goes on undisturbed (but may delete segments it
+committed meanwhile, which then fails the read with a SpoolError naming the range).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from spark_zmq.errors import OptionError, SpoolError
+from spark_zmq.log import configure_spark_worker_logging
+from spark_zmq.options import Options
+from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.spark.offsets import ranges, resolve
+from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spool.reader import read_snapshot
+
+
+class ZmqBatchReader(DataSourceReader):
+    """Reads a spool folder once, for any ``StreamProtocol``."""
+
+    def __init__(self, protocol: StreamProtocol, options: Options) -> None:
+        spool_path = options["spoolPath"]
+        if not spool_path:
+            raise OptionError(
+                f"{protocol.name}: a batch read (spark.read) reads what a stream captured into "
+                f"its spool: set option 'spoolPath' to that folder (use spark.readStream to "
+                f"capture)"
+            )
+        if not os.path.isdir(spool_path):
+            raise SpoolError(
+                f"{protocol.name}: spool folder {spool_path!r} (option spoolPath) does not exist"
+            )
+        self.protocol = protocol
+        self.options = options
+        self.spool_path = spool_path
+
+    def partitions(self) -> Sequence[InputPartition]:
+        held = read_snapshot(self.spool_path)
+        first = {key: state.start for key, state in held.items()}
+        end = {key: state.end for key, state in held.items()}
+        start = resolve(
+            self.options["startingOffsets"] or "earliest", first, end, "earliest", "startingOffsets"
+        )
+        stop = resolve(
+            self.options["endingOffsets"] or "latest", first, end, "latest", "endingOffsets"
+        )
+        for key in sorted(start):
+            if stop[key] < start[key]:
+                raise OptionError(
+                    f"{self.protocol.name}: partition {key}: endingOffsets ({stop[key]}) is "
+                    f"before startingOffsets ({start[key]})"
+                )
+        return [SpoolRange(self.spool_path, r.key, r.start, r.end) for r in ranges(start, stop, {})]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        configure_spark_worker_logging()
+        if not isinstance(partition, SpoolRange):
+            return  # nothing to read: Spark still runs one task with a placeholder partition
+        yield from read_rows(self.protocol, self.options, partition)

@@ -1,0 +1,205 @@
+"""What a read task hands Spark: one partition's offset range of a spool, decoded into rows of
+the format's schema, with the delivery contract applied. Both readers use it (the stream's
+micro-batches and a batch read of a spool).
+
+The contract, row by row:
+
+- A *malformed* message (the protocol could not decode it) is handled per ``mode``: kept as a row
+  with ``error`` set and its raw bytes in ``payload`` (PERMISSIVE), dropped, counted and logged
+  (DROPMALFORMED), or it fails the query (FAILFAST).
+- A *gap* row says that messages were lost before they reached the spool (a connection zmq
+  dropped, messages dropped at the spool's bound, a partition without a holder, a damaged
+  segment). Its ``error`` starts with ``gap:`` and its ``payload`` is null. ``mode`` does not
+  touch it: a gap row is always delivered, unless ``failOnDataLoss=true``, which fails the query
+  at the first one with the partition, the offset and the gap's own text (what, when, why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
+
+from spark_zmq.errors import RowError
+from spark_zmq.log import logger
+from spark_zmq.options import Options
+from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.spool.layout import Source
+from spark_zmq.spool.reader import read_range
+
+#: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
+BATCH_ROWS = 65536
+#: how every gap row's ``error`` starts (a stable prefix: queries filter on it)
+GAP_PREFIX = "gap:"
+
+SHARED_COLUMNS = pa.schema(
+    [
+        pa.field("partition", pa.string()),
+        pa.field("offset", pa.int64()),
+        pa.field("received_at", pa.timestamp("us", tz="UTC")),
+        pa.field("endpoint", pa.string()),
+        pa.field("payload", pa.binary()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+
+class MalformedMessageError(RowError):
+    """A malformed message under ``mode=FAILFAST``."""
+
+
+class DataLossError(RowError):
+    """A gap row under ``failOnDataLoss=true``."""
+
+
+def output_schema(protocol: StreamProtocol) -> pa.Schema:
+    """The Arrow schema of the rows of a format: shared columns, then the protocol's."""
+    return pa.schema(list(SHARED_COLUMNS) + list(protocol.columns))
+
+
+@dataclass(frozen=True)
+class SpoolRange(InputPartition):
+    """One partition's offset range [start, end) of a spool; all a read task needs."""
+
+    spool_path: str
+    key: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """The options that shape the rows of a read task."""
+
+    mode: str
+    fail_on_data_loss: bool
+    max_bytes_per_batch: int
+
+    @classmethod
+    def of(cls, options: Options) -> ReadSettings:
+        return cls(options["mode"], options["failOnDataLoss"], options["maxBytesPerBatch"])
+
+
+def read_rows(
+    protocol: StreamProtocol, options: Options, part: SpoolRange
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``part`` in the format's schema, in batches Spark takes well."""
+    settings = ReadSettings.of(options)
+    schema = output_schema(protocol)
+    max_bytes = settings.max_bytes_per_batch
+    pending: list[pa.RecordBatch] = []
+    pending_rows = pending_bytes = 0
+    dropped = 0
+    for first, source, table in read_range(part.spool_path, part.key, part.start, part.end):
+        batch = _decode(protocol, options, part.key, first, source, table, schema)
+        batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
+        dropped += malformed
+        if batch.num_rows:
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            pending_bytes += batch.nbytes
+        if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
+            yield from _rebatch(pending, schema, max_bytes)
+            pending, pending_rows, pending_bytes = [], 0, 0
+    yield from _rebatch(pending, schema, max_bytes)
+    if dropped:
+        logger.warning(
+            "%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
+            protocol.name,
+            dropped,
+            part.key,
+            part.start,
+            part.end,
+        )
+
+
+def _decode(
+    protocol: StreamProtocol,
+    options: Options,
+    key: str,
+    first: int,
+    source: Source,
+    table: pa.Table,
+    schema: pa.Schema,
+) -> pa.RecordBatch:
+    """Rows of one spool slice in the output schema: gap rows carry the spool's fault text,
+    other rows what the protocol decoded (``error`` set when malformed)."""
+    n = table.num_rows
+    frames = table.column("frames").combine_chunks()
+    decoded = protocol.decode(frames, source, options)
+    fault = table.column("fault").combine_chunks()
+    error = pc.if_else(pc.is_null(fault), decoded.error, fault)
+    columns = {
+        "partition": pa.repeat(pa.scalar(key, pa.string()), n),
+        "offset": pa.array(np.arange(first, first + n, dtype=np.int64)),
+        "received_at": table.column("received_at").combine_chunks(),
+        "endpoint": pa.repeat(pa.scalar(source.endpoint, pa.string()), n),
+        "payload": pc.if_else(pc.is_null(fault), decoded.payload, pa.nulls(n, pa.binary())),
+        "error": error,
+        **decoded.columns,
+    }
+    batch = pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+    if decoded.keep is not None:  # the protocol filters (events not asked for): gaps stay
+        batch = batch.filter(pc.or_(decoded.keep, pc.is_valid(error)))
+    return batch
+
+
+def is_gap(error: pa.Array) -> pa.Array:
+    """True where ``error`` is a gap row's text."""
+    return pc.fill_null(pc.starts_with(error, GAP_PREFIX), False)
+
+
+def _apply_contract(
+    name: str, key: str, batch: pa.RecordBatch, settings: ReadSettings
+) -> tuple[pa.RecordBatch, int]:
+    """``failOnDataLoss`` for gap rows, ``mode`` for malformed ones: the batch to deliver and
+    the number of malformed rows it dropped."""
+    error = batch.column("error")
+    gaps = is_gap(error)
+    if settings.fail_on_data_loss and pc.any(gaps).as_py():
+        row = batch.filter(gaps).slice(0, 1).to_pylist()[0]
+        raise DataLossError(
+            f"{name}: data lost in partition {key} at offset {row['offset']} from "
+            f"{row['endpoint']}: {row['error']} (failOnDataLoss=true; set it to false to get "
+            f"each loss as a row whose error starts with '{GAP_PREFIX}')"
+        )
+    malformed = pc.and_(pc.is_valid(error), pc.invert(gaps))
+    count = pc.sum(malformed).as_py() or 0
+    if not count or settings.mode == "PERMISSIVE":
+        return batch, 0
+    if settings.mode == "FAILFAST":
+        row = batch.filter(malformed).slice(0, 1).to_pylist()[0]
+        raise MalformedMessageError(
+            f"{name}: malformed message in partition {key} at offset "
+            f"{row['offset']} from {row['endpoint']}: {row['error']} (mode=FAILFAST; use "
+            f"mode=PERMISSIVE to keep such messages as rows, or DROPMALFORMED to skip them)"
+        )
+    return batch.filter(pc.invert(malformed)), count
+
+
+def _rebatch(
+    batches: list[pa.RecordBatch], schema: pa.Schema, max_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """Few, large batches out of many small ones: at most BATCH_ROWS rows and ``max_bytes``
+    bytes each (a single larger row alone), so that no batch strains the Python worker or the
+    JVM's direct memory that Spark reads it into."""
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches, schema=schema).combine_chunks()
+    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+        yield from _within_bytes(batch, max_bytes)
+
+
+def _within_bytes(batch: pa.RecordBatch, max_bytes: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` cut into slices of at most ``max_bytes`` (zero-copy), halving the rows of a
+    slice that is still over."""
+    if batch.nbytes <= max_bytes or batch.num_rows <= 1:
+        yield batch
+        return
+    rows = max(1, min(batch.num_rows // 2, batch.num_rows * max_bytes // batch.nbytes))
+    for start in range(0, batch.num_rows, rows):
+        yield from _within_bytes(batch.slice(start, rows), max_bytes)
