@@ -10,8 +10,9 @@ same checkpoint and spool writes them::
     spark-submit jobs/capture_to_parquet.py --format yamz \\
         --option "address=yamz://*/tps?det=tpc" --output /data/tps
 
-Options are the format's reader options (README, "Options"); give ``spoolPath`` on storage that
-survives with the checkpoint (``--output`` + ``_checkpoint`` unless ``--checkpoint``).
+Options are the format's reader options (README, "Options"). The checkpoint is ``--output`` +
+``_checkpoint`` unless ``--checkpoint``; the spool (``spoolPath``) defaults to the checkpoint's
+path + ``_spool``, beside it, so that both survive together.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = job_session(f"capture {args.format} to parquet")
     output = os.path.abspath(args.output)
     checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
-    reader = spark.readStream.format(args.format).options(**dict(args.option))
+    options = dict(args.option)
+    # beside the checkpoint, which a restart needs as much (see README, What is guaranteed)
+    options.setdefault("spoolPath", checkpoint.rstrip("/") + "_spool")
+    reader = spark.readStream.format(args.format).options(**options)
     rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))
     spark.streams.addListener(ProgressPrinter())
     query = (

@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.readStream.format("zeroeq")
         .option("session", args.session)
         .option("discoveryInterfaces", args.discovery_interfaces)
+        .option("spoolPath", output.rstrip("/") + "_spool")  # lives as long as the checkpoint
     )
     if publishers:
         reader = reader.option("events", "demo::Temperature,demo::Heartbeat")

@@ -24,14 +24,14 @@ logger.addHandler(logging.NullHandler())
 FORMAT = "%(asctime)s spark_zmq %(levelname)s %(message)s"
 
 
-def configure_logging(level: str | None = None) -> None:
+def configure_logging(level: str | None = None, default: str = "INFO") -> None:
     """For a program that configures no other logging: the ``spark_zmq`` records at ``level``
-    (default: ``SPARK_ZMQ_LOG_LEVEL`` or INFO) go to stderr. Idempotent."""
+    (else ``SPARK_ZMQ_LOG_LEVEL``, else ``default``) go to stderr. Idempotent."""
     if not any(isinstance(h, _Stderr) for h in logger.handlers):
         handler = _Stderr()
         handler.setFormatter(logging.Formatter(FORMAT))
         logger.addHandler(handler)
-    logger.setLevel((level or os.environ.get("SPARK_ZMQ_LOG_LEVEL") or "INFO").upper())
+    logger.setLevel((level or os.environ.get("SPARK_ZMQ_LOG_LEVEL") or default).upper())
 
 
 def configure_spark_worker_logging() -> None:

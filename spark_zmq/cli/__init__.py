@@ -60,6 +60,13 @@ def options_markdown(format_name: str, shared: bool = True) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_zmq", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--log-level",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+        help="the package's log lines on stderr from this level on (default: "
+        "SPARK_ZMQ_LOG_LEVEL, else WARNING)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     options = commands.add_parser("options", help="print a format's options (Markdown)")
     options.add_argument("format", nargs="?", default="zeroeq", choices=sorted(FORMATS))
@@ -72,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     add_discover_parser(commands, sorted(FORMATS))
     add_demo_parser(commands)
     args = parser.parse_args(argv)
-    configure_logging()
+    configure_logging(args.log_level, default="WARNING")  # stdout is for results
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0

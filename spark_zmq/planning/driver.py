@@ -23,6 +23,15 @@ class DriverCapture(Placement):
 
     def start(self) -> None:
         self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
+        left = self._spool.retire_leftovers()
+        if left:
+            logger.info(
+                "%s: %d partitions left open by an earlier run are retired until their "
+                "endpoints join again: %s",
+                self.protocol.name,
+                len(left),
+                ", ".join(sorted(left)),
+            )
         # "latest" means after what the spool held before this run's capture started:
         # everything this run receives is delivered (taken later, it would skip messages
         # received between the first connection and the first offset call).

@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 
 from spark_zmq.capture.assignment import Claim
 from spark_zmq.capture.holder import executor_id, register_executor, take_partition
-from spark_zmq.log import configure_spark_worker_logging
+from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import OptionError, Options
 from spark_zmq.planning import make_placement
 from spark_zmq.planning.placement import Placement
@@ -77,6 +77,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _started(self) -> Placement:
         if self._placement is None:
             configure_spark_worker_logging()
+            if self.options["spoolPath"] is None:
+                logger.warning(
+                    "%s: option spoolPath is not set: spooling to %s, under the temporary "
+                    "folder. A restart from the checkpoint is exactly-once only while that "
+                    "folder lives (a reboot or a temp cleaner loses what was captured and not "
+                    "yet committed); set spoolPath to durable storage, e.g. beside the "
+                    "checkpoint",
+                    self.protocol.name,
+                    self.spool_path,
+                )
             self._placement = make_placement(self.protocol, self.options, self.spool_path)
             _stop_on_sigterm()
             atexit.register(self.stop)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import shutil
+import socket
 import time
 from typing import IO
 
@@ -48,17 +50,29 @@ def lock_folder(root: str, wait: float) -> IO[str]:
                 lock.close()
                 raise
             if time.monotonic() > deadline:
+                lock.seek(0)
+                holder = _holder_text(lock.read())
                 lock.close()
                 raise SpoolError(
-                    f"spool folder {root} is in use by another running query; give "
-                    f"each query its own option spoolPath"
+                    f"spool folder {root} is in use by another running query ({holder}); "
+                    f"give each query its own option spoolPath"
                 ) from None
             time.sleep(0.2)
     lock.seek(0)
     lock.truncate()
-    lock.write(str(os.getpid()))
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}))
     lock.flush()
     return lock
+
+
+def _holder_text(text: str) -> str:
+    """Who holds a spool's LOCK, from what it wrote there, for the error a second query gets."""
+    try:
+        holder = json.loads(text)
+        return f"process {holder['pid']} on host {holder['host']}, since {holder['since']}"
+    except (ValueError, KeyError, TypeError):
+        return f"process {text.strip() or '(unknown)'}"
 
 
 def claim_epoch(root: str, key: str, expect_epoch: int | None) -> tuple[int, Lease | None]:

@@ -226,6 +226,18 @@ class Spool:
             self._save(index)
 
     @_locked
+    def retire_leftovers(self) -> list[str]:
+        """At the start of an exclusive spool: retire the partitions an earlier run left open
+        (it ended without retiring them), so that they are read to their end and then leave
+        the offsets instead of counting as live endpoints. Nothing is deleted, and one whose
+        endpoint joins again reopens. The keys retired."""
+        left = [k for k, i in self.partitions.items() if not i.retired and k not in self.epochs]
+        for key in left:
+            self.open_partition(key)  # held from now on, as the partitions capture writes
+            self.retire(key)
+        return left
+
+    @_locked
     def truncate(self, key: str, end: int) -> None:
         """Drop whole segments that end at or before ``end`` (Spark committed them)."""
         index = self.partitions.get(key)

@@ -254,3 +254,83 @@ def test_min_records_per_trigger_waits_for_rows_but_not_past_max_trigger_delay(s
     assert waiting and min(waiting) >= 25, waiting
     assert len(delayed) >= 2 and max(delayed) < 100, delayed
     assert len(plain) > len(waiting), (plain, waiting)
+
+
+def test_the_default_spool_says_what_it_means_for_restarts(tmp_path, monkeypatch):
+    import tempfile
+
+    from spark_zmq.options import parse_options
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.spark.reader import ZmqStreamReader
+    from spark_zmq.stream_options import READER_OPTIONS
+    from spark_zmq.testing.logs import logged_warnings
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    publisher = Publisher("", announce=False)
+    protocol = ZeroEQ()
+    given = {"publishers": f"127.0.0.1:{publisher.port}"}
+    reader = ZmqStreamReader(
+        protocol, parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, given)
+    )
+    try:
+        with logged_warnings() as lines:
+            reader.initialOffset()
+    finally:
+        reader.stop()
+        publisher.close()
+    assert reader.spool_path.startswith(str(tmp_path))
+    assert any(
+        f"option spoolPath is not set: spooling to {reader.spool_path}" in line
+        and "exactly-once only while that folder lives" in line
+        and "set spoolPath to durable storage" in line
+        for line in lines
+    ), lines
+
+
+def test_partitions_an_earlier_run_left_open_are_read_to_their_end_and_leave(spark, tmp_path):
+    """A spool holds a partition of an earlier run whose endpoint is gone (the run ended
+    without retiring it): a new query reads it (startingOffsets=earliest) and then it leaves
+    the offsets, so it is not counted as a live endpoint; the live publisher's partition stays."""
+    from spark_zmq.capture.buffer import spool_table
+    from spark_zmq.spool.layout import Source
+
+    root = str(tmp_path / "spool")
+    earlier = Spool(root, 1 << 30)
+    frames = [[event_id(ECHO), b"old-%d" % i] for i in range(3)]
+    earlier.append("10.9.9.9:1", Source("tcp://10.9.9.9:1", {}), spool_table(frames, [0] * 3, {}))
+    earlier.close()
+    publisher = Publisher("", announce=False)
+    query = (
+        spark.readStream.format("zeroeq")
+        .option("publishers", f"127.0.0.1:{publisher.port}")
+        .option("spoolPath", root)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("memory")
+        .queryName("leftovers")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    try:
+        publisher.wait_for_subscribers(timeout=60)
+        publisher.publish(ECHO, b"new")
+
+        def offsets():
+            progress = query.lastProgress
+            end = progress["sources"][0]["endOffset"] if progress else None
+            return json.loads(end) if isinstance(end, str) else (end or {})
+
+        live = f"127.0.0.1:{publisher.port}"
+        wait_until(
+            lambda: "10.9.9.9:1" not in offsets() and live in offsets(),
+            timeout=60,
+            what="the earlier run's partition to leave the offsets",
+        )
+        query.processAllAvailable()
+        rows = spark.sql("select partition, payload from leftovers").collect()
+    finally:
+        query.stop()
+        publisher.close()
+    assert sorted(bytes(r.payload) for r in rows) == [b"new", b"old-0", b"old-1", b"old-2"]
+    assert load_index(root, "10.9.9.9:1").retired

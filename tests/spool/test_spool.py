@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pyarrow as pa
 import pytest
 
@@ -46,8 +49,12 @@ def test_append_read_any_range_truncate(tmp_path):
 def test_offsets_continue_after_restart_and_the_folder_has_one_writer(tmp_path):
     spool = Spool(str(tmp_path), 1 << 30)
     spool.append("a:1", SOURCE, messages(0, 3))
-    with pytest.raises(SpoolError, match="in use by another running query"):
+    with pytest.raises(SpoolError, match="in use by another running query") as info:
         Spool(str(tmp_path), 1 << 30, lock_wait=0.5)
+    holder = f"process {os.getpid()} on host {socket.gethostname()}, since "
+    assert holder in str(info.value) and "give each query its own option spoolPath" in str(
+        info.value
+    )
     spool.close()
     again = Spool(str(tmp_path), 1 << 30)
     assert again.snapshot()["a:1"] == (0, 3, False)
