@@ -9,6 +9,7 @@ every format shares are in ``stream_options``; each protocol defines its own bes
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,14 +69,14 @@ def port(value: str) -> int:
 
 def positive_float(value: str) -> float:
     number = float(value.strip())
-    if not number > 0:
+    if not (number > 0 and math.isfinite(number)):
         raise ValueError("not positive")
     return number
 
 
 def non_negative_float(value: str) -> float:
     number = float(value.strip())
-    if not number >= 0:
+    if not (number >= 0 and math.isfinite(number)):
         raise ValueError("negative")
     return number
 

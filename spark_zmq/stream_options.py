@@ -3,6 +3,8 @@ CURVE's (applied by ``spark_zmq.security``). Each is defined once (see ``options
 
 from __future__ import annotations
 
+import json
+
 from spark_zmq import security
 from spark_zmq.options import (
     Option,
@@ -16,7 +18,6 @@ from spark_zmq.options import (
     positive_int,
     text,
 )
-from spark_zmq.spark.offsets import ending_offsets, starting_offsets
 
 # ---------------------------------------------------------------------------------------------
 # CURVE security, for readers and writers of every format (spark_zmq.security applies them).
@@ -57,6 +58,39 @@ CURVE_OPTIONS: tuple[Option, ...] = (
         "client that completes the handshake (the management port then refuses all).",
     ),
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# startingOffsets and endingOffsets (spark_zmq.spark.offsets.resolve applies them to a spool)
+
+#: earliest, latest, or an offset per partition
+OffsetSpec = str | dict[str, int]
+#: in a JSON offset spec, as in Kafka's: the first offset still held, and the next one written
+EARLIEST, LATEST = -2, -1
+
+
+def starting_offsets(value: str) -> OffsetSpec:
+    """Option parser: ``earliest``, ``latest`` or JSON ``{"<partition>": offset}``."""
+    return _offset_spec(value, ("earliest", "latest"))
+
+
+def ending_offsets(value: str) -> OffsetSpec:
+    """Option parser: ``latest`` or JSON ``{"<partition>": offset}`` (no ``earliest``: a
+    read that ends where it starts reads nothing)."""
+    return _offset_spec(value, ("latest",))
+
+
+def _offset_spec(value: str, words: tuple[str, ...]) -> OffsetSpec:
+    if value.strip().lower() in words:
+        return value.strip().lower()
+    if not value.strip().startswith("{"):
+        raise ValueError(value)
+    doc = json.loads(value)  # ValueError: the option's error says what is accepted
+    if not isinstance(doc, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= EARLIEST for v in doc.values()
+    ):
+        raise ValueError(value)
+    return {str(k): int(v) for k, v in doc.items()}
 
 
 # ---------------------------------------------------------------------------------------------

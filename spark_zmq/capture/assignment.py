@@ -16,8 +16,9 @@ COMMITS = "commits"
 
 
 @dataclass(frozen=True)
-class HolderSettings:
-    """What a holder process needs besides its partition: from the query's options."""
+class CaptureSettings:
+    """What capture needs besides its partitions, from the query's options: capture on the
+    driver, and each holder process on an executor (which gets it on its stdin)."""
 
     format_name: str
     max_spool_bytes: int
@@ -31,7 +32,7 @@ class HolderSettings:
     curve: tuple[str | None, str | None, str | None] = (None, None, None)
 
     @classmethod
-    def of(cls, options: Options) -> HolderSettings:
+    def of(cls, options: Options) -> CaptureSettings:
         curve = Curve.of(options)
         server, public, secret = (
             k.decode() if k else None
@@ -65,4 +66,4 @@ class Claim(InputPartition):
     key: str
     expect_epoch: int
     declines_left: int  # how many times the task may leave it to a less loaded executor
-    settings: HolderSettings
+    settings: CaptureSettings

@@ -29,7 +29,7 @@ import time
 import urllib.parse
 from dataclasses import asdict
 
-from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
+from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, Claim
 from spark_zmq.capture.buffer import spool_table, utc_text
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
@@ -236,7 +236,7 @@ def _is_java(pid: int) -> bool:
 class Holder:
     """Captures one partition for as long as it holds the partition's lease."""
 
-    def __init__(self, spool_path: str, key: str, settings: HolderSettings) -> None:
+    def __init__(self, spool_path: str, key: str, settings: CaptureSettings) -> None:
         self.key = key
         self.settings = settings
         self.name = settings.format_name
@@ -279,15 +279,7 @@ class Holder:
         if endpoint is None:
             return "its endpoint is no longer assigned"
         settings = self.settings
-        self.capture = Capture(
-            self.spool,
-            max_message_bytes=settings.max_message_bytes,
-            flush_interval=settings.flush_interval,
-            name=self.name,
-            drop_on_write_error=settings.drop_on_write_error,
-            curve=settings.curve_keys(),
-            receive_hwm=settings.receive_hwm,
-        )
+        self.capture = Capture.of(self.spool, settings, self.name)
         self.capture.start()
         self.capture.endpoint_joined(endpoint)
         renewed_at, beat, leaving = time.monotonic(), None, False
@@ -334,7 +326,7 @@ def main() -> int:
     args = json.loads(sys.stdin.read())
     try:
         given = args["settings"]
-        settings = HolderSettings(**{**given, "curve": tuple(given["curve"])})
+        settings = CaptureSettings(**{**given, "curve": tuple(given["curve"])})
         holder = Holder(args["spool_path"], args["key"], settings)
         epoch = holder.claim(args["expect_epoch"])
     except LeaseLost as exc:

@@ -28,6 +28,7 @@ from typing import Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from spark_zmq.capture.assignment import CaptureSettings
 from spark_zmq.capture.buffer import Buffer
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
@@ -85,6 +86,19 @@ class Capture:
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
         Buffer([[b""]], [0]).table()
+
+    @classmethod
+    def of(cls, spool: Spool, settings: CaptureSettings, name: str) -> Capture:
+        """A capture configured from the query's options (``CaptureSettings``)."""
+        return cls(
+            spool,
+            max_message_bytes=settings.max_message_bytes,
+            flush_interval=settings.flush_interval,
+            name=name,
+            drop_on_write_error=settings.drop_on_write_error,
+            curve=settings.curve_keys(),
+            receive_hwm=settings.receive_hwm,
+        )
 
     # -- called from other threads -------------------------------------------------------------
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import argparse
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
+from spark_zmq import options
 from spark_zmq.errors import SparkZmqError
+
+T = TypeVar("T")
 
 
 class CommandError(SparkZmqError):
@@ -36,3 +41,29 @@ class MemoryState:
 
     def save(self, data: dict) -> None:
         self.data = data
+
+
+def arg_type(parse: Callable[[str], T], accepts: str) -> Callable[[str], T]:
+    """An argparse type from one of the options' parsers: the same values are accepted, and a
+    bad one is a usage error naming the argument and saying what it takes."""
+
+    def convert(value: str) -> T:
+        try:
+            return parse(value)
+        except (ValueError, KeyError):
+            raise argparse.ArgumentTypeError(f"{value!r} is not {accepts}") from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")  # argparse names it in errors
+    return convert
+
+
+#: the argument types the tools share, from the options' parsers
+count_arg = arg_type(options.positive_int, "a whole number of at least 1")
+port_arg = arg_type(options.port, "a TCP port")
+any_port_arg = arg_type(
+    lambda value: options.port(value) if value.strip() != "0" else 0,
+    "a TCP port (0 = any free port)",
+)
+seconds_arg = arg_type(options.non_negative_float, "a number of seconds (0 or more)")
+positive_seconds_arg = arg_type(options.positive_float, "a number of seconds (more than 0)")
+positive_rate_arg = arg_type(options.positive_float, "a rate per second (more than 0)")

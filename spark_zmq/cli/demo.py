@@ -12,6 +12,7 @@ import shlex
 import signal
 import threading
 
+from spark_zmq.cli.common import positive_rate_arg, positive_seconds_arg
 from spark_zmq.testing.demo import DEMOS, run
 
 PROG = "python -m spark_zmq demo"
@@ -25,9 +26,12 @@ def add_demo_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--format", required=True, choices=sorted(DEMOS))
     parser.add_argument(
-        "--rate", type=float, default=10.0, help="readings per second from each peer (default 10)"
+        "--rate",
+        type=positive_rate_arg,
+        default=10.0,
+        help="readings per second from each peer (default 10)",
     )
-    parser.add_argument("--seconds", type=float, help="stop after this long")
+    parser.add_argument("--seconds", type=positive_seconds_arg, help="stop after this long")
 
 
 def option_arguments(options: dict[str, str]) -> str:

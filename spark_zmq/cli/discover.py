@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from spark_zmq.cli.common import MemoryState, aligned
+from spark_zmq.cli.common import MemoryState, aligned, positive_seconds_arg
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
 from spark_zmq.stream_options import READER_OPTIONS
@@ -68,7 +68,9 @@ def add_discover_parser(commands: argparse._SubParsersAction, formats: list[str]
         metavar="KEY=VALUE",
         help="a reader option of --format (repeatable)",
     )
-    parser.add_argument("--seconds", type=float, default=3.0, help="how long to listen (default 3)")
+    parser.add_argument(
+        "--seconds", type=positive_seconds_arg, default=3.0, help="how long to listen (default 3)"
+    )
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
 
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+from spark_zmq.cli.common import count_arg, port_arg, positive_seconds_arg
 from spark_zmq.cli.curve import add_curve_arguments, curve_of
 from spark_zmq.protocols.ebus import Broker, BrokerError, Client, Worker, ask
 from spark_zmq.protocols.ebus.wire import (
@@ -44,27 +45,31 @@ def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
         ("pub", PUB_PORT),
         ("sub", SUB_PORT),
     ):
-        broker.add_argument(f"--{name}-port", type=int, default=default, metavar="PORT")
+        broker.add_argument(f"--{name}-port", type=port_arg, default=default, metavar="PORT")
     broker.set_defaults(run=run_broker)
     worker = actions.add_parser("worker", help="serve an echo service until interrupted")
     worker.add_argument("--service", default="echo")
     worker.add_argument("--broker", default="127.0.0.1", help="the broker's host")
-    worker.add_argument("--backend-port", type=int, default=BACKEND_PORT, metavar="PORT")
+    worker.add_argument("--backend-port", type=port_arg, default=BACKEND_PORT, metavar="PORT")
     worker.set_defaults(run=run_worker)
     for kind in ("services", "workers"):
         question = actions.add_parser(kind, help=f"print the broker's {kind.upper()} answer")
         question.add_argument("--broker", default="127.0.0.1", help="the broker's host")
-        question.add_argument("--frontend-port", type=int, default=FRONTEND_PORT, metavar="PORT")
-        question.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS")
+        question.add_argument(
+            "--frontend-port", type=port_arg, default=FRONTEND_PORT, metavar="PORT"
+        )
+        question.add_argument(
+            "--timeout", type=positive_seconds_arg, default=3.0, metavar="SECONDS"
+        )
         question.set_defaults(run=run_question)
     call = actions.add_parser("call", help="send one request to a service, print the answer")
     call.add_argument("--service", required=True)
     call.add_argument("--data", default="null", help="the request's data, JSON text")
     call.add_argument("--broker", default="127.0.0.1", help="the broker's host")
-    call.add_argument("--frontend-port", type=int, default=FRONTEND_PORT, metavar="PORT")
+    call.add_argument("--frontend-port", type=port_arg, default=FRONTEND_PORT, metavar="PORT")
     call.add_argument(
         "--stales-ms",
-        type=int,
+        type=count_arg,
         default=DEFAULT_STALES_MS,
         metavar="MS",
         help="how long the request may wait for an answer",

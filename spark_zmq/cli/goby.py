@@ -21,7 +21,14 @@ import time
 
 import zmq
 
-from spark_zmq.cli.common import CommandError
+from spark_zmq.cli.common import (
+    CommandError,
+    any_port_arg,
+    count_arg,
+    port_arg,
+    positive_seconds_arg,
+    seconds_arg,
+)
 from spark_zmq.cli.curve import add_curve_arguments, curve_of
 from spark_zmq.protocols.goby import (
     GobyDaemon,
@@ -58,7 +65,7 @@ def add_goby_parser(commands: argparse._SubParsersAction) -> None:
     daemon.add_argument("--socket-name", help="IPC sockets at SOCKET_NAME.* (overrides --platform)")
     daemon.add_argument(
         "--tcp-port",
-        type=int,
+        type=any_port_arg,
         metavar="PORT",
         help=f"TCP instead of IPC: the Manager on this port (gobyd's default "
         f"is {DEFAULT_TCP_PORT}; 0 picks one)",
@@ -84,8 +91,10 @@ def add_goby_parser(commands: argparse._SubParsersAction) -> None:
         metavar="PREFIX",
         help="identifier prefixes such as /nav/PROTOBUF/ (default /: all)",
     )
-    subscribe.add_argument("--count", type=int, help="stop after this many messages")
-    subscribe.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after this long")
+    subscribe.add_argument("--count", type=count_arg, help="stop after this many messages")
+    subscribe.add_argument(
+        "--timeout", type=positive_seconds_arg, metavar="SECONDS", help="stop after this long"
+    )
     subscribe.add_argument(
         "--include-internal-groups",
         action="store_true",
@@ -103,15 +112,17 @@ def add_goby_parser(commands: argparse._SubParsersAction) -> None:
     body = publish.add_mutually_exclusive_group(required=True)
     body.add_argument("--text", help="CSTR text, or JSON text for the JSON scheme")
     body.add_argument("--payload-hex", help="the payload's bytes in hex")
-    publish.add_argument("--count", type=int, default=1)
+    publish.add_argument("--count", type=count_arg, default=1)
     publish.add_argument(
         "--wait",
-        type=float,
+        type=seconds_arg,
         default=5.0,
         metavar="SECONDS",
         help="wait up to this long for a subscriber first (default 5)",
     )
-    publish.add_argument("--hold-timeout", type=float, default=60.0, metavar="SECONDS")
+    publish.add_argument(
+        "--hold-timeout", type=positive_seconds_arg, default=60.0, metavar="SECONDS"
+    )
     publish.set_defaults(run=run_publish)
     for parser in actions.choices.values():
         add_curve_arguments(parser)
@@ -121,8 +132,10 @@ def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--platform", default=DEFAULT_PLATFORM)
     parser.add_argument("--socket-name")
     parser.add_argument("--manager-host", help="TCP: the Manager's host")
-    parser.add_argument("--manager-port", type=int, help="TCP: the Manager's port")
-    parser.add_argument("--manager-timeout", type=float, default=5.0, metavar="SECONDS")
+    parser.add_argument("--manager-port", type=port_arg, help="TCP: the Manager's port")
+    parser.add_argument(
+        "--manager-timeout", type=positive_seconds_arg, default=5.0, metavar="SECONDS"
+    )
     parser.add_argument("--client-name", default=CLIENT_NAME)
 
 

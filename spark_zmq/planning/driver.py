@@ -4,12 +4,12 @@ socket live in the driver-side reader process, which writes the spool itself.
 
 from __future__ import annotations
 
+from spark_zmq.capture.assignment import CaptureSettings
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery
-from spark_zmq.security import Curve
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.spool.writer import Spool
 
@@ -22,8 +22,9 @@ class DriverCapture(Placement):
     _discovery: Discovery | None = None
 
     def start(self) -> None:
-        self._spool = Spool(self.spool_path, self.options["maxSpoolBytes"])
-        left = self._spool.retire_leftovers()
+        settings = CaptureSettings.of(self.options)
+        self._spool = Spool(self.spool_path, settings.max_spool_bytes)
+        left = _retire_leftovers(self._spool)
         if left:
             logger.info(
                 "%s: %d partitions left open by an earlier run are retired until their "
@@ -36,15 +37,7 @@ class DriverCapture(Placement):
         # everything this run receives is delivered (taken later, it would skip messages
         # received between the first connection and the first offset call).
         self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
-        self._capture = Capture(
-            self._spool,
-            max_message_bytes=self.options["maxMessageBytes"],
-            flush_interval=self.options["flushIntervalMs"] / 1000.0,
-            name=self.protocol.name,
-            drop_on_write_error=self.options["onSpoolWriteError"] == "drop",
-            curve=Curve.of(self.options),
-            receive_hwm=self.options["receiveHighWaterMark"],
-        )
+        self._capture = Capture.of(self._spool, settings, self.protocol.name)
         self._capture.start()
         logger.info(
             "%s: capturing on the driver, spooling to %s", self.protocol.name, self.spool_path
@@ -69,6 +62,8 @@ class DriverCapture(Placement):
             spool.truncate(key, offset)
 
     def close(self) -> None:
+        if self._spool is not None:
+            self._spool.stopping()  # a restart of this query waits for the spool, not fails
         if self._discovery is not None:
             self._discovery.close()
             self._discovery = None
@@ -78,3 +73,15 @@ class DriverCapture(Placement):
         if self._spool is not None:
             self._spool.close()
             self._spool = None
+
+
+def _retire_leftovers(spool: Spool) -> list[str]:
+    """At the start of capture on the driver, the partitions an earlier run left open (it ended
+    without retiring them) are retired, so that they are read to their end and then leave the
+    offsets instead of counting as live endpoints. Nothing is deleted, and one whose endpoint
+    joins again reopens. The keys retired."""
+    left = sorted(key for key, state in spool.snapshot().items() if not state.retired)
+    for key in left:
+        spool.open_partition(key)  # held from now on, as every partition of this spool
+        spool.retire(key)
+    return left

@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 
-from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, Claim, HolderSettings
+from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, Claim
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.planning.holders import HolderWatch
@@ -46,7 +46,7 @@ class ExecutorCapture(Placement):
 
     def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
         super().__init__(protocol, options, spool_path)
-        self.settings = HolderSettings.of(options)
+        self.settings = CaptureSettings.of(options)
         self._assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self._commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
         self._endpoints: dict[str, Endpoint] = {}

@@ -7,18 +7,14 @@ plus the format version and, with ``capture=executors``, the round of claims pla
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from spark_zmq.errors import SparkZmqError
+from spark_zmq.stream_options import EARLIEST, LATEST, OffsetSpec
 
 PartitionOffsets = dict[str, int]
-#: ``startingOffsets`` / ``endingOffsets``: earliest, latest, or an offset per partition
-OffsetSpec = str | PartitionOffsets
-#: in a JSON offset spec, as in Kafka's: the first offset still held, and the next one written
-EARLIEST, LATEST = -2, -1
 
 #: the layout of the offsets this release writes into checkpoints
 OFFSET_VERSION = 1
@@ -117,30 +113,6 @@ def admit(
 
 
 # -- startingOffsets and endingOffsets ---------------------------------------------------------
-
-
-def starting_offsets(value: str) -> OffsetSpec:
-    """Option parser: ``earliest``, ``latest`` or JSON ``{"<partition>": offset}``."""
-    return _offset_spec(value, ("earliest", "latest"))
-
-
-def ending_offsets(value: str) -> OffsetSpec:
-    """Option parser: ``latest`` or JSON ``{"<partition>": offset}`` (no ``earliest``: a
-    read that ends where it starts reads nothing)."""
-    return _offset_spec(value, ("latest",))
-
-
-def _offset_spec(value: str, words: tuple[str, ...]) -> OffsetSpec:
-    if value.strip().lower() in words:
-        return value.strip().lower()
-    if not value.strip().startswith("{"):
-        raise ValueError(value)
-    doc = json.loads(value)  # ValueError: the option's error says what is accepted
-    if not isinstance(doc, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= EARLIEST for v in doc.values()
-    ):
-        raise ValueError(value)
-    return {str(k): int(v) for k, v in doc.items()}
 
 
 def resolve(

@@ -112,12 +112,36 @@ def close_publishers() -> None:
         _wait_deadlines.clear()
 
 
+@dataclass(frozen=True)
+class WriterSettings:
+    """The generic writer's options, typed (the protocol reads its own from ``options``)."""
+
+    mode: str
+    max_message_bytes: int
+    wait_for_subscribers: float
+    min_subscribers: int
+    max_in_flight: int
+    reply_path: str | None
+
+    @classmethod
+    def of(cls, options: Options) -> WriterSettings:
+        return cls(
+            options["mode"],
+            options["maxMessageBytes"],
+            options["waitForSubscribers"],
+            options["minSubscribers"],
+            options["maxInFlight"],
+            options["replyPath"],
+        )
+
+
 class ZmqStreamWriter(DataSourceStreamArrowWriter):
     """Generic micro-batch writer for any ``SinkProtocol``."""
 
     def __init__(self, protocol: SinkProtocol, options: Options) -> None:
         self.protocol = protocol
         self.options = options
+        self.settings = WriterSettings.of(options)
 
     # -- executors -----------------------------------------------------------------------------
 
@@ -158,7 +182,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             for index, message in enumerate(encoded.messages):
                 if message is None:
                     continue
-                while len(waiting) >= self.options["maxInFlight"]:
+                while len(waiting) >= self.settings.max_in_flight:
                     outcomes.append(waiting.popleft().result())
                 request_id = f"{query}/{batch_id}/{partition}/{counts.rows + index}"
                 waiting.append(requester.request(message, request_id))
@@ -167,13 +191,13 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         outcomes.extend(future.result() for future in waiting)
         self._warn_skipped(counts)
         self._judge(outcomes, counts)
-        if self.options["replyPath"] and outcomes:
-            write_outcomes(self.options["replyPath"], batch_id, partition, outcomes)
+        if self.settings.reply_path and outcomes:
+            write_outcomes(self.settings.reply_path, batch_id, partition, outcomes)
         return counts
 
     def _judge(self, outcomes: list[Outcome], counts: SendCounts) -> None:
         """Count the outcomes; fail on the first one that ``mode`` does not let pass."""
-        mode = self.options["mode"]
+        mode = self.settings.mode
         for outcome in outcomes:
             setattr(counts, outcome.kind, getattr(counts, outcome.kind) + 1)
             if outcome.kind == REFUSED and mode == "FAILFAST":
@@ -198,7 +222,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             )
 
     def _warn_skipped(self, counts: SendCounts) -> None:
-        if counts.skipped and self.options["mode"] == "PERMISSIVE":
+        if counts.skipped and self.settings.mode == "PERMISSIVE":
             logger.warning(
                 "%s writer: %s skipped %d rows that cannot be sent; the first: %s",
                 self.protocol.name,
@@ -209,7 +233,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
 
     def _check_rows(self, encoded: Encoded, counts: SendCounts) -> None:
         """Mark rows over maxMessageBytes, then apply ``mode`` to every unsendable row."""
-        limit = self.options["maxMessageBytes"]
+        limit = self.settings.max_message_bytes
         for index, message in enumerate(encoded.messages):
             if message is not None and sum(map(len, message)) > limit:
                 size = sum(map(len, message))
@@ -218,7 +242,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         for index, error in enumerate(encoded.errors):
             if error is None:
                 continue
-            if self.options["mode"] == "FAILFAST":
+            if self.settings.mode == "FAILFAST":
                 raise UnsendableRowError(
                     f"{self.protocol.name} writer: row {counts.rows + index + 1} of this "
                     f"task cannot be sent: {error} (mode=FAILFAST; mode=PERMISSIVE or "
@@ -234,7 +258,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         publisher's window: ``waitForSubscribers`` seconds from its first wait. Subscribers
         get that long to connect after a publisher appears; however many events, tasks and
         batches follow, a publisher waits no longer than that in all."""
-        wait, wanted = self.options["waitForSubscribers"], self.options["minSubscribers"]
+        wait, wanted = self.settings.wait_for_subscribers, self.settings.min_subscribers
         if not wait:
             return
         deadline = subscriber_wait_deadline(publisher, wait)

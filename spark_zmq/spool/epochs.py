@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import time
-from typing import IO
+from typing import IO, Any
 
 from spark_zmq.spool.layout import (
     LOCK_NAME,
@@ -35,12 +35,22 @@ from spark_zmq.spool.layout import (
 )
 from spark_zmq.spool.leases import Lease, lease_of
 
+#: seconds a query waits for a live holder of the spool's LOCK to say it is stopping before it
+#: fails (a query restarted in the same session starts while its previous run stops)
+STOPPING_GRACE = 3.0
+
 
 def lock_folder(root: str, wait: float) -> IO[str]:
-    """Exclusive use of the folder. Waits a little: a query restarted in the same session
-    may start before the process of its previous run has released the lock."""
+    """Exclusive use of the folder.
+
+    A holder that is stopping (it says so in the LOCK: ``mark_stopping``) is waited for, up to
+    ``wait`` seconds: a query restarted in the same session may start before the process of
+    its previous run has written what it received and let go. A holder that is not stopping is
+    another live query: SpoolError after ``STOPPING_GRACE`` seconds, naming the spool and the
+    holder's process, host and start time.
+    """
     lock = open(os.path.join(root, LOCK_NAME), "a+")
-    deadline = time.monotonic() + wait
+    started = time.monotonic()
     while True:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -49,30 +59,56 @@ def lock_folder(root: str, wait: float) -> IO[str]:
             if exc.errno not in (errno.EAGAIN, errno.EACCES):
                 lock.close()
                 raise
-            if time.monotonic() > deadline:
-                lock.seek(0)
-                holder = _holder_text(lock.read())
+            lock.seek(0)
+            holder = _holder(lock.read())
+            waited = time.monotonic() - started
+            if waited > wait or (waited > STOPPING_GRACE and not holder.get("stopping")):
                 lock.close()
                 raise SpoolError(
-                    f"spool folder {root} is in use by another running query ({holder}); "
-                    f"give each query its own option spoolPath"
+                    f"spool folder {root} is in use by another running query "
+                    f"({_holder_text(holder)}); give each query its own option spoolPath"
                 ) from None
             time.sleep(0.2)
-    lock.seek(0)
-    lock.truncate()
-    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    lock.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}))
-    lock.flush()
+    _write_holder(lock, stopping=False)
     return lock
 
 
-def _holder_text(text: str) -> str:
-    """Who holds a spool's LOCK, from what it wrote there, for the error a second query gets."""
+def mark_stopping(lock: IO[str]) -> None:
+    """Say in the LOCK that its holder is stopping (a query that wants the folder waits)."""
+    _write_holder(lock, stopping=True)
+
+
+def _write_holder(lock: IO[str], stopping: bool) -> None:
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc = {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
+    lock.seek(0)
+    previous = _holder(lock.read())
+    if "since" in previous and previous.get("pid") == os.getpid():
+        doc["since"] = previous["since"]
+    lock.seek(0)
+    lock.truncate()
+    lock.write(json.dumps({**doc, "stopping": stopping}))
+    lock.flush()
+
+
+def _holder(text: str) -> dict[str, Any]:
+    """What the LOCK's holder wrote there; a holder that wrote nothing readable (yet, or an
+    older release: only its pid) counts as stopping, so it is waited for as before."""
     try:
-        holder = json.loads(text)
-        return f"process {holder['pid']} on host {holder['host']}, since {holder['since']}"
-    except (ValueError, KeyError, TypeError):
-        return f"process {text.strip() or '(unknown)'}"
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return {"pid": text.strip() or "(unknown)", "stopping": True}
+    return doc
+
+
+def _holder_text(holder: dict[str, Any]) -> str:
+    """Who holds a spool's LOCK, for the error a second query gets."""
+    text = f"process {holder.get('pid')}"
+    if "host" in holder:
+        text += f" on host {holder['host']}, since {holder.get('since')}"
+    return text + (", stopping" if holder.get("stopping") else "")
 
 
 def claim_epoch(root: str, key: str, expect_epoch: int | None) -> tuple[int, Lease | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from spark_zmq.spool.layout import (
@@ -28,6 +29,11 @@ class Lease:
     at: float  # wall-clock time of the last heartbeat
     sealed: bool = False  # the holder let go (or was taken over): the partition is free
     failure: str = ""  # why the holder stopped, if capture failed
+
+    @classmethod
+    def renewed(cls, epoch: int, executor: str, beat: int, failure: str = "") -> Lease:
+        """The lease this process writes now, for its ``beat``-th heartbeat of ``epoch``."""
+        return cls(epoch, process_id(), executor, beat, time.time(), failure=failure)
 
     def to_json(self) -> str:
         return json.dumps(

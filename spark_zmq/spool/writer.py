@@ -9,14 +9,19 @@ import dataclasses
 import functools
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 
 from spark_zmq.log import logger
-from spark_zmq.spool.epochs import claim_epoch, lock_folder, remove_unused_epochs, seal
+from spark_zmq.spool.epochs import (
+    claim_epoch,
+    lock_folder,
+    mark_stopping,
+    remove_unused_epochs,
+    seal,
+)
 from spark_zmq.spool.layout import (
     BATCH_ROWS,
     INDEX_NAME,
@@ -78,12 +83,7 @@ class Spool:
         self.max_bytes = max_bytes
         self.exclusive = exclusive
         self.executor = executor or process_id()
-        try:
-            os.makedirs(root, exist_ok=True)
-        except OSError as exc:
-            raise SpoolError(
-                f"cannot use {root!r} as a spool folder (option spoolPath): {exc.strerror or exc}"
-            ) from None
+        _make_folder(root)
         self._lock_file = lock_folder(root, lock_wait) if exclusive else None
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
@@ -93,6 +93,11 @@ class Spool:
         if exclusive:
             self.partitions = _indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
+
+    def stopping(self) -> None:
+        """Say that this process is about to let go of the folder (see ``lock_folder``)."""
+        if self._lock_file is not None:
+            mark_stopping(self._lock_file)
 
     def close(self) -> None:
         """Let go of every partition held (seal) and of the folder."""
@@ -149,14 +154,7 @@ class Spool:
         if key not in self.epochs:
             raise LeaseLost(f"partition {key!r} is not held by this process")
         self._beats[key] += 1
-        lease = Lease(
-            self.epochs[key],
-            process_id(),
-            self.executor,
-            self._beats[key],
-            time.time(),
-            failure=failure,
-        )
+        lease = Lease.renewed(self.epochs[key], self.executor, self._beats[key], failure)
         self._write(key, LEASE_NAME, lease.to_json().encode())
 
     @_locked
@@ -226,18 +224,6 @@ class Spool:
             self._save(index)
 
     @_locked
-    def retire_leftovers(self) -> list[str]:
-        """At the start of an exclusive spool: retire the partitions an earlier run left open
-        (it ended without retiring them), so that they are read to their end and then leave
-        the offsets instead of counting as live endpoints. Nothing is deleted, and one whose
-        endpoint joins again reopens. The keys retired."""
-        left = [k for k, i in self.partitions.items() if not i.retired and k not in self.epochs]
-        for key in left:
-            self.open_partition(key)  # held from now on, as the partitions capture writes
-            self.retire(key)
-        return left
-
-    @_locked
     def truncate(self, key: str, end: int) -> None:
         """Drop whole segments that end at or before ``end`` (Spark committed them)."""
         index = self.partitions.get(key)
@@ -259,11 +245,8 @@ class Spool:
             # A full disk cannot take the new index, and only deleting frees space: delete
             # anyway (Spark never reads committed segments again); the next write publishes it.
             logger.warning("spool: %s; deleting the committed segments first", exc)
-        for segment in gone:
-            self.nbytes -= segment.nbytes
-            _delete_segment_file(self.root, key, segment)
-        used = {s.epoch for s in index.segments} | {self.epochs[key]}
-        remove_unused_epochs(partition_dir(self.root, key), used, self.epochs[key])
+        self.nbytes -= sum(segment.nbytes for segment in gone)
+        _delete_segments(self.root, key, gone, index.segments, self.epochs[key])
 
     def state(self, name: str) -> JsonState:
         """A small JSON document kept beside the partitions (discovery's durable state)."""
@@ -283,19 +266,12 @@ class Spool:
             raise self._write_failed(key, path, exc) from None
 
     def _write_failed(self, key: str, path: str, exc: OSError) -> SpoolError:
-        """LeaseLost if the epoch folder was sealed (someone claimed the partition), else a
-        SpoolWriteError naming the file, the partition and the cause."""
-        mine = self.epochs.get(key, 0)
-        newer = any(e > mine for e, _ in epochs(partition_dir(self.root, key)))
-        if isinstance(exc, FileNotFoundError) and newer:
-            epoch = self._forget(key)
-            return LeaseLost(
-                f"partition {key!r}: epoch {epoch} was taken over by a newer "
-                f"holder; this process may no longer write to it"
-            )
-        return SpoolWriteError(
-            f"cannot write {path} (spool {self.root}, partition {key}): {os_cause(exc)}"
-        )
+        """The error for a write that failed (see ``_write_error``); a partition taken over
+        is no longer held."""
+        error = _write_error(self.root, key, path, exc, self.epochs.get(key, 0))
+        if isinstance(error, LeaseLost):
+            self._forget(key)
+        return error
 
 
 def _indexes(root: str) -> dict[str, PartitionIndex]:
@@ -319,11 +295,38 @@ def _write_segment_file(path: str, source: Source, table: pa.Table) -> int:
         raise
 
 
-def _delete_segment_file(root: str, key: str, segment: Segment) -> None:
-    """Delete a segment's file, in whichever epoch folder it is (gone already: nothing to do)."""
-    for path in segment_paths(root, key, segment):
-        try:
-            os.remove(path)
-            return
-        except FileNotFoundError:
-            continue
+def _delete_segments(
+    root: str, key: str, gone: list[Segment], kept: list[Segment], epoch: int
+) -> None:
+    """Delete the files of segments ``gone`` (each in whichever epoch folder it is; gone
+    already: nothing to do), then the epoch folders that neither ``kept`` nor ``epoch`` use."""
+    for segment in gone:
+        for path in segment_paths(root, key, segment):
+            try:
+                os.remove(path)
+                break
+            except FileNotFoundError:
+                continue
+    used = {s.epoch for s in kept} | {epoch}
+    remove_unused_epochs(partition_dir(root, key), used, epoch)
+
+
+def _make_folder(root: str) -> None:
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise SpoolError(
+            f"cannot use {root!r} as a spool folder (option spoolPath): {exc.strerror or exc}"
+        ) from None
+
+
+def _write_error(root: str, key: str, path: str, exc: OSError, mine: int) -> SpoolError:
+    """LeaseLost if the epoch folder was sealed (someone claimed the partition after epoch
+    ``mine``), else a SpoolWriteError naming the file, the partition and the cause."""
+    newer = any(e > mine for e, _ in epochs(partition_dir(root, key)))
+    if isinstance(exc, FileNotFoundError) and newer:
+        return LeaseLost(
+            f"partition {key!r}: epoch {mine} was taken over by a newer "
+            f"holder; this process may no longer write to it"
+        )
+    return SpoolWriteError(f"cannot write {path} (spool {root}, partition {key}): {os_cause(exc)}")

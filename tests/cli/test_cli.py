@@ -281,3 +281,21 @@ def test_subscribe_without_publishers_says_so(capsys):
         "python -m spark_zmq zeroeq subscribe: no publisher found "
         "in session 'cli-nobody' within 1.0 s (see 'browse')\n"
     )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ebus", "services", "--frontend-port", "99999"], "'99999' is not a TCP port"),
+        (["ebus", "services", "--timeout", "-1"], "'-1' is not a number of seconds (more than 0)"),
+        (["goby", "subscribe", "--count", "0"], "'0' is not a whole number of at least 1"),
+        (["goby", "daemon", "--tcp-port", "x"], "'x' is not a TCP port (0 = any free port)"),
+        (["demo", "--format", "goby", "--rate", "inf"], "'inf' is not a rate per second"),
+        (["discover", "--seconds", "nan"], "'nan' is not a number of seconds (more than 0)"),
+    ],
+)
+def test_every_tools_numbers_are_checked_by_the_options_parsers(capsys, args, message):
+    with pytest.raises(SystemExit) as exit_:
+        main(args)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err

@@ -334,3 +334,38 @@ def test_partitions_an_earlier_run_left_open_are_read_to_their_end_and_leave(spa
         publisher.close()
     assert sorted(bytes(r.payload) for r in rows) == [b"new", b"old-0", b"old-1", b"old-2"]
     assert load_index(root, "10.9.9.9:1").retired
+
+
+def test_a_second_live_query_on_a_spool_fails_naming_the_spool_and_its_holder(spark, tmp_path):
+    publisher = Publisher("", announce=False)
+    root = str(tmp_path / "spool")
+
+    def start(name):
+        return (
+            spark.readStream.format("zeroeq")
+            .option("publishers", f"127.0.0.1:{publisher.port}")
+            .option("spoolPath", root)
+            .load()
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
+            .start()
+        )
+
+    first = start("holder")
+    try:
+        publisher.wait_for_subscribers(timeout=60)
+        second = start("intruder")
+        try:
+            with pytest.raises(Exception) as info:
+                second.awaitTermination(90)
+                raise AssertionError("the second query did not fail")
+        finally:
+            second.stop()
+        assert first.isActive and first.exception() is None
+    finally:
+        first.stop()
+        publisher.close()
+    message = str(info.value)
+    assert f"spool folder {root} is in use by another running query (process " in message
+    assert "give each query its own option spoolPath" in message

@@ -46,6 +46,24 @@ def test_append_read_any_range_truncate(tmp_path):
     spool.close()
 
 
+def test_a_second_writer_waits_for_a_stopping_holder_and_fails_fast_on_a_live_one(tmp_path):
+    import threading
+    import time
+
+    from spark_zmq.spool.epochs import STOPPING_GRACE
+
+    holder = Spool(str(tmp_path), 1 << 30)
+    started = time.monotonic()
+    with pytest.raises(SpoolError, match="in use by another running query"):
+        Spool(str(tmp_path), 1 << 30, lock_wait=30)
+    assert STOPPING_GRACE <= time.monotonic() - started < 10, "a live holder: no long wait"
+
+    holder.stopping()  # as a query's process does when it is told to stop
+    threading.Timer(STOPPING_GRACE + 1.0, holder.close).start()
+    successor = Spool(str(tmp_path), 1 << 30, lock_wait=30)  # waits, then takes over
+    successor.close()
+
+
 def test_offsets_continue_after_restart_and_the_folder_has_one_writer(tmp_path):
     spool = Spool(str(tmp_path), 1 << 30)
     spool.append("a:1", SOURCE, messages(0, 3))

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import argparse
 
+from spark_zmq.cli.common import any_port_arg, count_arg, seconds_arg
 from spark_zmq.cli.zeroeq.args import (
     event_arg,
     events_arg,
     interfaces_arg,
-    port_arg,
-    positive_int,
     publisher_arg,
     publishers_arg,
-    seconds_arg,
 )
 from spark_zmq.cli.zeroeq.browse import run_browse
 from spark_zmq.cli.zeroeq.common import run_zeroeq
@@ -71,7 +69,7 @@ def add_publish(actions: argparse._SubParsersAction, common: argparse.ArgumentPa
     payload.add_argument(
         "--payload-file", metavar="FILE", help="payload: the bytes of FILE ('-' for stdin)"
     )
-    parser.add_argument("--count", type=positive_int, default=1, help="times to send (1)")
+    parser.add_argument("--count", type=count_arg, default=1, help="times to send (1)")
     parser.add_argument(
         "--wait",
         type=seconds_arg,
@@ -85,7 +83,7 @@ def add_publish(actions: argparse._SubParsersAction, common: argparse.ArgumentPa
         help="address to bind and announce; "
         "'*' binds every address and announces the host name (127.0.0.1)",
     )
-    parser.add_argument("--port", type=port_arg, default=0, help="TCP port (default: any free)")
+    parser.add_argument("--port", type=any_port_arg, default=0, help="TCP port (default: any free)")
     parser.set_defaults(run=run_publish)
 
 
@@ -111,7 +109,7 @@ def add_subscribe(actions: argparse._SubParsersAction, common: argparse.Argument
         metavar="HOST:PORT,...",
         help="connect to these publishers instead of discovering them",
     )
-    parser.add_argument("--count", type=positive_int, help="stop after this many events")
+    parser.add_argument("--count", type=count_arg, help="stop after this many events")
     parser.add_argument(
         "--timeout",
         type=seconds_arg,

@@ -59,25 +59,3 @@ def publishers_arg(value: str) -> list[str]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r}: an empty item in the list") from None
     return [publisher_arg(item) for item in items]
-
-
-def positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
-    return int(value)
-
-
-def port_arg(value: str) -> int:
-    if not value.isdigit() or int(value) > 65535:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (0 = any free port)")
-    return int(value)
-
-
-def seconds_arg(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds (0 or more)")
-    return seconds
