@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv and installs spark_zmq with its test extras. Re-runs pip only when setup.cfg or
-# pyproject.toml changed since the last install. Needs Python >= 3.10 and Java 17 on the PATH.
+# Creates .venv and installs spark_zmq with its test extras. Re-runs pip only when pyproject.toml
+# changed since the last install. Needs Python >= 3.10 and Java 17 on the PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-}
@@ -44,7 +44,7 @@ if ! bash scripts/peers-node.sh; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.spark_zmq-installed
-wanted=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+wanted=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # compat mode puts the checkout on sys.path, so Spark's scan for top-level pyspark_* modules

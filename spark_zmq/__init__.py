@@ -11,4 +11,4 @@
 - ``cli``: the command line; ``testing``: clusters, demo peers and probes for tests.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

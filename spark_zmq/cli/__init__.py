@@ -1,4 +1,4 @@
-"""``python -m spark_zmq``: tools around the connector.
+"""``python -m spark_zmq`` (or the ``spark-zmq`` command): tools around the connector.
 
 ``options [FORMAT]`` prints a format's options as a Markdown table, generated from their
 definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ from a shell
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spark_zmq import __version__
 from spark_zmq.cli.demo import add_demo_parser, run_demo
 from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
@@ -60,6 +61,7 @@ def options_markdown(format_name: str, shared: bool = True) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_zmq", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"spark_zmq {__version__}")
     parser.add_argument(
         "--log-level",
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -84,3 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0
     return RUNNERS[args.command](args)
+
+
+def run() -> None:
+    """The ``spark-zmq`` console script."""
+    sys.exit(main())
