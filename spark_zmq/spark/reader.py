@@ -120,10 +120,15 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = admit(start, end, first, max_rows)
-        # A retired partition that has been read to its end leaves the offsets, and stays out:
-        # once left, its range would start at its first retained offset, which is its end.
+        # A retired partition leaves the offsets once it has been read to its end and that was
+        # committed (the spool then retains nothing of it: its first retained offset is its
+        # end), and stays out: were it to come back, its range would start there. One that the
+        # start offset already puts at its end without a commit (startingOffsets=latest over
+        # what an earlier run left) stays one more batch, whose commit lets its data go.
         end = {
-            k: v for k, v in end.items() if not (k in retired and start.get(k, first.get(k)) == v)
+            k: v
+            for k, v in end.items()
+            if not (k in retired and start.get(k, first.get(k)) == v == first.get(k))
         }
         claims_round = offset.claims_round
         if self._available_now is None:

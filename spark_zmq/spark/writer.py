@@ -120,6 +120,8 @@ class WriterSettings:
     max_message_bytes: int
     wait_for_subscribers: float
     min_subscribers: int
+    #: request writers only (REQUEST_WRITER_OPTIONS): requests waiting at once, and where
+    #: their answers go
     max_in_flight: int
     reply_path: str | None
 
@@ -130,8 +132,8 @@ class WriterSettings:
             options["maxMessageBytes"],
             options["waitForSubscribers"],
             options["minSubscribers"],
-            options["maxInFlight"],
-            options["replyPath"],
+            options.get("maxInFlight", 1),
+            options.get("replyPath"),
         )
 
 

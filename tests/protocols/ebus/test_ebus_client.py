@@ -75,13 +75,17 @@ def fake_broker():
 
 @pytest.fixture
 def log_lines():
-    """Lines the package logs during the test."""
+    """Lines the package logs during the test, from INFO on (as an application that wants
+    them configures its logging: the package sets no level of its own)."""
     lines: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())
+    level = logger.level
+    logger.setLevel(logging.INFO)
     logger.addHandler(handler)
     yield lines
     logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 def test_client_pings_a_silent_broker_and_reconnects_with_a_new_identity(fake_broker, log_lines):
