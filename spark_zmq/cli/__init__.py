@@ -5,13 +5,17 @@ definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ 
 (``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
 ``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
 the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``demo`` runs
-demo peers of a format (``spark_zmq.cli.demo``).
+demo peers of a format (``spark_zmq.cli.demo``), ``job NAME`` prints the path of a job's file
+for spark-submit (``spark_zmq.jobs``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import pkgutil
 import sys
+from pathlib import Path
 
 from spark_zmq import __version__
 from spark_zmq.cli.demo import add_demo_parser, run_demo
@@ -75,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     options.add_argument(
         "--own", action="store_true", help="only the format's own options, not the generic ones"
     )
+    job = commands.add_parser("job", help="print the path of a job's file, for spark-submit")
+    job.add_argument("name", choices=job_files())
     add_zeroeq_parser(commands)
     add_ebus_parser(commands)
     add_goby_parser(commands)
@@ -82,10 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     add_demo_parser(commands)
     args = parser.parse_args(argv)
     configure_logging(args.log_level, default="WARNING")  # stdout is for results
+    if args.command == "job":
+        print(job_files()[args.name])
+        return 0
     if args.command == "options":
         sys.stdout.write(options_markdown(args.format, shared=not args.own))
         return 0
     return RUNNERS[args.command](args)
+
+
+def job_files() -> dict[str, str]:
+    """The jobs of ``spark_zmq.jobs`` (which sit above the command line: they use it) by name,
+    with their files, found without importing them."""
+    spec = importlib.util.find_spec("spark_zmq.jobs")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    return {
+        module.name: str(Path(folders[0]) / f"{module.name}.py")
+        for module in pkgutil.iter_modules(folders)
+    }
 
 
 def run() -> None:

@@ -40,7 +40,7 @@ def loopback_session(app_name: str, conf: Mapping[str, str] | None = None, log_l
 
 def job_session(app_name: str, log_level: str = "WARN"):
     """spark-submit's session when run by spark-submit (it sets the master), else a loopback
-    one: the jobs in ``jobs/`` run either way."""
+    one: the jobs in ``spark_zmq.jobs`` run either way."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         return loopback_session(app_name, log_level=log_level)
     from pyspark.sql import SparkSession

@@ -1,8 +1,9 @@
-"""The jobs in ``jobs/``, run by spark-submit against demo peers: capture into Parquet
+"""The jobs in ``spark_zmq/jobs/``, run by spark-submit against demo peers: capture into Parquet
 partitioned by date and endpoint, and the monitor's progress lines."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import pytest
 import zmq
 
 from spark_zmq.protocols.ebus import Broker, pack
-from support.common import ROOT, wait_until
+from support.common import wait_until
 
 pytestmark = pytest.mark.spark
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -24,6 +25,19 @@ LOOPBACK_CONF = (
     "spark.driver.bindAddress=127.0.0.1",
     "spark.ui.enabled=false",
 )
+
+
+def job_file(job: str) -> str:
+    """The job's file as the installed package has it, found as a user does (``spark-zmq job``)."""
+    name = job.removesuffix(".py")
+    found = subprocess.run(
+        [str(Path(sys.executable).parent / "spark-zmq"), "job", name],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert found == importlib.import_module(f"spark_zmq.jobs.{name}").__file__
+    return found
 
 
 def spark_submit(job: str, *args: str) -> subprocess.Popen:
@@ -38,7 +52,7 @@ def spark_submit(job: str, *args: str) -> subprocess.Popen:
     for setting in LOOPBACK_CONF:
         command += ["--conf", setting]
     return subprocess.Popen(
-        command + [str(ROOT / "jobs" / job), *args],
+        command + [job_file(job), *args],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

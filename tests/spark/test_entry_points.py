@@ -68,7 +68,8 @@ def test_main_job_streams_demo_publishers_into_parquet(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "jobs" / "zeroeq_to_parquet.py"),
+            "-m",
+            "spark_zmq.jobs.zeroeq_to_parquet",
             "--events",
             "40",
             "--output",

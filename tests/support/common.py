@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-#: the checkout (jobs/, notebooks/, tests/peers/ are found from here)
+#: the checkout (notebooks/, tests/peers/ are found from here)
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -4,7 +4,7 @@ On embedded defaults it is a self-contained demo: it starts demo publishers on l
 ``demo``, announced by ZeroConf on 127.0.0.1 only), streams their events into ``out/zeroeq_events``
 until every published event is in the table, and prints what it wrote. Against a real system::
 
-    spark-submit jobs/zeroeq_to_parquet.py --demo-publishers 0 --session alice \\
+    spark-submit "$(spark-zmq job zeroeq_to_parquet)" --demo-publishers 0 --session alice \\
         --discovery-interfaces all --seconds 600 --output /data/zeroeq_events
 
 Run it with ``bash scripts/main.sh`` to have it in a private network namespace.

@@ -5,9 +5,9 @@ progress line per micro-batch on stdout. It runs until ``--seconds`` have passed
 stopped); rows captured but not yet written then stay in the spool, and the next run with the
 same checkpoint and spool writes them::
 
-    spark-submit jobs/capture_to_parquet.py --format goby --option platform=auv \\
+    spark-submit "$(spark-zmq job capture_to_parquet)" --format goby --option platform=auv \\
         --option subscribe=/nav/ --output /data/goby --seconds 0
-    spark-submit jobs/capture_to_parquet.py --format yamz \\
+    spark-submit "$(spark-zmq job capture_to_parquet)" --format yamz \\
         --option "address=yamz://*/tps?det=tpc" --output /data/tps
 
 Options are the format's reader options (README, "Options"). The checkpoint is ``--output`` +

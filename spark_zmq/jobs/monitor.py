@@ -5,7 +5,7 @@ batch), the endpoints the source offers and the gaps capture reported::
 
     batch 12: 5000 rows, 4980 rows/s, backlog 0 rows, 3 endpoints, 0 gaps
 
-    spark-submit jobs/monitor.py --format ebus --option broker=10.0.0.5 --seconds 0
+    spark-submit "$(spark-zmq job monitor)" --format ebus --option broker=10.0.0.5 --seconds 0
 """
 
 from __future__ import annotations

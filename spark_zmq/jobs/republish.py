@@ -4,12 +4,12 @@ Reads with ``--from`` and its reader options, turns each row into the columns th
 writer wants with ``--select`` expressions, and writes, one micro-batch at a time::
 
     # Goby navigation messages (JSON scheme) as ZeroEQ events named after their type
-    spark-submit jobs/republish.py --from goby --from-option subscribe=/nav/JSON/ \\
+    spark-submit "$(spark-zmq job republish)" --from goby --from-option subscribe=/nav/JSON/ \\
         --to zeroeq --to-option session=alice \\
         --select "concat('goby::', type) AS event" --select "text AS payload" \\
         --checkpoint /data/nav_republish
     # EBUS broadcasts into Goby's JSON scheme
-    spark-submit jobs/republish.py --from ebus --from-option channels=sensors/ \\
+    spark-submit "$(spark-zmq job republish)" --from ebus --from-option channels=sensors/ \\
         --to goby --select "'sensors' AS group" --select "'JSON' AS scheme" \\
         --select "'nlohmann::json' AS type" --select "data AS text" --checkpoint /data/cp
 
