@@ -118,7 +118,7 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
     spool, sink = tmp_path / "spool", tmp_path / "table"
     lease_timeout, idle_timeout, trigger = 5, 10, 1
     job = cluster.submit(
-        str(ROOT / "jobs" / "capture_to_parquet.py"),
+        str(ROOT / "spark_zmq" / "jobs" / "capture_to_parquet.py"),
         "--format",
         "zeroeq",
         "--option",
@@ -403,7 +403,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
 def test_a_spool_that_executors_do_not_see_fails_the_query_clearly(cluster, tmp_path, publishers):
     publisher = publishers("unshared")
     job = cluster.submit(
-        str(ROOT / "jobs" / "capture_to_parquet.py"),
+        str(ROOT / "spark_zmq" / "jobs" / "capture_to_parquet.py"),
         "--format",
         "zeroeq",
         "--option",
