@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 
-from spark_zmq.cli.common import count_arg, port_arg, positive_seconds_arg
+from spark_zmq.cli.common import any_port_arg, count_arg, port_arg, positive_seconds_arg
 from spark_zmq.cli.curve import add_curve_arguments, curve_of
 from spark_zmq.protocols.ebus import Broker, BrokerError, Client, Worker, ask
 from spark_zmq.protocols.ebus.wire import (
@@ -45,7 +45,7 @@ def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
         ("pub", PUB_PORT),
         ("sub", SUB_PORT),
     ):
-        broker.add_argument(f"--{name}-port", type=port_arg, default=default, metavar="PORT")
+        broker.add_argument(f"--{name}-port", type=any_port_arg, default=default, metavar="PORT")
     broker.set_defaults(run=run_broker)
     worker = actions.add_parser("worker", help="serve an echo service until interrupted")
     worker.add_argument("--service", default="echo")

@@ -120,16 +120,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = admit(start, end, first, max_rows)
-        # A retired partition leaves the offsets once it has been read to its end and that was
-        # committed (the spool then retains nothing of it: its first retained offset is its
-        # end), and stays out: were it to come back, its range would start there. One that the
-        # start offset already puts at its end without a commit (startingOffsets=latest over
-        # what an earlier run left) stays one more batch, whose commit lets its data go.
-        end = {
-            k: v
-            for k, v in end.items()
-            if not (k in retired and start.get(k, first.get(k)) == v == first.get(k))
-        }
+        # A retired partition that the start offset puts at its end leaves the offsets: all
+        # of it was read in a batch that completed, or skipped by the choice of the initial
+        # offset (startingOffsets=latest over what an earlier run left). Its data is let go
+        # now rather than at Spark's next commit, which comes only with the next batch that
+        # has data: once left, a range would start at its first retained offset, which must
+        # then be its end.
+        leaving = {k: v for k, v in end.items() if k in retired and start.get(k, first.get(k)) == v}
+        if leaving:
+            self._started().commit(leaving)
+        end = {k: v for k, v in end.items() if k not in leaving}
         claims_round = offset.claims_round
         if self._available_now is None:
             claims_round = self._started().next_claims_round(claims_round)
