@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_zmq.spark.offsets import StreamOffset
+from spark_zmq.spark.rows import GAP_PREFIX
 
 #: name of the observed metric that carries the gap count
 METRIC = "spark_zmq"
@@ -28,7 +29,7 @@ METRIC = "spark_zmq"
 
 def with_gap_count(frame: DataFrame) -> DataFrame:
     """``frame`` with the per-batch count of gap rows observed under ``METRIC``."""
-    gaps = F.sum(F.when(F.col("error").startswith("gap:"), 1).otherwise(0)).alias("gaps")
+    gaps = F.sum(F.when(F.col("error").startswith(GAP_PREFIX), 1).otherwise(0)).alias("gaps")
     return frame.observe(METRIC, F.count(F.lit(1)).alias("rows"), gaps)
 
 

@@ -228,6 +228,12 @@ def load_index(root: str, key: str) -> PartitionIndex | None:
     return None
 
 
+def load_indexes(root: str) -> dict[str, PartitionIndex]:
+    """The index of every partition in the spool folder ``root`` that has one."""
+    indexes = {key: load_index(root, key) for key in partition_keys(root)}
+    return {key: index for key, index in indexes.items() if index is not None}
+
+
 def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
     """Where a segment's file is: in its epoch folder, or in that folder once sealed."""
     base = os.path.join(partition_dir(root, key), epoch_name(segment.epoch))

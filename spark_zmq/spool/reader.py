@@ -19,7 +19,7 @@ from spark_zmq.spool.layout import (
     Source,
     SpoolError,
     load_index,
-    partition_keys,
+    load_indexes,
     segment_paths,
 )
 
@@ -89,12 +89,10 @@ def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
 
 def read_snapshot(root: str) -> dict[str, PartitionState]:
     """Every partition's retained range, read from the folder (a process that writes none)."""
-    found = {}
-    for key in partition_keys(root):
-        index = load_index(root, key)
-        if index is not None:
-            found[key] = PartitionState(index.start, index.end, index.retired)
-    return found
+    return {
+        key: PartitionState(index.start, index.end, index.retired)
+        for key, index in load_indexes(root).items()
+    }
 
 
 def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int, Source, pa.Table]]:

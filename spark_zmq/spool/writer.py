@@ -38,9 +38,9 @@ from spark_zmq.spool.layout import (
     epoch_name,
     epochs,
     load_index,
+    load_indexes,
     os_cause,
     partition_dir,
-    partition_keys,
     remove_quietly,
     segment_paths,
     write_atomically,
@@ -91,7 +91,7 @@ class Spool:
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
         if exclusive:
-            self.partitions = _indexes(root)
+            self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
 
     def stopping(self) -> None:
@@ -272,12 +272,6 @@ class Spool:
         if isinstance(error, LeaseLost):
             self._forget(key)
         return error
-
-
-def _indexes(root: str) -> dict[str, PartitionIndex]:
-    """The index of every partition in the spool folder ``root`` that has one."""
-    indexes = {key: load_index(root, key) for key in partition_keys(root)}
-    return {key: index for key, index in indexes.items() if index is not None}
 
 
 def _write_segment_file(path: str, source: Source, table: pa.Table) -> int:
