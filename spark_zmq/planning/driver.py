@@ -62,14 +62,16 @@ class DriverCapture(Placement):
             spool.truncate(key, offset)
 
     def close(self) -> None:
+        """Capture first: its sockets stop receiving at once, while discovery (a Zyre node, a
+        ZeroConf browser) can take seconds to stop; joins it reports meanwhile go nowhere."""
         if self._spool is not None:
             self._spool.stopping()  # a restart of this query waits for the spool, not fails
-        if self._discovery is not None:
-            self._discovery.close()
-            self._discovery = None
         if self._capture is not None:
             self._capture.close()
             self._capture = None
+        if self._discovery is not None:
+            self._discovery.close()
+            self._discovery = None
         if self._spool is not None:
             self._spool.close()
             self._spool = None

@@ -68,6 +68,7 @@ function publish(address, layout, port, count) {
   sock.bindSync(endpoint);
   let sent = false;
   sock.on('message', (frame) => {
+    log(`${frame[0] === 1 ? 'subscribed' : 'unsubscribed'} at ${new Date().toISOString()}`);
     if (sent || frame[0] !== 1) return;        // a subscription (first byte 1), once
     sent = true;
     for (let i = 0; i < count; i += 1) sock.send(Buffer.from(`${name}/${i}`));
