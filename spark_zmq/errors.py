@@ -48,3 +48,7 @@ class CaptureTimeout(CaptureError, TimeoutError):
 class RowError(SparkZmqError, RuntimeError):
     """A row that ``mode=FAILFAST`` does not let pass: malformed when read, unsendable when
     written, or a request whose outcome fails the batch."""
+
+
+class MissingDependency(SparkZmqError, ImportError):
+    """A library that an extra brings (a format's, or pyspark) is missing or unsupported."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from bson import json_util
-
 from spark_zmq.errors import PayloadError
+from spark_zmq.extras import optional
+
+json_util = optional("bson.json_util")
 
 
 def to_json(value: Any) -> str:
@@ -21,8 +22,9 @@ def to_json(value: Any) -> str:
 
 def from_json(text: str) -> Any:
     """The value of JSON text (extended JSON included); ValueError when there is none."""
+    loads = json_util.loads  # outside the try: a missing bson is not a bad text
     try:
-        return json_util.loads(text)
+        return loads(text)
     except ValueError:
         raise
     except Exception as exc:  # json_util's TypeError, KeyError, InvalidId; RecursionError

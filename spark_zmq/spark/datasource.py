@@ -17,6 +17,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from spark_zmq.extras import require
 from spark_zmq.options import OptionError, Options, parse_options
 from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
 from spark_zmq.protocols.ebus import EBus
@@ -40,6 +41,9 @@ class ZmqDataSource(DataSource):
         return cls.protocol.name
 
     def reader_options(self) -> Options:
+        require(
+            self.protocol.name, f"format({self.protocol.name!r})"
+        )  # a missing library is reported as the query is defined
         options = parse_options(
             self.protocol.name, READER_OPTIONS + self.protocol.reader_options, self.options
         )
@@ -53,6 +57,7 @@ class ZmqDataSource(DataSource):
 
     def writer_options(self) -> Options:
         protocol = self._sink()
+        require(protocol.name, f"format({protocol.name!r})")
         return parse_options(protocol.name, WRITER_OPTIONS + protocol.writer_options, self.options)
 
     def schema(self) -> StructType:

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from spark_zmq.errors import RowError
+from spark_zmq.extras import require
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
@@ -88,6 +89,9 @@ def read_rows(
     protocol: StreamProtocol, options: Options, part: SpoolRange
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``part`` in the format's schema, in batches Spark takes well."""
+    require(
+        protocol.name, f"format({protocol.name!r})"
+    )  # an executor without the format's libraries fails, not decodes
     settings = ReadSettings.of(options)
     schema = output_schema(protocol)
     max_bytes = settings.max_bytes_per_batch

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_zmq.errors import RowError
+from spark_zmq.extras import require
 from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
@@ -149,6 +150,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SendCounts:
         configure_spark_worker_logging()
+        require(self.protocol.name, f"format({self.protocol.name!r})")
         publisher = shared_publisher(self.protocol, self.options)
         if isinstance(publisher, Requester):
             return self._write_requests(publisher, iterator)

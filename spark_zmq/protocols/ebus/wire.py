@@ -12,10 +12,11 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import bson
-
 from spark_zmq.errors import PayloadError
+from spark_zmq.extras import optional
 from spark_zmq.protocols.extjson import from_json, to_json
+
+bson = optional("bson")
 
 CLIENT = b"EBC01"
 WORKER = b"EBW01"
@@ -65,8 +66,9 @@ def unpack(frame: bytes) -> Any:
             document = zlib.decompress(frame, -zlib.MAX_WBITS)
         except zlib.error:
             raise PayloadError(f"not zlib-deflated ({len(frame)} bytes)") from None
+    decode = bson.decode  # outside the try: a missing bson is not a malformed payload
     try:
-        decoded = bson.decode(document)
+        decoded = decode(document)
     except Exception as exc:  # bson raises InvalidBSON and friends
         raise PayloadError(f"not a BSON document after inflating: {exc}") from None
     if "l" not in decoded:

@@ -31,9 +31,7 @@ from spark_zmq.protocols.goby.messages import (
     HOLD_RESPONSE_PREFIX,
     PROVIDE_HOLD_STATE,
     PROVIDE_PUB_SUB_SOCKETS,
-    ManagerRequest,
-    ManagerResponse,
-    Socket,
+    manager_messages,
 )
 from spark_zmq.protocols.goby.wire import thread_hash
 from spark_zmq.security import NO_CURVE, Curve
@@ -143,7 +141,7 @@ class GobyDaemon:
                 sock.close(0)
 
     def _answer(self, frame: bytes) -> bytes:
-        request = ManagerRequest()
+        request = manager_messages().ManagerRequest()
         try:
             request.ParseFromString(frame)
         except Exception as exc:
@@ -158,7 +156,7 @@ class GobyDaemon:
 
     def _answer_hold(self, message: bytes, pub: zmq.Socket, identifier: bytes) -> None:
         _, nul, payload = message.partition(b"\0")
-        request = ManagerRequest()
+        request = manager_messages().ManagerRequest()
         try:
             request.ParseFromString(payload)
         except Exception:
@@ -171,13 +169,14 @@ class GobyDaemon:
 
     def _response(self, request):
         self._note(request)
-        response = ManagerResponse(
+        response = manager_messages().ManagerResponse(
             request=request.request,
             client_name=request.client_name,
             client_pid=request.client_pid,
             hold=self.hold,
         )
         if request.request == PROVIDE_PUB_SUB_SOCKETS:
+            Socket = manager_messages().Socket
             response.subscribe_socket.CopyFrom(self._socket(Socket.SUBSCRIBE, "xpub"))
             response.publish_socket.CopyFrom(self._socket(Socket.PUBLISH, "xsub"))
         return response
@@ -200,6 +199,7 @@ class GobyDaemon:
             )
 
     def _socket(self, socket_type: int, which: str):
+        Socket = manager_messages().Socket
         socket = Socket(socket_type=socket_type, connect_or_bind=Socket.CONNECT)
         if self.transport == "ipc":
             socket.transport = Socket.IPC

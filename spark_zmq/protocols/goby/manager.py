@@ -21,9 +21,7 @@ from spark_zmq.protocols.goby.messages import (
     HOLD_RESPONSE_PREFIX,
     PROVIDE_HOLD_STATE,
     PROVIDE_PUB_SUB_SOCKETS,
-    ManagerRequest,
-    ManagerResponse,
-    Socket,
+    manager_messages,
 )
 from spark_zmq.protocols.goby.wire import thread_hash
 from spark_zmq.security import NO_CURVE, Curve
@@ -107,7 +105,7 @@ def ask(
         reply = sock.recv()
     finally:
         sock.close(0)
-    response = ManagerResponse()
+    response = manager_messages().ManagerResponse()
     try:
         response.ParseFromString(reply)
     except Exception as exc:  # protobuf's DecodeError, or missing required fields
@@ -137,7 +135,7 @@ def request_router(
     curve: Curve = NO_CURVE,
 ) -> Router:
     """Ask the Manager for the Router's sockets (PROVIDE_PUB_SUB_SOCKETS)."""
-    request = ManagerRequest(
+    request = manager_messages().ManagerRequest(
         request=PROVIDE_PUB_SUB_SOCKETS, client_name=client_name, client_pid=client_pid
     )
     response = ask(manager, request, timeout, context, curve)
@@ -153,6 +151,7 @@ def request_router(
 
 def endpoint_of(socket, manager: ManagerAddress) -> str:
     """The zmq address of a Socket the Manager handed out."""
+    Socket = manager_messages().Socket
     if socket.transport == Socket.IPC:
         if not socket.socket_name:
             raise ManagerError(
@@ -171,7 +170,7 @@ def endpoint_of(socket, manager: ManagerAddress) -> str:
 
 def hold_request_message(client_name: str, client_pid: int, ready: bool) -> bytes:
     """One frame asking for the hold state, from this thread."""
-    request = ManagerRequest(
+    request = manager_messages().ManagerRequest(
         request=PROVIDE_HOLD_STATE, client_name=client_name, client_pid=client_pid, ready=ready
     )
     return (
@@ -229,7 +228,7 @@ class HoldHandshake:
 
     def _take(self, message: bytes) -> None:
         _, nul, payload = message.partition(b"\0")
-        response = ManagerResponse()
+        response = manager_messages().ManagerResponse()
         try:
             response.ParseFromString(payload)
         except Exception:

@@ -1,4 +1,5 @@
-"""The Manager's protobuf messages (proto2, package ``goby.zeromq.protobuf``), built at import.
+"""The Manager's protobuf messages (proto2, package ``goby.zeromq.protobuf``), built at first use
+(``manager_messages``), so that importing the package needs no protobuf.
 
 Written from the fact sheet's definitions with the same field numbers, types and defaults, so
 the bytes match a C++ Goby client's and gobyd's. The descriptors are built here rather than
@@ -8,13 +9,20 @@ that also holds Goby's files cannot clash with them.
 
 from __future__ import annotations
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from functools import cache
+from types import SimpleNamespace
+
+from spark_zmq.extras import optional
+
+descriptor_pb2 = optional("google.protobuf.descriptor_pb2")
+descriptor_pool = optional("google.protobuf.descriptor_pool")
+message_factory = optional("google.protobuf.message_factory")
 
 PACKAGE = "goby.zeromq.protobuf"
 FILE_NAME = "spark_zmq/goby/zeromq/protobuf/manager.proto"
 
-_F = descriptor_pb2.FieldDescriptorProto
-REQUIRED, OPTIONAL = _F.LABEL_REQUIRED, _F.LABEL_OPTIONAL
+#: labels of FieldDescriptorProto (proto2's numbers, fixed by descriptor.proto)
+REQUIRED, OPTIONAL = 2, 1
 
 
 def _enum(container, name: str, values: dict[str, int]) -> None:
@@ -24,7 +32,7 @@ def _enum(container, name: str, values: dict[str, int]) -> None:
 
 
 def _field(
-    message: descriptor_pb2.DescriptorProto,
+    message,
     name: str,
     number: int,
     label: int,
@@ -39,7 +47,8 @@ def _field(
         field.default_value = default
 
 
-def _file() -> descriptor_pb2.FileDescriptorProto:
+def _file():
+    _F = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto2")
     _enum(proto, "Request", {"PROVIDE_PUB_SUB_SOCKETS": 1, "PROVIDE_HOLD_STATE": 2})
     request_enum = f".{PACKAGE}.Request"
@@ -78,17 +87,22 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     return proto
 
 
-_pool = descriptor_pool.DescriptorPool()
-_file_descriptor = _pool.Add(_file())
+@cache
+def manager_messages() -> SimpleNamespace:
+    """The message classes ``ManagerRequest``, ``Socket`` and ``ManagerResponse``, built once
+    in a pool of their own."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_file())
 
+    def message_class(name: str):
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
 
-def _message_class(name: str):
-    return message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+    return SimpleNamespace(
+        ManagerRequest=message_class("ManagerRequest"),
+        Socket=message_class("Socket"),
+        ManagerResponse=message_class("ManagerResponse"),
+    )
 
-
-ManagerRequest = _message_class("ManagerRequest")
-Socket = _message_class("Socket")
-ManagerResponse = _message_class("ManagerResponse")
 
 #: values of the ``Request`` enum
 PROVIDE_PUB_SUB_SOCKETS = 1

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 import threading
 
-import bson
-from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
-
 from spark_zmq.errors import PayloadError
+from spark_zmq.extras import optional
 from spark_zmq.protocols.extjson import from_json, to_json
+
+bson = optional("bson")
+descriptor_pb2 = optional("google.protobuf.descriptor_pb2")
+descriptor_pool = optional("google.protobuf.descriptor_pool")
+json_format = optional("google.protobuf.json_format")
+message_factory = optional("google.protobuf.message_factory")
 
 
 def cstr_text(payload: bytes) -> str:
@@ -34,8 +38,9 @@ def cstr_payload(text: str) -> bytes:
 def bson_json(payload: bytes) -> str:
     """JSON text of a JSON-scheme payload (BSON; types without a JSON equivalent as MongoDB
     extended JSON, as the EBUS format shows them)."""
+    decode = bson.decode  # outside the try: a missing bson is not a malformed payload
     try:
-        return to_json(bson.decode(payload))
+        return to_json(decode(payload))
     except Exception as exc:  # bson raises InvalidBSON and friends
         raise PayloadError(f"JSON payload is not a BSON document: {exc}") from None
 
@@ -48,8 +53,9 @@ def json_bson(text: str) -> bytes:
         raise PayloadError(f"`text` of a JSON row is not JSON text: {exc}") from None
     if not isinstance(value, dict):
         raise PayloadError("`text` of a JSON row must be a JSON object (BSON documents are)")
+    encode = bson.encode
     try:
-        return bson.encode(value)
+        return encode(value)
     except Exception as exc:  # bson's InvalidDocument
         raise PayloadError(f"`text` of a JSON row cannot be BSON: {exc}") from None
 
@@ -59,8 +65,9 @@ class DescriptorSet:
 
     def __init__(self, data: bytes, name: str) -> None:
         self.name = name
+        parse = descriptor_pb2.FileDescriptorSet.FromString  # a missing protobuf is no bad file
         try:
-            files = list(descriptor_pb2.FileDescriptorSet.FromString(data).file)
+            files = list(parse(data).file)
         except Exception as exc:
             raise ValueError(f"{name} is not a serialized FileDescriptorSet: {exc}") from None
         self.pool = descriptor_pool.DescriptorPool()

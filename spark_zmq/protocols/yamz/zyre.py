@@ -26,10 +26,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 import zmq
-from pyre import Pyre, PyreEvent
 
 from spark_zmq.errors import PeerError
+from spark_zmq.extras import optional
 from spark_zmq.log import logger
+
+pyre = optional("pyre")
 
 DEFAULT_BEACON_PORT = 5670
 #: how often the node's thread checks that pyre's beacon thread is alive
@@ -125,7 +127,7 @@ class ZyreNode:
             node.stop()
 
     def _start_pyre(self):
-        node = Pyre(self.name, ctx=zmq.Context.instance())
+        node = pyre.Pyre(self.name, ctx=zmq.Context.instance())
         for key, value in self.headers.items():
             node.set_header(key, value)
         node.set_port(str(self.beacon_port).encode())
@@ -167,7 +169,7 @@ class ZyreNode:
         inbox = node.socket()
         while not self._stopping.is_set():
             if inbox.poll(BEACON_CHECK_SECONDS * 1000):
-                self._dispatch(PyreEvent(node))
+                self._dispatch(pyre.PyreEvent(node))
             if not all(t.is_alive() for t in beacon_threads):
                 self._on_failure(
                     ZyreError(

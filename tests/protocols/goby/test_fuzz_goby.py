@@ -212,7 +212,9 @@ def test_goby_subscription_prefixes_match_their_messages_300_examples(
 CLIENT_NAME = "fuzz-client-7"
 int32s = st.integers(-(2**31), 2**31 - 1)
 sockets = st.builds(
-    lambda **fields: goby_messages.Socket(**{k: v for k, v in fields.items() if v is not None}),
+    lambda **fields: goby_messages.manager_messages().Socket(
+        **{k: v for k, v in fields.items() if v is not None}
+    ),
     socket_type=st.integers(1, 4),
     transport=st.none() | st.integers(1, 5),
     socket_name=st.none() | st.text(max_size=10),
@@ -223,7 +225,7 @@ sockets = st.builds(
 
 def responses(name=st.text(max_size=10), pid=int32s, request=st.integers(1, 2)):
     return st.builds(
-        lambda **fields: goby_messages.ManagerResponse(
+        lambda **fields: goby_messages.manager_messages().ManagerResponse(
             **{k: v for k, v in fields.items() if v is not None}
         ),
         request=request,
@@ -236,7 +238,7 @@ def responses(name=st.text(max_size=10), pid=int32s, request=st.integers(1, 2)):
 
 
 requests_ = st.builds(
-    goby_messages.ManagerRequest,
+    goby_messages.manager_messages().ManagerRequest,
     request=st.integers(1, 2),
     client_name=st.text(max_size=10),
     client_pid=int32s,
@@ -311,7 +313,9 @@ def test_goby_manager_answers_give_a_router_or_a_manager_error_300_examples(data
     else:
         reply = data.draw(st.binary(max_size=40))
 
-    request = goby_messages.ManagerRequest(request=1, client_name=CLIENT_NAME, client_pid=pid)
+    request = goby_messages.manager_messages().ManagerRequest(
+        request=1, client_name=CLIENT_NAME, client_pid=pid
+    )
     try:
         response = ask(manager, request, 1.0, FakeContext(reply))
     except ManagerError:
@@ -334,7 +338,7 @@ def test_goby_manager_answers_give_a_router_or_a_manager_error_300_examples(data
         assert address.startswith(("ipc://", "tcp://"))
         if answer != "matching":
             continue
-        if socket.transport == goby_messages.Socket.IPC:
+        if socket.transport == goby_messages.manager_messages().Socket.IPC:
             assert address == f"ipc://{socket.socket_name}"
         else:
             host = socket.ethernet_address if socket.HasField("ethernet_address") else manager.host
@@ -356,7 +360,7 @@ def test_goby_hold_answers_are_taken_only_when_they_are_ours_300_examples(data, 
     expected = True
     prefix = goby_messages.HOLD_RESPONSE_PREFIX + b"1/ab/"
     for kind in kinds:
-        mine = goby_messages.ManagerResponse(
+        mine = goby_messages.manager_messages().ManagerResponse(
             request=2, client_name=CLIENT_NAME, client_pid=pid, hold=data.draw(st.booleans())
         )
         if kind == "mine":
@@ -372,7 +376,9 @@ def test_goby_hold_answers_are_taken_only_when_they_are_ours_300_examples(data, 
         elif kind == "mangled":
             message = prefix + b"\0" + data.draw(mangled(mine.SerializeToString()))
             try:
-                parsed = goby_messages.ManagerResponse.FromString(message.partition(b"\0")[2])
+                parsed = goby_messages.manager_messages().ManagerResponse.FromString(
+                    message.partition(b"\0")[2]
+                )
             except DecodeError:
                 parsed = None
             if parsed is not None and (parsed.request, parsed.client_name, parsed.client_pid) == (

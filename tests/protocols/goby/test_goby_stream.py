@@ -22,7 +22,7 @@ from test_goby_wire import (
 )
 
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
-from spark_zmq.protocols.goby.messages import ManagerRequest
+from spark_zmq.protocols.goby.messages import manager_messages
 from support.common import wait_until
 
 pytestmark = pytest.mark.spark
@@ -207,9 +207,11 @@ def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them
         ),
     }
     publisher = TestPublisher(ManagerAddress.ipc(socket_name=base))
-    hold_request = ManagerRequest(
-        request=2, client_name="navigator", client_pid=4321, ready=True
-    ).SerializeToString()
+    hold_request = (
+        manager_messages()
+        .ManagerRequest(request=2, client_name="navigator", client_pid=4321, ready=True)
+        .SerializeToString()
+    )
     not_warm = f"thread != '{WARM}'"
     try:
 

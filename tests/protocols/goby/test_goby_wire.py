@@ -29,7 +29,7 @@ from spark_zmq.protocols.goby import (
     request_router,
     split_message,
 )
-from spark_zmq.protocols.goby.messages import ManagerRequest, ManagerResponse, Socket
+from spark_zmq.protocols.goby.messages import manager_messages
 from spark_zmq.protocols.goby.options import manager_address
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
@@ -45,6 +45,10 @@ HOLD_REQUEST = (
 HOLD_RESPONSE = (
     b"/goby::zeromq::_internal_manager_response/PROTOBUF/goby.zeromq.protobuf.ManagerResponse/"
 )
+ManagerRequest = manager_messages().ManagerRequest
+ManagerResponse = manager_messages().ManagerResponse
+Socket = manager_messages().Socket
+
 #: ManagerRequest{PROVIDE_PUB_SUB_SOCKETS, "reader", 1234}, written out from the proto2 encoding
 REQUEST_SOCKETS_READER_1234 = bytes.fromhex("0801120672656164657218d209")
 #: BSON of {"depth": 5} (int32), from the BSON spec
