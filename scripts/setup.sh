@@ -52,3 +52,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
   echo "$wanted" > "$stamp"
 fi
+# Wheels of what the package needs at run time with the zeroeq extra, pyspark aside (a cluster's
+# Spark provides it), for tests/test_deploy.py: it installs the package in a fresh venv inside
+# the tests' private network namespace, where no package index is reachable.
+wheelhouse=.venv/wheelhouse
+if [ ! -f "$wheelhouse/.stamp" ] || [ "$(cat "$wheelhouse/.stamp")" != "$wanted" ]; then
+  mapfile -t requirements < <(.venv/bin/python -c '
+import tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["zeroeq"]))')
+  .venv/bin/python -m pip download -q --only-binary=:all: -d "$wheelhouse" "${requirements[@]}"
+  echo "$wanted" > "$wheelhouse/.stamp"
+fi

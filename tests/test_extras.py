@@ -121,3 +121,19 @@ def test_the_extras_of_pyproject_are_the_ones_the_package_names():
         names = {requirement.split(">")[0].split("<")[0] for requirement in declared[extra]}
         assert names == set(modules.values()), extra
     assert declared["all"] == [f"spark_zmq[{','.join(EXTRAS)}]"]
+
+
+def test_the_command_line_needs_no_pyspark():
+    """``spark-zmq job NAME`` serves a venv whose pyspark comes from the cluster at run time
+    (docs/deploying.md)."""
+    done = run_without(
+        ["pyspark"],
+        """
+        import sys
+        from spark_zmq.cli import run
+        sys.argv = ["spark-zmq", "job", "capture_to_parquet"]
+        run()
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("spark_zmq/jobs/capture_to_parquet.py")

@@ -3,29 +3,17 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import spark_zmq
-from support.common import ROOT
-
-PYSPARK_MODULES = [f"pyspark_{name}.py" for name in ("zeroeq", "ebus", "goby", "yamz")]
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+from support.packaging import build_wheel
 
 
 def test_the_wheel_carries_the_version_licence_type_hints_and_command(tmp_path):
-    source = tmp_path / "source"  # a copy: an in-tree build would leave build/ in the checkout
-    shutil.copytree(ROOT / "spark_zmq", source / "spark_zmq", ignore=IGNORED)
-    for name in ("pyproject.toml", "README.md", "LICENSE", *PYSPARK_MODULES):
-        shutil.copy(ROOT / name, source / name)
-    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run(
-        [*pip, "-w", str(tmp_path), str(source)], check=True, capture_output=True, timeout=300
-    )
-    (wheel,) = tmp_path.glob("spark_zmq-*.whl")
+    wheel = build_wheel(tmp_path)
     assert wheel.name.startswith(f"spark_zmq-{spark_zmq.__version__}-")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())

@@ -25,19 +25,16 @@ from spark_zmq.cli.goby import add_goby_parser, run_goby
 from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
 from spark_zmq.log import configure_logging
 from spark_zmq.options import option_table
-from spark_zmq.protocols.base import SinkProtocol
-from spark_zmq.spark.datasource import (
-    EBusDataSource,
-    GobyDataSource,
-    YamzDataSource,
-    ZeroEQDataSource,
-)
+from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
+from spark_zmq.protocols.ebus import EBus
+from spark_zmq.protocols.goby import Goby
+from spark_zmq.protocols.yamz import Yamz
+from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
-FORMATS = {
-    source.name(): source.protocol
-    for source in (ZeroEQDataSource, EBusDataSource, GobyDataSource, YamzDataSource)
-}
+#: the formats by name (the CLI needs no pyspark: ``spark-zmq job NAME`` also serves a Python
+#: whose pyspark comes from the cluster's Spark at run time)
+FORMATS: dict[str, StreamProtocol] = {p.name: p for p in (ZeroEQ(), EBus(), Goby(), Yamz())}
 #: how each tool subcommand runs its parsed arguments
 RUNNERS = {
     "zeroeq": run_zeroeq,

@@ -33,22 +33,36 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def environment() -> dict[str, str]:
-    return dict(
-        os.environ,
-        SPARK_HOME=str(SPARK_HOME),
-        SPARK_LOCAL_IP=LOOPBACK,
-        PYSPARK_PYTHON=sys.executable,
-        PYSPARK_DRIVER_PYTHON=sys.executable,
-    )
+def environment(python: str | None = sys.executable) -> dict[str, str]:
+    """The environment of the cluster's processes; ``python`` None: no PYSPARK_PYTHON at all
+    (and this venv off the PATH), as on hosts where only Spark is installed."""
+    env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP=LOOPBACK)
+    if python is None:
+        venv_bin = str(Path(sys.executable).parent)
+        path = os.environ.get("PATH", "").split(os.pathsep)
+        env["PATH"] = os.pathsep.join(p for p in path if p != venv_bin)
+        for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "VIRTUAL_ENV"):
+            env.pop(name, None)
+    else:
+        env.update(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
+    return env
 
 
 class StandaloneCluster:
     """Master + ``workers`` workers (1 core each); ``stop`` kills every process they started
     (the workers' executors and Python workers are in their process groups)."""
 
-    def __init__(self, folder: Path, workers: int = 2, private_mounts: bool = False) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        workers: int = 2,
+        private_mounts: bool = False,
+        python: str | None = sys.executable,
+    ) -> None:
+        """``python``: the Python the workers know of (PYSPARK_PYTHON); None for none, so
+        that applications must bring their own (``spark-submit --archives``)."""
         self.folder = folder
+        self.python = python
         #: a folder each worker sees as an empty tmpfs of its own (a path that is not shared)
         self.private = folder / "private"
         self.port, self.ui_port = free_port(), free_port()
@@ -103,7 +117,11 @@ class StandaloneCluster:
             ]
         log = open(self.folder / f"{name}.log", "wb")
         process = subprocess.Popen(
-            command, env=environment(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            env=environment(self.python),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.processes.append(process)
         return process
