@@ -212,3 +212,56 @@ def all_sent(spark, sink: Path, sent: dict[str, int], job, log: list[str]) -> li
     rows = sink_rows(spark, sink)
     last = {key: max(seqs) for key, seqs in sequences(rows).items() if seqs}
     return rows if all(last.get(key) == n - 1 for key, n in sent.items()) else None
+
+
+def submit_doctor(cluster, here: Path, archive: Path, spool: Path, *, recipe: str):
+    """The doctor job as a user submits it: the docs' recipe, or PySpark's own (the conf
+    ``spark.pyspark.python`` instead of the environment variable)."""
+    env = bare_env()
+    conf = [f"spark.driver.host={LOOPBACK}", f"spark.driver.bindAddress={LOOPBACK}"]
+    if recipe == "pyspark":
+        del env["PYSPARK_PYTHON"]
+        conf.append("spark.pyspark.python=./environment/bin/python")
+    job_file = subprocess.run(
+        ["./environment/bin/python", "-m", "spark_zmq", "job", "doctor"],
+        cwd=here,
+        env=bare_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return subprocess.run(
+        [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master_url]
+        + ["--archives", f"{archive}#environment"]
+        + [arg for setting in conf for arg in ("--conf", setting)]
+        + [job_file, "--spool", str(spool)],
+        cwd=here,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_doctor_job_checks_the_executors_as_the_formats_will_run(cluster, tmp_path, packed):
+    here = driver_folder(tmp_path / "driver", packed)
+    done = submit_doctor(cluster, here, packed, tmp_path / "spool", recipe="docs")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    executors = [line for line in done.stdout.splitlines() if line.startswith("ok       executors")]
+    assert executors, done.stdout
+    for line in executors:  # the archive's Python, unpacked by Spark on the executor
+        assert "/environment/bin/python has spark_zmq" in line, line
+        assert "(extras not usable there: ebus,goby,yamz)" in line, line
+    assert "ok       format('zeroeq'): found and read on the executors" in done.stdout
+    assert "0 problems found" in done.stdout
+
+
+def test_the_doctor_job_finds_what_is_wrong_with_pysparks_own_recipe(cluster, tmp_path, packed):
+    here = driver_folder(tmp_path / "driver", packed)
+    done = submit_doctor(cluster, here, packed, tmp_path / "spool", recipe="pyspark")
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "PROBLEM  spark.pyspark.python: the conf says ./environment/bin/python" in done.stdout
+    assert "PROBLEM  formats' Python: neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON" in (
+        done.stdout
+    )
+    assert "PROBLEM  format('zeroeq'): a batch read failed" in done.stdout

@@ -5,7 +5,8 @@ definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ 
 (``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
 ``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
 the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``demo`` runs
-demo peers of a format (``spark_zmq.cli.demo``), ``job NAME`` prints the path of a job's file
+demo peers of a format (``spark_zmq.cli.demo``), ``doctor`` checks what this host gives the
+formats (``spark_zmq.cli.doctor``), ``job NAME`` prints the path of a job's file
 for spark-submit (``spark_zmq.jobs``).
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from spark_zmq import __version__
 from spark_zmq.cli.demo import add_demo_parser, run_demo
 from spark_zmq.cli.discover import add_discover_parser, run_discover
+from spark_zmq.cli.doctor import add_doctor_parser, run_doctor
 from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
 from spark_zmq.cli.goby import add_goby_parser, run_goby
 from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
@@ -42,6 +44,7 @@ RUNNERS = {
     "goby": run_goby,
     "discover": lambda args: run_discover(args, FORMATS),
     "demo": run_demo,
+    "doctor": run_doctor,
 }
 
 
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     add_goby_parser(commands)
     add_discover_parser(commands, sorted(FORMATS))
     add_demo_parser(commands)
+    add_doctor_parser(commands)
     args = parser.parse_args(argv)
     configure_logging(args.log_level, default="WARNING")  # stdout is for results
     if args.command == "job":
