@@ -298,18 +298,21 @@ class Holder:
                 beat, renewed_at = doc.get("beat"), time.monotonic()
             elif time.monotonic() - renewed_at > settings.idle_timeout:
                 return f"the query has not renewed it for {settings.idle_timeout:g} s"
-            found = doc.get("endpoints", {}).get(self.key)
-            if found is None and not leaving:
-                self.capture.endpoint_left(self.key)
-                leaving = True
-            elif found is None and self.spool.partitions[self.key].retired:
-                return "its endpoint left"
-            elif found is not None and (leaving or Endpoint.from_json(found) != current):
-                leaving, current = False, Endpoint.from_json(found)
-                self.capture.endpoint_joined(current)
             committed = (self.commits.load() or {}).get(self.key)
             if committed is not None:
                 self.spool.truncate(self.key, committed)
+            found = doc.get("endpoints", {}).get(self.key)
+            partition = self.spool.partitions[self.key]
+            if found is None and not leaving:
+                self.capture.endpoint_left(self.key)
+                leaving = True
+            elif found is None and partition.retired and (committed or 0) >= partition.end:
+                # only now: what it captured is let go once Spark committed it, by its holder
+                # (a holder that left earlier left its data behind, to be read again)
+                return "its endpoint left, and the query committed all it captured"
+            elif found is not None and (leaving or Endpoint.from_json(found) != current):
+                leaving, current = False, Endpoint.from_json(found)
+                self.capture.endpoint_joined(current)
             self.capture.check()
 
     def close(self, reason: str, failure: str = "") -> None:
