@@ -85,16 +85,20 @@ def optional(module: str) -> ModuleType:
         return _MissingModule(module, exc)
 
 
+def importable(module: str) -> bool:
+    """Whether ``module`` can be found (without importing it)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # its parent package is missing
+        return False
+
+
 def missing(extra: str, needed_by: str = "spark_zmq") -> list[MissingDependency]:
     """What ``extra`` needs and this Python cannot import (empty when all is there);
     ``needed_by`` names what needs it in the errors (a format, the data sources)."""
     problems = []
     for module in EXTRAS[extra]:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ImportError:  # its parent package is missing
-            found = False
-        if not found:
+        if not importable(module):
             problems.append(_missing(module, [extra], needed_by=needed_by))
         elif extra == "spark":
             problems += _spark_version_problems()

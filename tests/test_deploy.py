@@ -264,4 +264,5 @@ def test_the_doctor_job_finds_what_is_wrong_with_pysparks_own_recipe(cluster, tm
     assert "PROBLEM  formats' Python: neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON" in (
         done.stdout
     )
-    assert "PROBLEM  format('zeroeq'): a batch read failed" in done.stdout
+    assert "PROBLEM  format('zeroeq'): a batch read failed: [DATA_SOURCE_NOT_FOUND]" in done.stdout
+    assert "fix: export PYSPARK_PYTHON naming a Python with spark_zmq" in done.stdout

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import importlib
 import importlib.metadata
 import os
 import shutil
@@ -25,17 +26,20 @@ import struct
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from spark_zmq import __version__
-from spark_zmq.extras import EXTRAS, missing
+from spark_zmq.extras import EXTRAS, importable, missing
 
 #: the mDNS group and port that ZeroEQ's ZeroConf discovery browses
 MDNS_GROUP = ("224.0.0.251", 5353)
 IFF_UP, IFF_MULTICAST, SIOCGIFFLAGS = 0x1, 0x1000, 0x8913  # <linux/if.h>, <linux/sockios.h>
 DEPLOYING = "docs/deploying.md"
 OK, NOTE, PROBLEM = "ok", "note", "PROBLEM"
+#: the variables that name the Python of auto-registered Python data sources, first wins
+FORMATS_PYTHON = ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON")
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,11 @@ def report(findings: list[Finding]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def local_findings(spool: str | None = None) -> list[Finding]:
+def local_findings(
+    spool: str | None = None, environment: Mapping[str, str] | None = None
+) -> list[Finding]:
+    """This host's checks; ``environment``: the one Spark's JVM runs with, where it is not this
+    process's (a driver under spark-submit gets a PYSPARK_PYTHON of its own)."""
     findings = [
         Finding(
             "package",
@@ -74,7 +82,7 @@ def local_findings(spool: str | None = None) -> list[Finding]:
         )
     ]
     findings += extras_findings()
-    findings.append(data_source_python())
+    findings.append(data_source_python(os.environ if environment is None else environment))
     findings += multicast_findings()
     if spool is not None:
         findings.append(spool_writable(spool))
@@ -84,29 +92,48 @@ def local_findings(spool: str | None = None) -> list[Finding]:
 def extras_findings() -> list[Finding]:
     findings = []
     for extra, modules in EXTRAS.items():
-        problems = missing(extra, needed_by=f"the extra {extra!r}")
+        problems = missing(extra)
+        if problems and extra == "spark" and importable("pyspark"):
+            findings.append(Finding("extra spark", PROBLEM, str(problems[0])))
+            continue
         if problems:
+            absent = [f"{name} (import {module})" for module, name in sorted(modules.items())]
+            where = (
+                "unless spark-submit puts a Spark installation's pyspark on the path"
+                if extra == "spark"
+                else f"where you use format('{extra}')"
+            )
             findings.append(
                 Finding(
                     f"extra {extra}",
                     NOTE,
-                    f"not usable here: {problems[0]}",
-                    f"pip install 'spark_zmq[{extra}]' where you use it (nothing to do otherwise)",
+                    f"not usable here: needs {', '.join(absent)}",
+                    f"pip install 'spark_zmq[{extra}]' {where}",
                 )
             )
             continue
         versions = ", ".join(
-            f"{name} {importlib.metadata.version(name)}" for name in sorted(set(modules.values()))
+            f"{name} {version_of(name, module)}" for module, name in sorted(modules.items())
         )
         findings.append(Finding(f"extra {extra}", OK, versions))
     return findings
 
 
-def data_source_python() -> Finding:
+def version_of(distribution: str, module: str) -> str:
+    """A library's version: from its installed metadata, else from the module (a Spark
+    runtime's pyspark comes on PYTHONPATH, without metadata)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        version = getattr(importlib.import_module(module), "__version__", None)
+        return f"{version or 'of unknown version'} (not installed: on the path)"
+
+
+def data_source_python(environment: Mapping[str, str]) -> Finding:
     """Whether the Python Spark will start for the formats has the package."""
-    for variable in ("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON"):
-        if os.environ.get(variable):
-            spec, source = os.environ[variable], variable
+    for variable in FORMATS_PYTHON:
+        if environment.get(variable):
+            spec, source = environment[variable], variable
             break
     else:
         spec, source = "python3", "neither PYSPARK_DRIVER_PYTHON nor PYSPARK_PYTHON is set, so"

@@ -15,15 +15,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from spark_zmq.cli.doctor import DEPLOYING, OK, PROBLEM, Finding, local_findings, report
+from spark_zmq.cli.doctor import (
+    DEPLOYING,
+    FORMATS_PYTHON,
+    OK,
+    PROBLEM,
+    Finding,
+    local_findings,
+    report,
+)
 from spark_zmq.extras import EXTRAS
 from spark_zmq.spark.session import job_session
+
+#: the last line of a Python traceback (a builtin exception: no dots in its name)
+PYTHON_ERROR = re.compile(r"^[A-Za-z]*(Error|Exception): ")
+#: a Java exception's class before its message
+JAVA_CLASS = re.compile(r"^(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): ")
 
 
 def probe(marker: str | None, extras: dict[str, dict[str, str]]):
@@ -96,35 +110,57 @@ def format_findings(spark, spool: str | None) -> list[Finding]:
     try:
         rows = spark.read.format("zeroeq").option("spoolPath", str(empty)).load().count()
     except Exception as exc:  # Spark's errors for a source it cannot find or run
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        first = lines[0] if lines else type(exc).__name__
-        cause = next((line for line in reversed(lines) if "Error" in line), first)
-        not_found = "DATA_SOURCE_NOT_FOUND" in first or "No module named" in cause
+        cause = error_summary(str(exc)) or type(exc).__name__
+        not_found = "DATA_SOURCE_NOT_FOUND" in cause or "No module named" in cause
         fix = (
             f"export PYSPARK_PYTHON naming a Python with spark_zmq on the driver host and the "
             f"executors, before spark-submit ({DEPLOYING})"
             if not_found
             else "see the error; the checks above may say why"
         )
-        detail = f"a batch read failed: {first[:200]}" + ("" if cause == first else f" ... {cause}")
+        detail = f"a batch read failed: {cause[:300]}"
         return [Finding("format('zeroeq')", PROBLEM, detail, fix)]
     finally:
         shutil.rmtree(empty, ignore_errors=True)
     return [Finding("format('zeroeq')", OK, f"found and read on the executors ({rows} rows)")]
 
 
-def conf_findings(spark) -> list[Finding]:
+def jvm_environment(spark) -> dict[str, str]:
+    """The variables that choose the formats' Python, as the driver's JVM has them (Spark reads
+    them there; spark-submit gives this Python process values of its own)."""
+    system = spark.sparkContext._jvm.java.lang.System
+    return {name: value for name in FORMATS_PYTHON if (value := system.getenv(name))}
+
+
+def error_summary(text: str) -> str:
+    """The line of a py4j or Python error that says what went wrong, without Java's frames,
+    py4j's preamble or the exception's class (an error class such as DATA_SOURCE_NOT_FOUND, or
+    the last line of a Python traceback)."""
+    lines = [line.strip() for line in text.splitlines()]
+    said = [
+        JAVA_CLASS.sub("", line.lstrip(": "))
+        for line in lines
+        if line and not line.startswith(("at ", "An error occurred while calling"))
+    ]
+    classified = [line for line in said if line.startswith("[")]
+    python = [line for line in said if PYTHON_ERROR.match(line)]
+    if classified and python:
+        return f"{classified[0][:160]} ... {python[-1]}"
+    return (classified or python[-1:] or said or [""])[0]
+
+
+def conf_findings(spark, environment: dict[str, str]) -> list[Finding]:
     configured = spark.sparkContext.getConf().get("spark.pyspark.python")
-    formats = os.environ.get("PYSPARK_DRIVER_PYTHON") or os.environ.get("PYSPARK_PYTHON")
+    formats = next((environment[v] for v in FORMATS_PYTHON if v in environment), "python3")
     if configured is None or configured == formats:
         return []
     return [
         Finding(
             "spark.pyspark.python",
             PROBLEM,
-            f"the conf says {configured}, but the formats run {formats or 'python3'} "
-            f"(PYSPARK_PYTHON): Python data sources do not read the conf, and the executor "
-            f"checks above ran the conf's Python",
+            f"the conf says {configured}, but the formats run {formats}: Python data "
+            f"sources do not read the conf (and the executor checks above ran the conf's "
+            f"Python)",
             f"export PYSPARK_PYTHON={configured} instead of the conf ({DEPLOYING})",
         )
     ]
@@ -135,13 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spool", help="a spool folder the executors should see too")
     args = parser.parse_args(argv)
     spark = job_session("spark_zmq doctor")  # first: a local session sets PYSPARK_PYTHON
-    findings = local_findings(args.spool)
+    environment = jvm_environment(spark)
+    findings = local_findings(args.spool, environment)
     marker = None
     if args.spool and all(f.ok for f in findings if f.check == "spool"):
         marker = str(Path(args.spool) / f".doctor-{uuid.uuid4().hex}")
         Path(marker).touch()
     try:
-        findings += conf_findings(spark)
+        findings += conf_findings(spark, environment)
         findings += executor_findings(spark, marker)
         findings += format_findings(spark, args.spool)
     finally:

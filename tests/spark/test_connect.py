@@ -1,0 +1,128 @@
+"""Spark Connect, the client mode of Spark 4 and of managed platforms: a Connect server started
+from the pip pyspark (``sbin/start-connect-server.sh``) with the package in its
+``PYSPARK_PYTHON``, and a client process that only talks gRPC to it (and cannot import
+spark_zmq), streams ``format("zeroeq")`` into a memory table and reads it back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from spark_zmq.testing.standalone import LOOPBACK, SPARK_HOME, free_port
+from support.common import wait_until
+from support.sequences import ECHO
+
+pytestmark = pytest.mark.spark
+
+CLIENT = textwrap.dedent(
+    """
+    import importlib.abc, sys, time
+
+    class NoSparkZmq(importlib.abc.MetaPathFinder):  # the client needs no spark_zmq
+        def find_spec(self, name, path, target=None):
+            if name.startswith(("spark_zmq", "pyspark_zeroeq")):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    sys.meta_path.insert(0, NoSparkZmq())
+    from pyspark.sql import SparkSession
+
+    remote, session, spool, wanted = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+    assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    query = (
+        spark.readStream.format("zeroeq").option("session", session)
+        .option("discoveryInterfaces", "127.0.0.1").option("spoolPath", spool).load()
+        .writeStream.format("memory").queryName("connect_events")
+        .trigger(processingTime="1 second").start()
+    )
+    deadline, rows = time.time() + 180, []
+    while time.time() < deadline:
+        rows = spark.sql("select payload from connect_events where error is null").collect()
+        if len(rows) >= wanted:
+            break
+        time.sleep(1)
+    query.stop()
+    print("payloads", ",".join(bytes(r.payload).decode() for r in rows))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("connect")
+    port = free_port()
+    env = dict(
+        os.environ,
+        SPARK_HOME=str(SPARK_HOME),
+        SPARK_LOCAL_IP=LOOPBACK,
+        PYSPARK_PYTHON=sys.executable,  # where the server starts the formats' Python
+        SPARK_LOG_DIR=str(folder),
+        SPARK_PID_DIR=str(folder),
+    )
+    settings = {
+        "spark.connect.grpc.binding.address": LOOPBACK,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": LOOPBACK,
+        "spark.ui.enabled": "false",
+    }
+    log = open(folder / "server.log", "wb")
+    server = subprocess.Popen(
+        [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]"]
+        + [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+    def listening() -> bool:
+        if server.poll() is not None:
+            raise AssertionError(f"the Connect server ended: {(folder / 'server.log').read_text()}")
+        with socket.socket() as probe:
+            return probe.connect_ex((LOOPBACK, port)) == 0
+
+    try:
+        wait_until(listening, timeout=180, interval=0.5, what="the Connect server")
+        yield f"sc://{LOOPBACK}:{port}"
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        log.close()
+
+
+def test_a_connect_client_streams_zeroeq_events(connect_server, publishers, tmp_path):
+    session, wanted = "connect", 20
+    publisher = publishers(session)
+    stop = threading.Event()
+
+    def publish() -> None:
+        sequence = 0
+        while not stop.wait(0.05):
+            publisher.publish(ECHO, b"%d" % sequence)
+            sequence += 1
+
+    sender = threading.Thread(target=publish, daemon=True)
+    sender.start()
+    try:
+        client = subprocess.run(
+            [sys.executable, "-c", CLIENT, connect_server, session, str(tmp_path / "spool")]
+            + [str(wanted)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        stop.set()
+        sender.join()
+    assert client.returncode == 0, client.stderr[-3000:]
+    (line,) = [line for line in client.stdout.splitlines() if line.startswith("payloads ")]
+    numbers = [int(text) for text in line.split(" ", 1)[1].split(",") if text]
+    assert len(numbers) >= wanted, line
+    assert sorted(numbers) == list(range(min(numbers), max(numbers) + 1)), "holes or duplicates"
