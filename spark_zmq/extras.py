@@ -23,7 +23,8 @@ from spark_zmq.errors import MissingDependency
 
 #: the Spark versions this package supports: [first, last) as (major, minor)
 SPARK_VERSIONS = ((4, 2), (5, 0))
-#: extra -> {import name: the distribution that provides it}; pyproject.toml's extras match
+#: extra -> {import name: the distribution that provides it}; a format needs the extra of its
+#: name (the data sources call require(format name)); pyproject.toml's extras match (a test says)
 EXTRAS: dict[str, dict[str, str]] = {
     "spark": {"pyspark": "pyspark"},
     "zeroeq": {"zeroconf": "zeroconf"},

@@ -71,6 +71,20 @@ def bare_env() -> dict[str, str]:
     return dict(environment(None), PYSPARK_PYTHON="./environment/bin/python")
 
 
+def packed_job_file(here: Path, name: str) -> str:
+    """The job's file in the unpacked archive, as the docs find it (``spark_zmq job NAME``)."""
+    job_file = subprocess.run(
+        ["./environment/bin/python", "-m", "spark_zmq", "job", name],
+        cwd=here,
+        env=bare_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert job_file.startswith(str(here / "environment")), job_file
+    return job_file
+
+
 def test_the_hosts_own_python_lacks_what_a_job_needs(cluster, tmp_path, packed):
     """Otherwise the test below could pass with the hosts' own packages."""
     own = subprocess.run(
@@ -107,15 +121,7 @@ def test_a_packed_venv_runs_the_capture_job_on_a_cluster_without_the_package(
     pubs = [publishers(session) for _ in range(2)]
     here = driver_folder(tmp_path / "driver", packed)
     spool, sink = tmp_path / "spool", tmp_path / "table"
-    job_file = subprocess.run(
-        ["./environment/bin/python", "-m", "spark_zmq", "job", "capture_to_parquet"],
-        cwd=here,
-        env=bare_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert job_file.startswith(str(here / "environment")), job_file
+    job_file = packed_job_file(here, "capture_to_parquet")
     settings = {
         "spark.driver.host": LOOPBACK,
         "spark.driver.bindAddress": LOOPBACK,
@@ -222,14 +228,7 @@ def submit_doctor(cluster, here: Path, archive: Path, spool: Path, *, recipe: st
     if recipe == "pyspark":
         del env["PYSPARK_PYTHON"]
         conf.append("spark.pyspark.python=./environment/bin/python")
-    job_file = subprocess.run(
-        ["./environment/bin/python", "-m", "spark_zmq", "job", "doctor"],
-        cwd=here,
-        env=bare_env(),
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    job_file = packed_job_file(here, "doctor")
     return subprocess.run(
         [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master_url]
         + ["--archives", f"{archive}#environment"]

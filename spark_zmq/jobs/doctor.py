@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         marker = str(Path(args.spool) / f".doctor-{uuid.uuid4().hex}")
         Path(marker).touch()
     try:
-        findings += conf_findings(spark, environment)
         findings += executor_findings(spark, marker)
+        findings += conf_findings(spark, environment)
         findings += format_findings(spark, args.spool)
     finally:
         if marker is not None:
