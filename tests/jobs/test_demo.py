@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from test_jobs import Lines, spark_submit
+
+from support.jobs import Lines, spark_submit
 
 RUN = [sys.executable, "-m", "spark_zmq"]
 

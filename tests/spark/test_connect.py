@@ -1,7 +1,8 @@
 """Spark Connect, the client mode of Spark 4 and of managed platforms: a Connect server started
 from the pip pyspark (``sbin/start-connect-server.sh``) with the package in its
-``PYSPARK_PYTHON``, and a client process that only talks gRPC to it (and cannot import
-spark_zmq), streams ``format("zeroeq")`` into a memory table and reads it back."""
+``PYSPARK_PYTHON``, and client processes that only talk gRPC to it (and cannot import
+spark_zmq): one streams ``format("zeroeq")`` into a memory table and reads it back, one streams
+rows out through ``writeStream.format("zeroeq")`` to a subscriber of this process."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ import threading
 
 import pytest
 
+from spark_zmq.protocols.zeroeq import event_id
 from spark_zmq.testing.standalone import LOOPBACK, SPARK_HOME, free_port
 from support.common import wait_until
 from support.sequences import ECHO
+from support.zeroeq import WireSubscriber
 
 pytestmark = pytest.mark.spark
 
-CLIENT = textwrap.dedent(
+#: the start of every client: it cannot import spark_zmq, and its session is a Connect one
+CONNECT = textwrap.dedent(
     """
-    import importlib.abc, sys, time
+    import importlib.abc, os, sys, time
 
     class NoSparkZmq(importlib.abc.MetaPathFinder):  # the client needs no spark_zmq
         def find_spec(self, name, path, target=None):
@@ -31,11 +35,16 @@ CLIENT = textwrap.dedent(
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
     sys.meta_path.insert(0, NoSparkZmq())
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession, functions
 
-    remote, session, spool, wanted = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    spark = SparkSession.builder.remote(remote).getOrCreate()
+    spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
     assert type(spark).__module__.startswith("pyspark.sql.connect"), type(spark)
+    """
+)
+
+READER = CONNECT + textwrap.dedent(
+    """
+    session, spool, wanted = sys.argv[2], sys.argv[3], int(sys.argv[4])
     query = (
         spark.readStream.format("zeroeq").option("session", session)
         .option("discoveryInterfaces", "127.0.0.1").option("spoolPath", spool).load()
@@ -50,6 +59,29 @@ CLIENT = textwrap.dedent(
         time.sleep(1)
     query.stop()
     print("payloads", ",".join(bytes(r.payload).decode() for r in rows))
+    """
+)
+
+#: numbers from the rate source, published as ZeroEQ events (one publisher: a task) until the
+#: file argv[4] exists
+WRITER = CONNECT + textwrap.dedent(
+    """
+    session, checkpoint, stop_file = sys.argv[2], sys.argv[3], sys.argv[4]
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", "20")
+        .option("numPartitions", "1").load()  # one task, one publisher
+        .select(functions.lit(ECHO).alias("event"),
+                functions.col("value").cast("string").alias("payload"))
+        .writeStream.format("zeroeq").option("session", session)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds").start()
+    )
+    deadline = time.time() + 240
+    while not os.path.exists(stop_file) and time.time() < deadline and query.isActive:
+        time.sleep(0.5)
+    error = query.exception()
+    query.stop()
+    print("stopped", "with error:" if error else "cleanly", error or "")
     """
 )
 
@@ -112,7 +144,7 @@ def test_a_connect_client_streams_zeroeq_events(connect_server, publishers, tmp_
     sender.start()
     try:
         client = subprocess.run(
-            [sys.executable, "-c", CLIENT, connect_server, session, str(tmp_path / "spool")]
+            [sys.executable, "-c", READER, connect_server, session, str(tmp_path / "spool")]
             + [str(wanted)],
             capture_output=True,
             text=True,
@@ -126,3 +158,28 @@ def test_a_connect_client_streams_zeroeq_events(connect_server, publishers, tmp_
     numbers = [int(text) for text in line.split(" ", 1)[1].split(",") if text]
     assert len(numbers) >= wanted, line
     assert sorted(numbers) == list(range(min(numbers), max(numbers) + 1)), "holes or duplicates"
+
+
+def test_a_connect_client_publishes_zeroeq_events(connect_server, zeroconf, tmp_path):
+    session, wanted, stop_file = "connect-writer", 30, tmp_path / "stop"
+    client = subprocess.Popen(
+        [sys.executable, "-c", f"ECHO = {ECHO!r}" + WRITER, connect_server, session]
+        + [str(tmp_path / "checkpoint"), str(stop_file)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    subscriber = WireSubscriber(zeroconf, session, [ECHO])
+    try:
+        received = subscriber.receive(wanted, timeout=240)
+    finally:
+        subscriber.close()
+        stop_file.touch()
+        out, err = client.communicate(timeout=120)
+    assert client.returncode == 0 and "stopped cleanly" in out, (out, err[-3000:])
+    assert len(received) >= wanted, f"{len(received)} events; the client said {out}"
+    assert {frames[0] for frames in received} == {event_id(ECHO)}
+    numbers = [int(frames[1]) for frames in received]
+    # a subscriber that connects late misses the first rows (pub/sub keeps nothing), and then
+    # gets every row in order
+    assert numbers == list(range(numbers[0], numbers[0] + len(numbers))), numbers

@@ -22,9 +22,9 @@ ECHO = "zeroeq::test::Echo"
 MAX_MESSAGE_BYTES = 1024
 
 
-def capture_into(root: str, publisher: Publisher, send) -> None:
+def capture_into(root: str, publisher: Publisher, send, max_spool_bytes: int = 1 << 30) -> None:
     """Run capture (the driver's loop, real zmq) on ``publisher`` while ``send`` publishes."""
-    spool = Spool(root, 1 << 30)
+    spool = Spool(root, max_spool_bytes)
     capture = Capture(spool, max_message_bytes=MAX_MESSAGE_BYTES, flush_interval=0.05)
     capture.start()
     endpoint = Endpoint(publisher.instance_name, publisher.address, {}, (b"", event_id(MEERKAT)))
@@ -150,6 +150,49 @@ def test_fail_on_data_loss_fails_at_the_first_gap_in_every_mode(spark, spool, mo
     rows = batch_read(spark, spool, mode=mode, failOnDataLoss="true", endingOffsets=no_gaps)
     expected = ["ok", "ok"] if mode == "DROPMALFORMED" else ["ok", "malformed", "ok"]
     assert kinds(rows, spool["malformed"]) == expected and not kinds(rows, spool["gaps"])
+
+
+BOUND = 16 << 10
+
+
+@pytest.fixture(scope="module")
+def bounded_spool(tmp_path_factory):
+    """A partition whose messages met the spool's bound (BOUND): what was written before, then
+    a drop episode of 5 messages, ended by a gap row."""
+    root = str(tmp_path_factory.mktemp("bounded") / "spool")
+    publisher = Publisher("", announce=False)
+    written = 0
+
+    def over_the_bound(p):
+        nonlocal written
+        key = p.instance_name
+        while written == 0 or load_index(root, key).nbytes < BOUND:
+            # one message a flush, so that each is written while the spool is under its bound
+            p.publish(ECHO, b"%04d" % written + b"." * 900)
+            written += 1
+            wait_until(lambda n=written: load_index(root, key).end == n, what=f"{written} spooled")
+        for i in range(5):  # the partition holds the whole bound now: dropped
+            p.publish(ECHO, b"dropped-%d" % i)
+        time.sleep(0.5)
+
+    try:
+        capture_into(root, publisher, over_the_bound, max_spool_bytes=BOUND)
+    finally:
+        publisher.close()
+    return {"root": root, "key": publisher.instance_name, "written": written}
+
+
+@pytest.mark.parametrize("mode", ["PERMISSIVE", "DROPMALFORMED", "FAILFAST"])
+def test_a_drop_episode_at_the_spools_bound_is_a_gap_row_in_every_mode(spark, bounded_spool, mode):
+    written = bounded_spool["written"]
+    rows = batch_read(spark, bounded_spool, mode=mode)
+    assert kinds(rows, bounded_spool["key"]) == ["ok"] * written + ["gap"]
+    assert rows[-1].payload is None and rows[-1].error.startswith("gap: 5 messages dropped ")
+    assert f"reached maxSpoolBytes ({BOUND} bytes)" in rows[-1].error
+    with pytest.raises(Exception) as info:
+        batch_read(spark, bounded_spool, mode=mode, failOnDataLoss="true")
+    lost = f"zeroeq: data lost in partition {bounded_spool['key']} at offset {written} "
+    assert lost in str(info.value)
 
 
 def test_starting_and_ending_offsets_choose_ranges_per_partition(spark, spool):

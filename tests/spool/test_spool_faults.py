@@ -16,6 +16,7 @@ from spark_zmq.spool.layout import BATCH_ROWS, Source, load_index, partition_dir
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until
+from support.queries import memory_query
 
 SOURCE = Source("tcp://127.0.0.1:1", {})
 ECHO = "zeroeq::test::Echo"
@@ -89,15 +90,16 @@ def accounted(rows) -> int:
 
 
 def start_query(spark, tmp_path, spool, name, **options):
-    return (
-        spark.readStream.format("zeroeq")
-        .options(session=name, discoveryInterfaces="127.0.0.1", spoolPath=str(spool), **options)
-        .load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
+    """A query of the publishers of session ``name`` that keeps its spool at ``spool``."""
+    return memory_query(
+        spark,
+        tmp_path,
+        "zeroeq",
+        name,
+        session=name,
+        discoveryInterfaces="127.0.0.1",
+        spoolPath=str(spool),
+        **options,
     )
 
 

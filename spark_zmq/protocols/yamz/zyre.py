@@ -8,7 +8,8 @@ belong to that thread. What this module adds around it (``shared/protocols/yamz.
   the host name ``None``; one that hits a network error later logs it and ends. ``start``
   raises a ZyreError naming the beacon port for the first two (it reads pyre's error records
   while the node starts, and gives the beacon 1 s to settle); the last is reported to
-  ``on_failure``.
+  ``on_failure``. pyre's stop can wait forever on a beacon that died, so nodes are stopped
+  with a bound, after the error is reported.
 - ``set_port`` wants bytes; header values must be ASCII text.
 - pyre picks the interface itself (the first IPv4 one that is neither loopback nor link-local,
   else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``.
@@ -37,6 +38,8 @@ DEFAULT_BEACON_PORT = 5670
 #: how often the node's thread checks that pyre's beacon thread is alive
 BEACON_CHECK_SECONDS = 0.5
 START_TIMEOUT = 10.0
+#: how long closing waits for pyre's node to stop
+STOP_SECONDS = 2.0
 #: how long a new beacon must live to count as started: a beacon whose multicast join failed
 #: dies at its first send, just after pyre's start returns
 BEACON_SETTLE_SECONDS = 1.0
@@ -96,6 +99,7 @@ class ZyreNode:
         self._on_enter, self._on_exit, self._on_failure = on_enter, on_exit, on_failure
         self._started: Future = Future()
         self._stopping = threading.Event()
+        self._beacon_errors = _BeaconErrors()
         self._thread = threading.Thread(
             target=self._run, name=f"spark_zmq zyre {name}", daemon=True
         )
@@ -113,9 +117,17 @@ class ZyreNode:
 
     def _run(self) -> None:
         try:
-            node, beacon_threads = self._start_pyre()
+            node = pyre.Pyre(self.name, ctx=zmq.Context.instance())
+            beacon_threads = self._start_pyre(node)
         except Exception as exc:  # reported to start()
             self._started.set_exception(exc)
+            return
+        failure = self._check_beacon(node, beacon_threads)
+        if failure is not None:
+            # start() hears of the failure before the node is stopped: pyre's stop can wait
+            # forever for a beacon thread that died (see _stop)
+            self._started.set_exception(failure)
+            _stop(node)
             return
         try:
             self._started.set_result(node.endpoint())
@@ -124,26 +136,28 @@ class ZyreNode:
             logger.exception("yamz: Zyre node %s stopped by an error", self.name)
             self._on_failure(ZyreError(f"Zyre node {self.name!r} stopped: {exc}"))
         finally:
-            node.stop()
+            _stop(node)
 
-    def _start_pyre(self):
-        node = pyre.Pyre(self.name, ctx=zmq.Context.instance())
+    def _start_pyre(self, node) -> list[threading.Thread]:
+        """Start ``node``; the threads pyre started for its beacon."""
         for key, value in self.headers.items():
             node.set_header(key, value)
         node.set_port(str(self.beacon_port).encode())
         before = set(threading.enumerate())
-        errors = _BeaconErrors()
         pyre_beacon_log = logging.getLogger("pyre.zbeacon")
-        pyre_beacon_log.addHandler(errors)
+        pyre_beacon_log.addHandler(self._beacon_errors)
         try:
             node.start()
         finally:
-            pyre_beacon_log.removeHandler(errors)
-        beacon_threads = [t for t in threading.enumerate() if t not in before]
-        logged = errors.messages()  # (while this node started: its own beacon's)
+            pyre_beacon_log.removeHandler(self._beacon_errors)
+        return [t for t in threading.enumerate() if t not in before]
+
+    def _check_beacon(self, node, beacon_threads: list[threading.Thread]) -> ZyreError | None:
+        """The error of a beacon that failed as the node started, or None once it has lived
+        BEACON_SETTLE_SECONDS."""
+        logged = self._beacon_errors.messages()  # (while this node started: its own beacon's)
         if logged:
-            node.stop()
-            raise ZyreError(
+            return ZyreError(
                 f"Zyre node {self.name!r}: its beacon on UDP port "
                 f"{self.beacon_port} failed to start ({'; '.join(logged)}); "
                 f"peers cannot be discovered"
@@ -157,13 +171,12 @@ class ZyreNode:
         ):
             time.sleep(0.05)
         if "None" in endpoint or not all(t.is_alive() for t in beacon_threads):
-            node.stop()
-            raise ZyreError(
+            return ZyreError(
                 f"Zyre node {self.name!r}: no beacon on UDP port "
                 f"{self.beacon_port} (no usable network interface, or the port "
                 f"cannot be bound); peers cannot be discovered"
             )
-        return node, beacon_threads
+        return None
 
     def _loop(self, node, beacon_threads: list[threading.Thread]) -> None:
         inbox = node.socket()
@@ -193,3 +206,14 @@ class ZyreNode:
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(START_TIMEOUT)
+
+
+def _stop(node) -> None:
+    """Stop a pyre node, waiting at most STOP_SECONDS. pyre's stop waits for its beacon thread
+    to answer; one that died (a network error) answered already, and if the node's own loop
+    took that answer, the stop waits forever: it is then left to a thread of its own."""
+    stopping = threading.Thread(target=node.stop, name="spark_zmq zyre stop", daemon=True)
+    stopping.start()
+    stopping.join(STOP_SECONDS)
+    if stopping.is_alive():
+        logger.debug("yamz: a pyre node did not stop within %g s (its beacon died)", STOP_SECONDS)

@@ -24,6 +24,7 @@ from spark_zmq.protocols.ebus import (
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from support.common import wait_until
+from support.queries import memory_query
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
 BSON_L_42 = bytes.fromhex("0c000000106c002a00000000")
@@ -123,20 +124,8 @@ def test_channel_prefixes_select_broadcasts_through_the_relay(spark, tmp_path):
             ("ebus_default", {}),
             ("ebus_all", {"includeBrokerEvents": "true"}),
         ):
-            stream = (
-                spark.readStream.format("ebus")
-                .option("subPort", relay.sub_port)
-                .option("spoolPath", str(tmp_path / f"spool-{name}"))
-            )
-            for key, value in options.items():
-                stream = stream.option(key, value)
-            queries[name] = (
-                stream.load()
-                .writeStream.format("memory")
-                .queryName(name)
-                .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-                .trigger(processingTime="500 milliseconds")
-                .start()
+            queries[name] = memory_query(
+                spark, tmp_path, "ebus", name, subPort=relay.sub_port, **options
             )
 
         def both_see_warm_up():  # subscriptions travel SUB -> relay -> PUB: wait for them

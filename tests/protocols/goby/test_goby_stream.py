@@ -12,7 +12,11 @@ import time
 import pytest
 import zmq
 from pyspark.errors import StreamingQueryException
-from test_goby_wire import (
+
+from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
+from spark_zmq.protocols.goby.messages import manager_messages
+from support.common import wait_until
+from support.goby import (
     BSON_DEPTH_5,
     GOBY_IDENTIFIER,
     HOLD_REQUEST,
@@ -20,10 +24,7 @@ from test_goby_wire import (
     RawClient,
     write_descriptor_set,
 )
-
-from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
-from spark_zmq.protocols.goby.messages import manager_messages
-from support.common import wait_until
+from support.queries import memory_query
 
 pytestmark = pytest.mark.spark
 APP_NAME = "spark_zmq tests"  # conftest's session
@@ -58,20 +59,6 @@ class TestPublisher:
         self.sock.close(0)
 
 
-def start_reader(spark, tmp_path, name: str, trigger: str = "500 milliseconds", **options):
-    stream = spark.readStream.format("goby").option("spoolPath", str(tmp_path / f"spool-{name}"))
-    for key, value in options.items():
-        stream = stream.option(key, value)
-    return (
-        stream.load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-        .trigger(processingTime=trigger)
-        .start()
-    )
-
-
 def rows(spark, name: str, where: str = "true") -> list:
     return spark.sql(f"select * from {name} where {where} order by partition, offset").collect()
 
@@ -81,16 +68,23 @@ def test_reader_gets_exactly_the_subscribed_prefixes_decoded(spark, tmp_path):
     daemon = GobyDaemon(socket_name=base)
     descriptors = write_descriptor_set(tmp_path / "nav.pb")
     queries = {
-        "goby_some": start_reader(
+        "goby_some": memory_query(
             spark,
             tmp_path,
+            "goby",
             "goby_some",
             socketName=base,
             subscribe="/log/CSTR,/nav/PROTOBUF/test.NavStatus/,/state/JSON/,Foo",
             protobufDescriptorSet=descriptors,
         ),
-        "goby_all": start_reader(
-            spark, tmp_path, "goby_all", socketName=base, subscribe="/", mode="DROPMALFORMED"
+        "goby_all": memory_query(
+            spark,
+            tmp_path,
+            "goby",
+            "goby_all",
+            socketName=base,
+            subscribe="/",
+            mode="DROPMALFORMED",
         ),
     }
     publisher = TestPublisher(ManagerAddress.ipc(socket_name=base))
@@ -195,11 +189,16 @@ def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them
     base = str(tmp_path / "g")
     daemon = GobyDaemon(socket_name=base)
     queries = {
-        "goby_3": start_reader(spark, tmp_path, "goby_3", socketName=base, subscribe="/raw3/3/"),
-        "goby_every": start_reader(spark, tmp_path, "goby_every", socketName=base, subscribe="/"),
-        "goby_internal": start_reader(
+        "goby_3": memory_query(
+            spark, tmp_path, "goby", "goby_3", socketName=base, subscribe="/raw3/3/"
+        ),
+        "goby_every": memory_query(
+            spark, tmp_path, "goby", "goby_every", socketName=base, subscribe="/"
+        ),
+        "goby_internal": memory_query(
             spark,
             tmp_path,
+            "goby",
             "goby_internal",
             socketName=base,
             subscribe="/",
@@ -396,8 +395,8 @@ def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, 
 def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, tmp_path):
     daemon = GobyDaemon(tcp_port=0)
     manager = ManagerAddress.tcp("127.0.0.1", daemon.tcp_port)
-    query = start_reader(
-        spark, tmp_path, "goby_restart", managerPort=str(daemon.tcp_port), subscribe="/r/"
+    query = memory_query(
+        spark, tmp_path, "goby", "goby_restart", managerPort=str(daemon.tcp_port), subscribe="/r/"
     )
     publisher = TestPublisher(manager)
 
@@ -447,7 +446,9 @@ def manager_port(manager: ManagerAddress) -> int:
 
 def test_unreachable_manager_fails_the_query_naming_the_address(spark, tmp_path):
     nobody = str(tmp_path / "nobody")
-    query = start_reader(spark, tmp_path, "goby_nobody", socketName=nobody, managerTimeout="2")
+    query = memory_query(
+        spark, tmp_path, "goby", "goby_nobody", socketName=nobody, managerTimeout="2"
+    )
     started = time.monotonic()
     try:
         with pytest.raises(StreamingQueryException) as caught:

@@ -16,6 +16,7 @@ import zmq
 from pyre import Pyre
 
 from support.common import wait_until
+from support.queries import end_offset, memory_query, payloads
 
 pytestmark = pytest.mark.spark
 HERE = Path(__file__).resolve().parent
@@ -42,33 +43,6 @@ def bound(socket_type: int) -> tuple[zmq.Socket, str]:
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind("tcp://127.0.0.1:*")
     return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
-
-
-def start_reader(spark, tmp_path, name: str, **options):
-    stream = spark.readStream.format("yamz").option("spoolPath", str(tmp_path / f"spool-{name}"))
-    for key, value in options.items():
-        stream = stream.option(key, value)
-    return (
-        stream.load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / f"cp-{name}"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
-
-
-def payloads(spark, name: str) -> list[str]:
-    return [
-        bytes(r.payload).decode()
-        for r in spark.sql(f"select payload from {name} order by partition, offset").collect()
-    ]
-
-
-def end_offset(query) -> dict:
-    progress = query.lastProgress
-    offset = progress["sources"][0]["endOffset"] if progress else None
-    return json.loads(offset) if isinstance(offset, str) else (offset or {})
 
 
 def send_until_read(spark, name: str, sock: zmq.Socket, marker: str) -> None:
@@ -155,9 +129,10 @@ def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_
         beacon,
     )
     nodes = [alpha, beta, epsilon, delta]
-    query = start_reader(
+    query = memory_query(
         spark,
         tmp_path,
+        "yamz",
         "yamz_match",
         beaconPort=str(beacon),
         address="yamz://*/tps?part=2&det=tpc&apa=4[12], yamz://delta/fanout/*",
@@ -234,9 +209,10 @@ def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_
 
 def test_spark_writer_is_found_by_an_abstract_address(spark, tmp_path):
     beacon = 5672
-    reader = start_reader(
+    reader = memory_query(
         spark,
         tmp_path,
+        "yamz",
         "yamz_written",
         beaconPort=str(beacon),
         address="yamz://sparkw/spark/out?apa=4[0-9]&det=tpc",
@@ -322,8 +298,13 @@ def test_a_node_on_another_host_is_found_across_a_veth_pair(spark, tmp_path):
             ("link", "set", "v1", "up"),
         ):
             ip(*args, netns_of=remote.pid)
-        query = start_reader(
-            spark, tmp_path, "yamz_remote", beaconPort=str(beacon), address="yamz://remote/tps"
+        query = memory_query(
+            spark,
+            tmp_path,
+            "yamz",
+            "yamz_remote",
+            beaconPort=str(beacon),
+            address="yamz://remote/tps",
         )
         wait_until(
             lambda: len(payloads(spark, "yamz_remote")) >= 3,

@@ -16,9 +16,9 @@ import shutil
 import subprocess
 
 import pytest
-from test_yamz_stream import payloads, start_reader
 
 from support.common import ROOT, wait_until
+from support.queries import memory_query, payloads
 
 pytestmark = pytest.mark.spark
 NODE_PEER = ROOT / "tests" / "peers" / "node" / "yamz_node.js"
@@ -75,9 +75,10 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
     name = f"yamz_zyrejs_{layout}"
     query = None
     try:
-        query = start_reader(
+        query = memory_query(
             spark,
             tmp_path,
+            "yamz",
             name,
             beaconPort=beacon,
             address=f"yamz://{node}/tps/out?det=tpc&apa=4[0-9]",

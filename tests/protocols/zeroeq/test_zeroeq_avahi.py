@@ -12,13 +12,13 @@ from contextlib import contextmanager
 import pytest
 import zmq
 from avahi_daemon import Avahi, Resolved
-from test_zeroeq_stream import start_query, wait_for_rows
-from test_zeroeq_writer import start_writer, write_rows
 
 from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Publisher, event_id
+from support.queries import wait_for_rows
+from support.sequences import ECHO
+from support.zeroeq import start_query, start_writer, write_rows
 
 SERVICE = PUBLISHER_SERVICE.removesuffix(".local.")  # avahi's spelling
-ECHO = "zeroeq::test::Echo"
 #: a veth pair inside the test's own namespace stands for a LAN interface
 LAN_INTERFACE, LAN_PEER, LAN_ADDRESS = "szmqav0", "szmqav1", "10.213.7.1"
 AVAHI_FAULTS = ("Failed to split service name", "Received goodbye record for one of our records")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_zeroeq_stream import rows_of, start_query, wait_for_rows
-from zeroeq_peers import announced
 
 from spark_zmq.protocols.zeroeq import (
     SUBSCRIBER_SERVICE,
@@ -18,6 +16,8 @@ from spark_zmq.protocols.zeroeq import (
 )
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 from support.common import wait_until
+from support.queries import rows_of, wait_for_rows
+from support.zeroeq import announced, start_query
 
 pytestmark = pytest.mark.spark
 ECHO, OTHER = "zeroeq::test::Echo", "zeroeq::test::Other"

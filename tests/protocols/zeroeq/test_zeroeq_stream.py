@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -11,9 +10,11 @@ import zmq
 from spark_zmq.protocols.zeroeq import PUBLISHER_SERVICE, event_id
 from spark_zmq.spool.layout import load_index
 from support.common import wait_until
+from support.queries import end_offset, rows_of, wait_for_rows
+from support.sequences import ECHO
+from support.zeroeq import start_query
 
 pytestmark = pytest.mark.spark
-ECHO = "zeroeq::test::Echo"
 
 
 def reader(spark, tmp_path, name, **options):
@@ -23,35 +24,6 @@ def reader(spark, tmp_path, name, **options):
     for key, value in options.items():
         stream = stream.option(key, value)
     return stream.load()
-
-
-def start_query(spark, tmp_path, name, trigger=None, **options):
-    """A query into the memory table ``name``."""
-    writer = (
-        reader(spark, tmp_path, name, **options)
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
-    )
-    return writer.trigger(**(trigger or {"processingTime": "500 milliseconds"})).start()
-
-
-def rows_of(spark, name):
-    return spark.sql(f"select * from {name}").collect()
-
-
-def wait_for_rows(spark, name, count, timeout=60):
-    return wait_until(
-        lambda: (r := rows_of(spark, name)) and len(r) >= count and r,
-        timeout=timeout,
-        what=f"{count} rows in {name}",
-    )
-
-
-def end_offset(query):
-    progress = query.lastProgress
-    offset = progress["sources"][0]["endOffset"] if progress else None
-    return json.loads(offset) if isinstance(offset, str) else (offset or {})
 
 
 def test_three_publishers_two_sessions(spark, tmp_path, publishers):

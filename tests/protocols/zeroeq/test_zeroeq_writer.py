@@ -3,31 +3,15 @@ wire-level subscriber receive; rows that cannot be sent follow `mode`."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from test_zeroeq_stream import start_query, wait_for_rows
-from zeroeq_peers import WireSubscriber, announced
 
 from spark_zmq.protocols.zeroeq import PUBLISHER_SERVICE, event_id
+from support.queries import wait_for_rows
+from support.zeroeq import WireSubscriber, announced, start_query, start_writer, write_rows
 
 pytestmark = pytest.mark.spark
 A, B = "spark::test::A", "spark::test::B"
 INPUT_SCHEMA = "event STRING, event_id STRING, payload STRING"
-
-
-def write_rows(folder, name, rows):
-    with open(folder / f"{name}.json", "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-
-
-def start_writer(spark, tmp_path, inbox, trigger=None, **options):
-    stream = spark.readStream.schema(INPUT_SCHEMA).json(str(inbox)).writeStream.format("zeroeq")
-    options.setdefault("checkpointLocation", str(tmp_path / "checkpoint-writer"))
-    for key, value in options.items():
-        stream = stream.option(key, value)
-    return stream.trigger(**(trigger or {"processingTime": "500 milliseconds"})).start()
 
 
 def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, tmp_path, zeroconf):

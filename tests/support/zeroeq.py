@@ -1,7 +1,9 @@
-"""Test peers written from the ZeroEQ fact sheet, independent of the package's own code paths."""
+"""ZeroEQ for the tests: queries that read and write the format, and a subscriber written from
+the fact sheet, independent of the package's own code paths."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -9,6 +11,34 @@ import zmq
 from zeroconf import ServiceBrowser, ServiceStateChange
 
 from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Record, event_id
+from support.common import wait_until
+from support.queries import memory_query
+
+
+def start_query(spark, tmp_path, name, trigger=None, **options):
+    """A ``zeroeq`` query into the memory table ``name``, browsing loopback only."""
+    options.setdefault("discoveryInterfaces", "127.0.0.1")
+    return memory_query(spark, tmp_path, "zeroeq", name, trigger, **options)
+
+
+def write_rows(folder, name, rows):
+    """A JSON file of ``rows`` for a file stream to pick up."""
+    with open(folder / f"{name}.json", "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def start_writer(spark, tmp_path, inbox, trigger=None, **options):
+    """A ``zeroeq`` writer of the JSON rows (event, event_id, payload) that land in ``inbox``."""
+    stream = (
+        spark.readStream.schema("event STRING, event_id STRING, payload STRING")
+        .json(str(inbox))
+        .writeStream.format("zeroeq")
+    )
+    options.setdefault("checkpointLocation", str(tmp_path / "checkpoint-writer"))
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    return stream.trigger(**(trigger or {"processingTime": "500 milliseconds"})).start()
 
 
 class WireSubscriber:
@@ -60,8 +90,6 @@ class WireSubscriber:
 def announced(zeroconf, service: str, session: str, timeout: float = 60.0) -> dict:
     """{instance name: Record} of the ``service`` records of ``session`` that a browser sees,
     once there is at least one."""
-    from support.common import wait_until
-
     found = {}
 
     def on_change(zeroconf, service_type, name, state_change):
