@@ -22,6 +22,7 @@ from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spark.offsets import ranges, resolve
 from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spark.settings import SourceSettings
 from spark_zmq.spool.reader import read_snapshot
 
 
@@ -29,7 +30,8 @@ class ZmqBatchReader(DataSourceReader):
     """Reads a spool folder once, for any ``StreamProtocol``."""
 
     def __init__(self, protocol: StreamProtocol, options: Options) -> None:
-        spool_path = options["spoolPath"]
+        settings = SourceSettings.of(options)
+        spool_path = settings.spool_path
         if not spool_path:
             raise OptionError(
                 f"{protocol.name}: a batch read (spark.read) reads what a stream captured into "
@@ -42,17 +44,17 @@ class ZmqBatchReader(DataSourceReader):
             )
         self.protocol = protocol
         self.options = options
+        self.settings = settings
         self.spool_path = spool_path
 
     def partitions(self) -> Sequence[InputPartition]:
         held = read_snapshot(self.spool_path)
         first = {key: state.start for key, state in held.items()}
         end = {key: state.end for key, state in held.items()}
-        start = resolve(
-            self.options["startingOffsets"] or "earliest", first, end, "earliest", "startingOffsets"
-        )
+        starting = self.settings.starting_offsets or "earliest"
+        start = resolve(starting, first, end, "earliest", "startingOffsets")
         stop = resolve(
-            self.options["endingOffsets"] or "latest", first, end, "latest", "endingOffsets"
+            self.settings.ending_offsets or "latest", first, end, "latest", "endingOffsets"
         )
         for key in sorted(start):
             if stop[key] < start[key]:

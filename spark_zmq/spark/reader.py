@@ -39,6 +39,7 @@ from spark_zmq.planning.placement import Placement
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spark.offsets import PartitionOffsets, StreamOffset, admit, ranges, resolve
 from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spark.settings import SourceSettings
 
 
 def default_spool_path(protocol: StreamProtocol, options: Options) -> str:
@@ -53,14 +54,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Generic micro-batch reader over capture + spool, for any ``StreamProtocol``."""
 
     def __init__(self, protocol: StreamProtocol, options: Options) -> None:
-        if options["endingOffsets"] is not None:
+        settings = SourceSettings.of(options)
+        if settings.ending_offsets is not None:
             raise OptionError(
                 f"{protocol.name}: option 'endingOffsets' applies to batch reads "
                 f"(spark.read) only; a stream reads on as long as it runs"
             )
         self.protocol = protocol
         self.options = options
-        self.spool_path = options["spoolPath"] or default_spool_path(protocol, options)
+        self.settings = settings
+        self.spool_path = settings.spool_path or default_spool_path(protocol, options)
         # driver side only, created lazily (this object is also pickled to executors)
         self._placement: Placement | None = None
         self._available_now: PartitionOffsets | None = None
@@ -77,7 +80,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _started(self) -> Placement:
         if self._placement is None:
             configure_spark_worker_logging()
-            if self.options["spoolPath"] is None:
+            if self.settings.spool_path is None:
                 logger.warning(
                     "%s: option spoolPath is not set: spooling to %s, under the temporary "
                     "folder. A restart from the checkpoint is exactly-once only while that "
@@ -107,7 +110,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # latest: what this run captured before Spark's first call is read, not skipped
         ends_at_start = self._started().ends_at_start
         latest = {k: ends_at_start.get(k, v) for k, v in first.items()}
-        spec = self.options["startingOffsets"] or "latest"
+        spec = self.settings.starting_offsets or "latest"
         if spec == "latest":
             return StreamOffset(latest).to_json()
         return StreamOffset(resolve(spec, first, end, "earliest", "startingOffsets")).to_json()
@@ -143,15 +146,15 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> bool:
         """minRecordsPerTrigger: fewer messages than that are waiting and the previous
         micro-batch was planned less than maxTriggerDelay ago (never under AvailableNow)."""
-        wanted = self.options["minRecordsPerTrigger"]
+        wanted = self.settings.min_records_per_trigger
         if wanted is None or self._available_now is not None:
             return False
         waiting = sum(r.size for r in ranges(start, end, first))
-        delay = self.options["maxTriggerDelay"]
+        delay = self.settings.max_trigger_delay
         return waiting < wanted and time.monotonic() - self._last_trigger < delay
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        max_rows = self.options["maxRecordsPerTrigger"]
+        max_rows = self.settings.max_records_per_trigger
         return ReadMaxRows(max_rows) if max_rows else ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict:
@@ -193,7 +196,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         if not isinstance(partition, SpoolRange):
             raise TypeError(f"{self.protocol.name}: cannot read a {type(partition).__name__}")
-        if self.options["capture"] == "executors":
+        if self.settings.capture_on_executors:
             register_executor(partition.spool_path, executor_id())
         yield from read_rows(self.protocol, self.options, partition)
 
