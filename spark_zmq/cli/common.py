@@ -30,6 +30,23 @@ def aligned(head: Sequence[str], lines: Iterable[Sequence[str]]) -> str:
     )
 
 
+def option_arg(value: str) -> tuple[str, str]:
+    """An argparse type: ``KEY=VALUE``, a format's option as a tool or job takes it."""
+    key, equals, setting = value.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE")
+    return key, setting
+
+
+def add_format_options(
+    parser: argparse.ArgumentParser, flag: str = "--option", help: str = "a reader option"
+) -> None:
+    """A repeatable ``flag KEY=VALUE`` whose values collect, in order, as (key, value) pairs."""
+    parser.add_argument(
+        flag, action="append", type=option_arg, default=[], metavar="KEY=VALUE", help=help
+    )
+
+
 class MemoryState:
     """Discovery's durable state, kept in memory: a tool leaves nothing behind."""
 

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from spark_zmq.cli.common import MemoryState, aligned, positive_seconds_arg
+from spark_zmq.cli.common import MemoryState, add_format_options, aligned, positive_seconds_arg
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
 from spark_zmq.stream_options import READER_OPTIONS
@@ -44,13 +44,6 @@ class Found:
             self.endpoints.pop(key, None)
 
 
-def option_arg(value: str) -> tuple[str, str]:
-    key, equals, setting = value.partition("=")
-    if not equals or not key:
-        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE")
-    return key, setting
-
-
 def add_discover_parser(commands: argparse._SubParsersAction, formats: list[str]) -> None:
     parser = commands.add_parser(
         "discover",
@@ -60,14 +53,7 @@ def add_discover_parser(commands: argparse._SubParsersAction, formats: list[str]
     parser.add_argument(
         "--format", choices=formats, help="only this format (default: every one, with its defaults)"
     )
-    parser.add_argument(
-        "--option",
-        action="append",
-        type=option_arg,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a reader option of --format (repeatable)",
-    )
+    add_format_options(parser, help="a reader option of --format (repeatable)")
     parser.add_argument(
         "--seconds", type=positive_seconds_arg, default=3.0, help="how long to listen (default 3)"
     )

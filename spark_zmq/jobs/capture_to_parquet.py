@@ -24,7 +24,8 @@ import sys
 from pyspark.sql import functions as F
 
 from spark_zmq.cli import FORMATS
-from spark_zmq.cli.discover import option_arg
+from spark_zmq.cli.common import add_format_options
+from spark_zmq.jobs.common import add_run_arguments, run
 from spark_zmq.spark.progress import ProgressPrinter, with_gap_count
 from spark_zmq.spark.session import job_session
 
@@ -35,29 +36,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Example: --format zeroeq --option session=alice --output out/alice --seconds 600",
     )
     parser.add_argument("--format", required=True, choices=sorted(FORMATS))
-    parser.add_argument(
-        "--option",
-        action="append",
-        type=option_arg,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a reader option of the format (repeatable)",
-    )
+    add_format_options(parser, help="a reader option of the format (repeatable)")
     parser.add_argument("--output", required=True, help="the Parquet table's folder")
     parser.add_argument("--checkpoint", help="checkpoint folder (default: OUTPUT_checkpoint)")
-    parser.add_argument(
-        "--trigger",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="micro-batch interval (default 5)",
-    )
-    parser.add_argument(
-        "--seconds",
-        type=float,
-        default=0.0,
-        help="stop after this long (default 0: run until stopped)",
-    )
+    add_run_arguments(parser, trigger=5.0)
     return parser.parse_args(argv)
 
 
@@ -82,15 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         .start()
     )
     print(f"capturing {args.format} into {output}", flush=True)
-    try:
-        query.awaitTermination(args.seconds or None)
-    finally:
-        query.stop()
-    if query.exception() is not None:
-        print(f"capture failed: {query.exception()}", file=sys.stderr)
-        return 1
-    print(f"stopped; the table is {output}", flush=True)
-    return 0
+    status = run(query, args.seconds, "capture")
+    if status == 0:
+        print(f"stopped; the table is {output}", flush=True)
+    return status
 
 
 if __name__ == "__main__":

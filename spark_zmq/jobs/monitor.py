@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from spark_zmq.cli import FORMATS
-from spark_zmq.cli.discover import option_arg
+from spark_zmq.cli.common import add_format_options
+from spark_zmq.jobs.common import add_run_arguments, run
 from spark_zmq.spark.progress import ProgressPrinter, with_gap_count
 from spark_zmq.spark.session import job_session
 
@@ -22,27 +23,8 @@ from spark_zmq.spark.session import job_session
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--format", required=True, choices=sorted(FORMATS))
-    parser.add_argument(
-        "--option",
-        action="append",
-        type=option_arg,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a reader option of the format (repeatable)",
-    )
-    parser.add_argument(
-        "--trigger",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="micro-batch interval (default 1)",
-    )
-    parser.add_argument(
-        "--seconds",
-        type=float,
-        default=0.0,
-        help="stop after this long (default 0: run until stopped)",
-    )
+    add_format_options(parser, help="a reader option of the format (repeatable)")
+    add_run_arguments(parser, trigger=1.0)
     return parser.parse_args(argv)
 
 
@@ -58,11 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         .trigger(processingTime=f"{args.trigger:g} seconds")
         .start()
     )
-    try:
-        query.awaitTermination(args.seconds or None)
-    finally:
-        query.stop()
-    return 0 if query.exception() is None else 1
+    return run(query, args.seconds, "monitor")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ import argparse
 import sys
 
 from spark_zmq.cli import FORMATS
-from spark_zmq.cli.discover import option_arg
+from spark_zmq.cli.common import add_format_options
+from spark_zmq.jobs.common import add_run_arguments, run
 from spark_zmq.spark.progress import ProgressPrinter, with_gap_count
 from spark_zmq.spark.session import job_session
 
@@ -30,23 +31,9 @@ from spark_zmq.spark.session import job_session
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from", dest="source", required=True, choices=sorted(FORMATS))
-    parser.add_argument(
-        "--from-option",
-        action="append",
-        type=option_arg,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a reader option (repeatable)",
-    )
+    add_format_options(parser, "--from-option", help="a reader option (repeatable)")
     parser.add_argument("--to", dest="target", required=True, choices=sorted(FORMATS))
-    parser.add_argument(
-        "--to-option",
-        action="append",
-        type=option_arg,
-        default=[],
-        metavar="KEY=VALUE",
-        help="a writer option (repeatable)",
-    )
+    add_format_options(parser, "--to-option", help="a writer option (repeatable)")
     parser.add_argument(
         "--select",
         action="append",
@@ -56,19 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         'writer\'s (repeatable), e.g. "data AS text"',
     )
     parser.add_argument("--checkpoint", required=True, help="the query's checkpoint folder")
-    parser.add_argument(
-        "--trigger",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="micro-batch interval (default 1)",
-    )
-    parser.add_argument(
-        "--seconds",
-        type=float,
-        default=0.0,
-        help="stop after this long (default 0: run until stopped)",
-    )
+    add_run_arguments(parser, trigger=1.0)
     return parser.parse_args(argv)
 
 
@@ -89,14 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         .start()
     )
     print(f"republishing {args.source} as {args.target}", flush=True)
-    try:
-        query.awaitTermination(args.seconds or None)
-    finally:
-        query.stop()
-    if query.exception() is not None:
-        print(f"republish failed: {query.exception()}", file=sys.stderr)
-        return 1
-    return 0
+    return run(query, args.seconds, "republish")
 
 
 if __name__ == "__main__":

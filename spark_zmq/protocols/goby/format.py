@@ -192,38 +192,26 @@ def _string_or_integer(data_type: pa.DataType) -> bool:
     return pa.types.is_string(data_type) or pa.types.is_integer(data_type)
 
 
+def _malformed(payload: bytes, error: str) -> tuple:
+    """A message whose identifier cannot be read: no part of it is known."""
+    return (payload, error) + (None,) * 8
+
+
 def _decode_message(frames: list[bytes], types) -> tuple:
     """(payload, error, group, scheme, scheme_id, type, process, thread, text, json) of one
     captured message."""
     if len(frames) != 1:
         sizes = ", ".join(str(len(f)) for f in frames)
-        return (
+        return _malformed(
             b"".join(frames),
             f"malformed Goby message: {len(frames)} frames of {sizes} "
             f"bytes; expected one. payload holds the frames concatenated",
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
         )
     try:
         ident, payload = split_message(frames[0])
     except IdentifierError as exc:
-        return (
-            frames[0],
-            f"malformed Goby identifier: {exc}. payload holds the whole message",
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
+        return _malformed(
+            frames[0], f"malformed Goby identifier: {exc}. payload holds the whole message"
         )
     text_value = json_value = error = None
     try:
