@@ -8,8 +8,13 @@ belong to that thread. What this module adds around it (``shared/protocols/yamz.
   the host name ``None``; one that hits a network error later logs it and ends. ``start``
   raises a ZyreError naming the beacon port for the first two (it reads pyre's error records
   while the node starts, and gives the beacon 1 s to settle); the last is reported to
-  ``on_failure``. pyre's stop can wait forever on a beacon that died, so nodes are stopped
-  with a bound, after the error is reported.
+  ``on_failure``.
+- **A beacon that dies while pyre starts hangs the start.** pyre's node sends its beacon
+  thread three commands in a row; a beacon that ends between them (its first send failed)
+  leaves the node blocked forever on the next (seen on a loaded machine, with no network).
+  So ``start`` first checks, without sending anything, that the beacon pyre would open has a
+  route (``beacon_problem``), and refuses to start a node whose beacon could not work. pyre's
+  stop can block the same way, so nodes are stopped with a bound, after any error is reported.
 - ``set_port`` wants bytes; header values must be ASCII text.
 - pyre picks the interface itself (the first IPv4 one that is neither loopback nor link-local,
   else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``.
@@ -19,7 +24,10 @@ belong to that thread. What this module adds around it (``shared/protocols/yamz.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -106,12 +114,20 @@ class ZyreNode:
 
     def start(self) -> ZyreNode:
         """Start and return once the node beacons; ZyreError if it cannot."""
+        problem = beacon_problem(self.beacon_port)
+        if problem is not None:
+            raise ZyreError(
+                f"Zyre node {self.name!r}: no beacon on UDP port {self.beacon_port} "
+                f"({problem}); peers cannot be discovered"
+            )
         self._thread.start()
         try:
             self.endpoint = self._started.result(START_TIMEOUT)
         except TimeoutError:
+            logged = "; ".join(self._beacon_errors.messages())
             raise ZyreError(
                 f"Zyre node {self.name!r} did not start within {START_TIMEOUT:g} s"
+                + (f" (its beacon on UDP port {self.beacon_port}: {logged})" if logged else "")
             ) from None
         return self
 
@@ -217,3 +233,44 @@ def _stop(node) -> None:
     stopping.join(STOP_SECONDS)
     if stopping.is_alive():
         logger.debug("yamz: a pyre node did not stop within %g s (its beacon died)", STOP_SECONDS)
+
+
+def beacon_problem(beacon_port: int) -> str | None:
+    """Why the beacon pyre would open on this host cannot work, or None. pyre beacons to the
+    broadcast address of the first IPv4 interface that is neither loopback nor link-local,
+    else to multicast group MULTICAST_GROUP over loopback; this checks the route to that
+    address (and the group's membership) as pyre's beacon would set them up, sending nothing."""
+    target, multicast = _beacon_target()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            if multicast:
+                membership = struct.pack("4sl", socket.inet_aton(target), socket.INADDR_ANY)
+                probe.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, membership)
+            probe.connect((target, beacon_port))
+        except OSError as exc:
+            problem = f"{target} cannot be reached: {exc.strerror or exc}"
+            if multicast:
+                problem += (
+                    "; with no IPv4 interface but loopback, pyre beacons to that multicast "
+                    "group, which needs loopback up with a multicast route "
+                    "(ip route add 224.0.0.0/4 dev lo)"
+                )
+            return problem
+    return None
+
+
+#: pyre's multicast group for a host with no interface but loopback
+MULTICAST_GROUP = "225.25.25.25"
+
+
+def _beacon_target() -> tuple[str, bool]:
+    """Where pyre's beacon sends, as pyre chooses it: (address, whether it is multicast)."""
+    for interfaces in pyre.zhelper.get_ifaddrs():
+        for ipv4 in (families.get(socket.AF_INET) for families in interfaces.values()):
+            if not ipv4 or not ipv4.get("addr") or not ipv4.get("netmask"):
+                continue
+            interface = ipaddress.ip_interface(f"{ipv4['addr']}/{ipv4['netmask']}")
+            if not (interface.is_loopback or interface.is_link_local):
+                return str(interface.network.broadcast_address), False
+    return MULTICAST_GROUP, True
