@@ -51,6 +51,13 @@ log = logging.getLogger("mkdocs.hooks.spark_zmq")
 # Options and the CLI
 
 
+def escape_outside_code(markdown: str) -> str:
+    """``<`` as text, outside code spans: the CLI prints Markdown for a terminal, where
+    ``{"<partition>": offset}`` is plain text, but in a page ``<partition>`` would be a tag."""
+    parts = re.split(r"(`[^`\n]*`)", markdown)
+    return "".join(part if part.startswith("`") else part.replace("<", "&lt;") for part in parts)
+
+
 def options_section(name: str) -> str:
     """The option tables of a format (its own) or, for ``shared``, the generic reader's and
     writer's, as the CLI prints them."""
@@ -59,11 +66,11 @@ def options_section(name: str) -> str:
     from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
     if name == "shared":
-        return (
+        return escape_outside_code(
             f"Options of every format's reader:\n\n{option_table(READER_OPTIONS)}\n\n"
             f"Options of every format's writer:\n\n{option_table(WRITER_OPTIONS)}\n"
         )
-    return options_markdown(name, shared=False)
+    return escape_outside_code(options_markdown(name, shared=False))
 
 
 def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:

@@ -76,6 +76,8 @@ def test_every_option_is_in_the_options_page_and_its_formats_page(site):
             own |= {spec.name for spec in protocol.writer_options}
         assert own <= in_options_page, name
         assert own <= option_rows(site / "formats" / name / "index.html"), name
+    # what a table says in angle brackets is text, not a tag that the browser hides
+    assert '{"<partition>": offset}' in text_of(site / "options" / "index.html")
 
 
 @pytest.mark.last
@@ -117,3 +119,20 @@ def test_the_external_load_check_can_fail():
     assert EXTERNAL_LOAD.search('<link rel="stylesheet" href="//fonts.example/css">')
     assert not EXTERNAL_LOAD.search('<a href="https://example.org/">a link</a>')
     assert not EXTERNAL_LOAD.search('<script src="../assets/javascripts/bundle.js"></script>')
+
+
+@pytest.mark.last
+def test_the_readmes_links_lead_to_pages_and_anchors_of_the_site(site):
+    """The README is not part of the site, so mkdocs does not check its links: this does."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", (ROOT / "README.md").read_text())
+    assert len(links) > 15
+    for target, anchor in links:
+        if re.match(r"https?://", target):
+            continue
+        assert (ROOT / target).exists(), target
+        if target.startswith("docs/") and target.endswith(".md"):
+            page = target[len("docs/") : -len(".md")]
+            html = site / ("index.html" if page == "index" else f"{page}/index.html")
+            assert html.is_file(), target
+            if anchor:
+                assert f'id="{anchor}"' in html.read_text(), f"{target}#{anchor}"
