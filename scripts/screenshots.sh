@@ -2,7 +2,8 @@
 # Screenshots of the docs site for a person to look at: headless Chromium, inside the private
 # network namespace (scripts/netns.sh), against the built site served on 127.0.0.1. Builds the
 # site first (scripts/docs.sh build) unless given --no-build. Writes PNGs to build/screenshots/:
-# the home page, a format page (ZeroEQ), the options reference and a notebook page, each at a
+# the home page, a format page (ZeroEQ), the options reference, a notebook page, architecture,
+# the Python API and the CLI reference, each at a
 # desktop width, and the home page at a phone's width. Installs Debian's chromium when it is
 # missing (as root); it is not needed by the tests or CI.
 set -euo pipefail
@@ -40,7 +41,7 @@ shoot() {  # name, path, width, height
 shoot home "" 1280 1600
 shoot format-zeroeq "formats/zeroeq/" 1280 2400
 shoot options "options/" 1280 1600
-shoot notebook-ebus "notebooks/ebus_quickstart/" 1280 2400
+shoot notebook-ebus "notebooks/ebus_quickstart/" 1280 3600
 shoot architecture "architecture/" 1280 1300
 shoot api "reference/api/" 1280 2400
 shoot cli "reference/cli/" 1280 1400
