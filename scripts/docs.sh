@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+export NO_MKDOCS_2_WARNING=1  # mkdocs 1.6.1 otherwise opens with a banner about its successor
 command=${1:-build}
 [ $# -gt 0 ] && shift
 case "$command" in
