@@ -1,9 +1,10 @@
 """Options: how each is defined once (name, parser for its type and validation, default, doc),
 the parsers, and the parsing of what a user gives into typed ``Options``.
 
-Validation errors, the README's option tables and ``python -m spark_zmq options`` all come from
-the definitions, so an option cannot be documented one way and parsed another. The options
-every format shares are in ``stream_options``; each protocol defines its own beside its format.
+Validation errors, the docs' options reference (``docs/options.md``, generated at build time)
+and ``python -m spark_zmq options`` all come from the definitions, so an option cannot be
+documented one way and parsed another. The options every format shares are in
+``stream_options``; each protocol defines its own beside its format.
 """
 
 from __future__ import annotations

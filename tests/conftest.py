@@ -26,6 +26,12 @@ def pytest_sessionstart(session):
         )
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Tests marked ``last`` run after all others, in their order: the docs site's build renders
+    the notebooks that tests/jobs/test_notebooks.py executed in this run."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from spark_zmq.spark.session import loopback_session

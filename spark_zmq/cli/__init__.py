@@ -1,7 +1,7 @@
 """``python -m spark_zmq`` (or the ``spark-zmq`` command): tools around the connector.
 
 ``options [FORMAT]`` prints a format's options as a Markdown table, generated from their
-definitions (the README's tables are this output). ``zeroeq ...`` speaks ZeroEQ from a shell
+definitions (the docs' options reference is this output). ``zeroeq ...`` speaks ZeroEQ from a shell
 (``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
 ``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
 the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``demo`` runs
@@ -63,7 +63,9 @@ def options_markdown(format_name: str, shared: bool = True) -> str:
     return "\n".join(f"Options of {title}:\n\n{option_table(specs)}\n" for title, specs in tables)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m spark_zmq`` with every subcommand (the docs' CLI reference is
+    rendered from it)."""
     parser = argparse.ArgumentParser(prog="python -m spark_zmq", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"spark_zmq {__version__}")
     parser.add_argument(
@@ -87,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     add_discover_parser(commands, sorted(FORMATS))
     add_demo_parser(commands)
     add_doctor_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level, default="WARNING")  # stdout is for results
     if args.command == "job":

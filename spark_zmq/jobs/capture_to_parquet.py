@@ -10,7 +10,7 @@ same checkpoint and spool writes them::
     spark-submit "$(spark-zmq job capture_to_parquet)" --format yamz \\
         --option "address=yamz://*/tps?det=tpc" --output /data/tps
 
-Options are the format's reader options (README, "Options"). The checkpoint is ``--output`` +
+Options are the format's reader options (docs/options.md). The checkpoint is ``--output`` +
 ``_checkpoint`` unless ``--checkpoint``; the spool (``spoolPath``) defaults to the checkpoint's
 path + ``_spool``, beside it, so that both survive together.
 """
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     output = os.path.abspath(args.output)
     checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
     options = dict(args.option)
-    # beside the checkpoint, which a restart needs as much (see README, What is guaranteed)
+    # beside the checkpoint, which a restart needs as much (see docs/guarantees.md)
     options.setdefault("spoolPath", checkpoint.rstrip("/") + "_spool")
     reader = spark.readStream.format(args.format).options(**options)
     rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))

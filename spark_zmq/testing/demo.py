@@ -3,7 +3,7 @@
 For trying a format without its real system: ``python -m spark_zmq demo --format goby`` starts
 the peers and prints the reader options that find them, ready to pass to the jobs
 (``--option KEY=VALUE ...``) or to ``readStream.option``. Every peer binds to loopback (or IPC),
-except Zyre, which beacons as pyre does (see the README's yamz section).
+except Zyre, which beacons as pyre does (see docs/formats/yamz.md, Networks).
 
 - zeroeq: two publishers in session ``demo``, announced on 127.0.0.1, event ``demo::Temperature``
 - ebus:   a broker (ports picked freely), broadcasts on ``demo/temperature``, an ``echo`` service

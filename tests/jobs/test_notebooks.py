@@ -1,9 +1,15 @@
 """The notebooks a newcomer starts from: each runs top to bottom in a Jupyter kernel of this
-interpreter, shows the data its demo peers sent (a table and a plot) and cleans up after itself."""
+interpreter, shows the data its demo peers sent (a table and a plot) and cleans up after itself.
+
+A notebook that passes is saved, executed, in ``build/notebooks/`` (git-ignored): the docs site
+renders those copies with their outputs (scripts/docs_hooks.py), so the site shows what this
+run checked, never outputs committed long ago."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import struct
 import sys
@@ -18,6 +24,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 KERNEL = "spark-zmq-tests"
 CELL_TIMEOUT = 180
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: where the executed notebooks go for the docs site, and the metadata key naming their source
+EXECUTED = ROOT / "build" / "notebooks"
+SOURCE_KEY = "spark_zmq_docs"
 
 #: per notebook: what its outputs must hold (table rows as ``|a|b|``, with the padding of
 #: DataFrame.show() removed) and how many messages its demo sends and its query must receive
@@ -121,6 +130,24 @@ def run_notebook(path: Path, kernel_name: str, cwd: Path):
     return notebook
 
 
+def save_for_the_docs(source: Path, notebook) -> Path:
+    """Writes the executed notebook, without the probe cell, where the docs build finds it,
+    with the digest of the source it was made from (a copy of an older source is not used)."""
+    import nbformat
+
+    notebook = nbformat.from_dict(json.loads(json.dumps(notebook)))
+    notebook.cells = notebook.cells[:-1]
+    notebook.metadata[SOURCE_KEY] = {
+        "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest()
+    }
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    target = EXECUTED / source.name
+    partial = target.with_suffix(f".{os.getpid()}.partial")
+    nbformat.write(notebook, partial)
+    partial.replace(target)
+    return target
+
+
 def texts(cell) -> list[str]:
     """What a code cell printed or showed as text (stderr, where Spark logs, left out)."""
     found = []
@@ -175,3 +202,5 @@ def test_notebook_runs_and_shows_what_its_demo_sent(path, kernel, tmp_path):
         "work_left": False,
         "threads": [],
     }
+    saved = save_for_the_docs(path, notebook)
+    assert len(json.loads(saved.read_text())["cells"]) == len(cells)

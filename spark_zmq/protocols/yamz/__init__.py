@@ -1,4 +1,4 @@
-"""yamz: sockets named by URIs and found through Zyre discovery (``shared/seeds/yamz-design.org``).
+"""yamz: sockets named by URIs and found through Zyre discovery (the yamz design).
 
 ``uri``        the seed's address categories (concrete, ephemeral, abstract ``yamz://``) and queries
 ``tree``       the ports a node announces in its ``YAMZ`` header (the seed's tree, or the flat

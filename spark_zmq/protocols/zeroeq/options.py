@@ -96,7 +96,7 @@ READER_OPTIONS = (
         "true or false",
         "false",
         "Read only publishers whose vocabulary shares an event with `events` (the "
-        "seed's compatible events). Needs `events`.",
+        "sessions design's compatible events). Needs `events`.",
     ),
     DISCOVERY_INTERFACES,
     Option(
@@ -133,7 +133,7 @@ WRITER_OPTIONS = (
         events_option,
         "comma-separated event names, 32-hex wire ids or high:low ids",
         None,
-        "The seed's registered events: in the vocabulary from the start, and the only "
+        "The sessions design's registered events: in the vocabulary from the start, and the only "
         "events rows may carry (others are errors per `mode`).",
     ),
     APPLICATION,

@@ -1,0 +1,123 @@
+"""The fenced code blocks of the docs (``docs/**/*.md``) and the README, with what marks them.
+
+A block a user would run is either an *example*, between ``<!-- example:NAME -->`` and
+``<!-- /example -->``: a ``python`` or ``bash`` block, then the ``text`` block of what it
+prints, which a test checks; or it is preceded by ``<!-- not-run: REASON -->``. Output blocks
+are ``text``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from support.common import ROOT
+
+#: the languages of blocks that a user would run
+RUNNABLE = {"python", "py", "bash", "sh", "shell", "console", ""}
+#: the languages of blocks that are read, not run (outputs, file contents)
+READ_ONLY = {"text", "toml", "json", "yaml"}
+FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<language>[\w+-]*)\s*$")
+EXAMPLE_START = re.compile(r"^<!-- example:(?P<name>[\w-]+) -->$")
+EXAMPLE_END = "<!-- /example -->"
+NOT_RUN = re.compile(r"^ *<!-- not-run: (?P<reason>.*\S) -->$")
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int  # of the opening fence, 1-based
+    language: str
+    code: str
+    #: the example it belongs to, if any
+    example: str | None
+    #: the reason given by a not-run marker just before it, if any
+    not_run: str | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+@dataclass
+class Example:
+    name: str
+    where: str
+    language: str
+    code: str
+    printed: str
+
+
+def documents() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks(path: Path) -> list[Block]:
+    """Every fenced block of a Markdown file, in order. Raises on an unclosed fence or an
+    unclosed example, which would hide blocks from the checks."""
+    lines = path.read_text().split("\n")
+    found: list[Block] = []
+    example: str | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        start = EXAMPLE_START.match(line)
+        if start:
+            if example is not None:
+                raise AssertionError(f"{path}:{i + 1}: example {example} is not closed")
+            example = start.group("name")
+        elif line == EXAMPLE_END:
+            example = None
+        fence = FENCE.match(line)
+        if fence:
+            close = fence.group("indent") + fence.group("fence")
+            end = i + 1
+            while end < len(lines) and lines[end].rstrip() != close:
+                end += 1
+            if end == len(lines):
+                raise AssertionError(f"{path}:{i + 1}: the code block is not closed")
+            marker = NOT_RUN.match(lines[i - 1]) if i > 0 else None
+            indent = len(fence.group("indent"))
+            code = "\n".join(text[indent:] for text in lines[i + 1 : end]) + "\n"
+            found.append(
+                Block(
+                    path,
+                    i + 1,
+                    fence.group("language"),
+                    code,
+                    example,
+                    marker.group("reason") if marker else None,
+                )
+            )
+            i = end
+        i += 1
+    if example is not None:
+        raise AssertionError(f"{path}: example {example} is not closed")
+    return found
+
+
+def examples() -> list[Example]:
+    """Every example: its code block and the output block after it."""
+    found = []
+    for path in documents():
+        by_name: dict[str, list[Block]] = {}
+        for block in blocks(path):
+            if block.example:
+                by_name.setdefault(block.example, []).append(block)
+        for name, (code, *rest) in by_name.items():
+            printed = [block for block in rest if block.language == "text"]
+            if code.language not in ("python", "bash") or len(printed) != 1 or len(rest) != 1:
+                raise AssertionError(
+                    f"{code.where}: example {name} must be one python or bash block and the "
+                    "text block of what it prints"
+                )
+            found.append(Example(name, code.where, code.language, code.code, printed[0].code))
+    return found
+
+
+def printed_pattern(printed: str) -> re.Pattern:
+    """What an example must print: the output block as it is, where ``...`` stands for any text
+    within a line."""
+    parts = [re.escape(part) for part in printed.rstrip("\n").split("...")]
+    return re.compile(r"[^\n]*?".join(parts))
