@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from spark_zmq.capture import cores
-from spark_zmq.capture.assignment import CaptureSettings
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
@@ -45,6 +44,9 @@ from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
+
+if TYPE_CHECKING:  # (assignment imports pyspark, which capture alone does not need)
+    from spark_zmq.capture.assignment import CaptureSettings
 
 
 class Capture:
