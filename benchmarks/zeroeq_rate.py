@@ -69,6 +69,9 @@ SUBSCRIBE_TIMEOUT = 120.0
 RELEASE_TIMEOUT = 600.0
 MEMORY_PAYLOAD_BYTES = 1024
 MS = 1e6
+#: the issue's target for the connector's no-gap rate over the bare SUB loop's
+RATIO_TARGET = 1.5
+CORES = ("native", "python")
 
 
 # -- plans and results ----------------------------------------------------------------------------
@@ -83,6 +86,9 @@ class PublishPlan:
     payload_bytes: int = PAYLOAD_BYTES
     send_hwm: int = SEND_HWM
     first: int = 0  # sequence number of the first message (several publishers, one count)
+    #: send with the compiled core's loop (spark_zmq.capture.native.send_sequence) rather than
+    #: send_multipart per message: the publisher is then not the first to give out
+    native: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,12 +107,14 @@ class PublishResult:
 
 @dataclass(frozen=True)
 class ReceiveResult:
-    """What a bare SUB loop saw: distinct sequence numbers, repeats and anything unexpected."""
+    """What a bare SUB loop saw: distinct sequence numbers, repeats and anything unexpected,
+    and the CPU time its process used (all threads, zmq's I/O thread too)."""
 
     unique: int
     duplicates: int
     foreign: int
     missing: str
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -125,6 +133,7 @@ class Trial:
     latency_ms: tuple[float, float] | None = None  # (p50, p99), connector only
     missing: str = ""  # where the gaps are, e.g. "0-5, 2800-2807"
     error: str = ""
+    cpu_seconds: float = 0.0  # the bare receiver's process CPU time
 
     def record_publisher(self, result: PublishResult) -> None:
         self.sent, self.publisher_rate = result.sent, result.rate
@@ -230,11 +239,16 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
     padding = bytes(plan.payload_bytes - HEAD.size)
     pack, send, wall_ns, clock = HEAD.pack, sock.send_multipart, time.time_ns, time.perf_counter
     count, rate, again, first = plan.count, plan.rate, zmq.Again, plan.first
+    native = native_sender(sock, wire_id, bytes(plan.payload_bytes)) if plan.native else None
     sent = dropped = 0
     start = tick = clock()
     while sent < count:
         due = count if rate <= 0 else min(count, int((clock() - start) * rate) + 1)
-        while sent < due:
+        if native is not None:  # one call per tick; at most a tick's worth when unpaced
+            burst = min(due - sent, max(1000, int(rate * TICK_SECONDS)))
+            dropped += native(first + sent, burst)
+            sent += burst
+        while sent < due and native is None:
             try:
                 send([wire_id, pack(first + sent, wall_ns()) + padding], zmq.NOBLOCK)
             except again:
@@ -247,6 +261,15 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
         elif delay <= 0:
             tick = clock()  # behind: the schedule (not sleep debt) decides the next burst
     return PublishResult(sent, clock() - start, dropped)
+
+
+def native_sender(sock: zmq.Socket, topic: bytes, body: bytes) -> Callable[[int, int], int]:
+    """send(first, count) -> dropped, through the compiled core's send loop."""
+    from spark_zmq.capture.cores import native_module
+
+    send_sequence = native_module().send_sequence
+    address = sock.underlying
+    return lambda first, count: send_sequence(address, topic, body, first, count)
 
 
 # -- bare SUB receiver process --------------------------------------------------------------------
@@ -267,7 +290,9 @@ def bare_receiver_main(
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(f"tcp://{LOOPBACK}:{port}")
         try:
-            conn.send(("received", _receive_sequence(sock, count, timeout)))
+            cpu = cpu_seconds()
+            result = _receive_sequence(sock, count, timeout)
+            conn.send(("received", replace(result, cpu_seconds=cpu_seconds() - cpu)))
         finally:
             sock.close()
             context.term()
@@ -308,6 +333,12 @@ def _receive_sequence(sock: zmq.Socket, count: int, timeout: float) -> ReceiveRe
     return ReceiveResult(
         unique, duplicates, foreign, describe_missing(np.frombuffer(seen, dtype=np.uint8) > 0)
     )
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, user and system, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def describe_missing(present: np.ndarray, shown: int = 2) -> str:
@@ -363,15 +394,18 @@ class Bench:
     duration: float  # seconds of publishing per trial
     trigger_ms: int  # the connector query's processingTime trigger
     spark: Any = None  # the run's SparkSession, if the connector is measured
+    native_publisher: bool = False  # the publisher sends with the compiled core's loop
+    core: str = "auto"  # the connector's captureCore
 
 
-def run_bare_trial(bench: Bench, rate: float) -> Trial:
+def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
     """Publisher and bare SUB receiver, each in its own process."""
-    context, duration = bench.context, bench.duration
+    context, duration = bench.context, duration or bench.duration
     trial = Trial("bare", rate, planned_count(rate, duration))
     publisher = receiver = None
     try:
-        publisher = PublisherProcess(context, PublishPlan(trial.planned, rate))
+        plan = PublishPlan(trial.planned, rate, native=bench.native_publisher)
+        publisher = PublisherProcess(context, plan)
         receiver = Child(
             context,
             bare_receiver_main,
@@ -382,7 +416,7 @@ def run_bare_trial(bench: Bench, rate: float) -> Trial:
         trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
         got: ReceiveResult = receiver.expect("received", SUBSCRIBE_TIMEOUT + 2 * duration + 60)
         trial.received, trial.duplicates, trial.invalid = got.unique, got.duplicates, got.foreign
-        trial.missing = got.missing
+        trial.missing, trial.cpu_seconds = got.missing, got.cpu_seconds
     except (RuntimeError, TimeoutError) as exc:
         trial.error = str(exc)
     finally:
@@ -524,11 +558,13 @@ def run_connector_trial(
     folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
     publisher = query = None
     try:
-        publisher = PublisherProcess(bench.context, PublishPlan(trial.planned, rate))
+        plan = PublishPlan(trial.planned, rate, native=bench.native_publisher)
+        publisher = PublisherProcess(bench.context, plan)
         query = (
             bench.spark.readStream.format("zeroeq")
             .option("publishers", f"{LOOPBACK}:{publisher.port}")
             .option("spoolPath", str(folder / "spool"))
+            .option("captureCore", bench.core)
             .load()
             .writeStream.foreachBatch(collector)
             .option("checkpointLocation", str(folder / "checkpoint"))
@@ -622,6 +658,12 @@ class MemoryResult:
     peak_rss_kib: int
     rss_at_quarters_kib: tuple[int, ...]
     capture_seconds: float
+    cpu_seconds: float = 0.0  # the capture process's CPU time from start to all spooled
+    core: str = ""  # the receive loop that ran
+
+    @property
+    def cpu_us_per_message(self) -> float:
+        return self.cpu_seconds / self.messages * 1e6 if self.messages else 0.0
 
     @property
     def rate(self) -> float:
@@ -643,10 +685,12 @@ def capture_memory_main(
     root: str,
     max_bytes: int,
     timeout: float,
+    core: str,
     conn: multiprocessing.connection.Connection,
 ) -> None:
     """The package's capture alone in a fresh process, receiving ``count`` messages into a spool
-    under ``root``; reports its RSS before starting, at each quarter of the data and at peak."""
+    under ``root`` with the receive loop ``core``; reports its RSS before starting, at each
+    quarter of the data and at peak, and its CPU time from start until all is in the spool."""
 
     def body() -> None:
         from spark_zmq.capture.loop import Capture
@@ -654,8 +698,11 @@ def capture_memory_main(
         from spark_zmq.spool.writer import Spool
 
         spool = Spool(root, max_bytes=max_bytes)
-        capture = Capture(spool, max_message_bytes=64 << 20, flush_interval=0.1, name="bench")
+        capture = Capture(
+            spool, max_message_bytes=64 << 20, flush_interval=0.1, name="bench", core=core
+        )
         baseline = rss_kib()
+        cpu_at_start = cpu_seconds()
         capture.start()
         key = f"{LOOPBACK}:{port}"
         StaticDiscovery(
@@ -664,6 +711,7 @@ def capture_memory_main(
         try:
             first, quarters = _watch_capture(capture, count, timeout)
             capture.sync(timeout=300)
+            cpu = cpu_seconds() - cpu_at_start
             seconds = time.monotonic() - first if first else 0.0
             held = sum(state.end - state.start for state in spool.snapshot().values())
             result = MemoryResult(
@@ -674,6 +722,8 @@ def capture_memory_main(
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 quarters,
                 seconds,
+                cpu,
+                capture.core,
             )
         finally:
             capture.close()
@@ -704,14 +754,16 @@ def _watch_capture(capture: Any, count: int, timeout: float) -> tuple[float, tup
 
 
 def run_memory_trial(
-    context: Any, workdir: Path, gib: float, rate: float
+    bench: Bench, count: int, rate: float, payload_bytes: int = MEMORY_PAYLOAD_BYTES
 ) -> tuple[MemoryResult | None, PublishResult | None, str]:
-    """~``gib`` GiB of 1 KiB events (send high-water mark 0: nothing dropped) into a capture
-    subprocess; the spool is deleted afterwards."""
-    count = max(1, round(gib * (1 << 30) / MEMORY_PAYLOAD_BYTES))
-    plan = PublishPlan(count, rate, payload_bytes=MEMORY_PAYLOAD_BYTES, send_hwm=0)
+    """``count`` events (send high-water mark 0: nothing dropped) into a capture subprocess
+    running ``bench.core``; the spool is deleted afterwards."""
+    context, workdir = bench.context, bench.workdir
+    plan = PublishPlan(
+        count, rate, payload_bytes=payload_bytes, send_hwm=0, native=bench.native_publisher
+    )
     root = Path(tempfile.mkdtemp(prefix="memory-", dir=workdir))
-    max_bytes = max(4 << 30, int(2 * gib * (1 << 30)))
+    max_bytes = max(4 << 30, 2 * count * payload_bytes)
     publisher = capture = None
     try:
         publisher = PublisherProcess(context, plan)
@@ -723,6 +775,7 @@ def run_memory_trial(
             str(root / "spool"),
             max_bytes,
             SUBSCRIBE_TIMEOUT + 600.0,
+            bench.core,
         )
         sent = publisher.result(SUBSCRIBE_TIMEOUT + 900.0)
         memory: MemoryResult = capture.expect("memory", 900.0)
@@ -748,8 +801,15 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
     java_line = (
         (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) else "unknown"
     )
+    commit = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     print(title)
     print(f"  command   : {shlex.join([sys.executable, *sys.argv])}")
+    print(f"  when      : {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}")
     print(
         f"  machine   : nproc={len(os.sched_getaffinity(0))} ({platform.machine()}, "
         f"{platform.platform()})"
@@ -769,6 +829,12 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
         f"start {args.start_rate:,.0f} msg/s, "
         f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
         f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate"
+    )
+    from spark_zmq.capture.cores import native_status
+
+    print(
+        f"  capture   : cores {', '.join(getattr(args, 'cores', ['auto']))}; compiled core "
+        f"{native_status()}; publisher {getattr(args, 'publisher', 'python')} send loop"
     )
     print(flush=True)
 
@@ -836,30 +902,37 @@ def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
                 f"publisher's send HWM, {lost - at_hwm:,} after leaving the publisher"
             )
     by_name = {outcome.receiver: outcome for outcome in outcomes}
-    bare, connector = by_name.get("bare"), by_name.get("connector")
-    if bare is None or connector is None:
+    bare = by_name.get("bare")
+    connectors = [o for o in outcomes if o.receiver != "bare"]
+    if bare is None or not connectors:
         return
-    if bare.best and connector.best:
-        ratio = connector.best.rate / bare.best.rate
-        met = "met" if ratio >= 0.8 else "NOT met"
-        print(f"ratio connector / bare      : {ratio:.2f} (target >= 0.8: {met})")
-    else:
-        print("ratio connector / bare      : n/a")
+    for connector in connectors:
+        label = f"ratio {connector.receiver} / bare"
+        if bare.best and connector.best:
+            ratio = connector.best.rate / bare.best.rate
+            met = "met" if ratio >= RATIO_TARGET else "NOT met"
+            print(f"{label:<28}: {ratio:.2f} (target >= {RATIO_TARGET}: {met})")
+        else:
+            print(f"{label:<28}: n/a")
     if bare.limited_by_publisher:
         print(
-            "NOTE: even the bare SUB loop was limited by the publisher, not by receiving. The "
-            "ratio therefore has an upper bound of 1 and means 'the connector keeps up with what "
-            "a Python publisher can send on this machine', not a receive-side ceiling."
+            "NOTE: even the bare SUB loop was limited by the publisher, not by receiving: the "
+            "ratios compare the connector with what the publisher can send on this machine, "
+            "not with a receive-side ceiling."
         )
-    if connector.limited_by_publisher:
-        print(
-            "NOTE: the connector's search ended because the publisher fell behind (it shares "
-            "the cores with Spark, capture and the sink), not because of a gap."
-        )
+    for connector in connectors:
+        if connector.limited_by_publisher:
+            print(
+                f"NOTE: the {connector.receiver} search ended because the publisher fell behind "
+                f"(it shares the cores with Spark, capture and the sink), not because of a gap."
+            )
 
 
 def print_latency(connector: SearchOutcome, modest: Trial | None, trigger_ms: int) -> None:
-    print("\n== latency, publish -> row in foreachBatch (taken after toArrow) ==")
+    print(
+        f"\n== latency ({connector.receiver}), publish -> row in foreachBatch (taken after "
+        f"toArrow) =="
+    )
     for label, trial in (("at the max no-gap rate", connector.best), ("at a modest rate", modest)):
         if trial is None or trial.latency_ms is None:
             print(f"{label:<24}: n/a")
@@ -897,6 +970,10 @@ def print_memory(
     )
     print(f"   peak RSS         : {result.peak_rss_kib / 1024:,.1f} MiB (ru_maxrss)")
     print(f"   RSS as 25/50/75/100% had arrived: {quarters} MiB")
+    print(
+        f"   CPU              : {result.cpu_seconds:.2f} s, "
+        f"{result.cpu_us_per_message:.2f} us/message ({result.core} receive loop)"
+    )
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -942,8 +1019,28 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "capture reached unpaced)",
     )
     parser.add_argument(
+        "--publisher",
+        choices=("native", "python"),
+        default="native",
+        help="the publisher's send loop: the compiled core's (default) or send_multipart per "
+        "message (what earlier runs used; on 2 cores it gives out before the receivers)",
+    )
+    parser.add_argument(
+        "--cores",
+        default=",".join(CORES),
+        help="capture's receive loops to measure, in this order (default native,python): one "
+        "connector search and one CPU trial each",
+    )
+    parser.add_argument(
+        "--cpu-rate",
+        type=float,
+        default=50_000.0,
+        help="paced rate of the CPU-per-message trials, msg/s (default 50000); each core is "
+        "also measured unpaced",
+    )
+    parser.add_argument(
         "--skip",
-        choices=("bare", "connector", "memory"),
+        choices=("bare", "connector", "cpu", "memory"),
         action="append",
         default=[],
         help="leave a part out (repeatable)",
@@ -954,6 +1051,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args.factor = args.factor or (2.0 if quick else 1.5)
     args.max_steps = args.max_steps or (5 if quick else 10)
     args.spool_gb = args.spool_gb if args.spool_gb is not None else (0.1 if quick else 1.0)
+    args.cores = [core.strip() for core in args.cores.split(",") if core.strip()]
+    if not set(args.cores) <= set(CORES):
+        parser.error(f"--cores: each one of {', '.join(CORES)}")
     if args.factor <= 1 or args.duration <= 0 or args.start_rate <= 0 or args.spool_gb <= 0:
         parser.error("--factor must be > 1; --duration, --start-rate and --spool-gb > 0")
     return args
@@ -985,33 +1085,86 @@ def measure_bare(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
 
 def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOutcome, Trial]:
     """A warm-up trial (the first query pays for starting Python workers and JIT), the search,
-    then the separate latency trial at a modest rate."""
-    print("connector -> foreachBatch:", flush=True)
+    then the separate latency trial at a modest rate, with capture's receive loop
+    ``bench.core``."""
+    receiver = f"conn-{bench.core[:3]}"
+    print(f"connector ({bench.core} capture core) -> foreachBatch:", flush=True)
     warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
     print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
     outcome = search(
-        "connector",
-        lambda rate: run_connector_trial(bench, rate),
+        receiver,
+        lambda rate: run_connector_trial(bench, rate, receiver),
         args.start_rate,
         args.factor,
         args.max_steps,
         print_progress,
     )
-    modest = run_connector_trial(bench, args.latency_rate, "latency")
+    modest = run_connector_trial(bench, args.latency_rate, f"lat-{bench.core[:3]}")
     print_progress(modest)
     return outcome, modest
 
 
-def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None, trigger_ms: int) -> None:
+def print_rates(
+    outcomes: Sequence[SearchOutcome], modest: dict[str, Trial], trigger_ms: int
+) -> None:
     print("\n== all trials ==")
     print(TABLE_HEADER)
-    for trial in [t for outcome in outcomes for t in outcome.trials] + ([modest] if modest else []):
+    for trial in [t for outcome in outcomes for t in outcome.trials] + list(modest.values()):
         print(trial_row(trial))
     print("(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps)")
     print_rate_summary(outcomes)
-    connector = [outcome for outcome in outcomes if outcome.receiver == "connector"]
-    if connector:
-        print_latency(connector[0], modest, trigger_ms)
+    for outcome in outcomes:
+        if outcome.receiver in modest:
+            print_latency(outcome, modest[outcome.receiver], trigger_ms)
+
+
+def measure_cpu(args: argparse.Namespace, bench: Bench) -> None:
+    """Process CPU time per message of the bare SUB loop and of capture alone with each core
+    (no Spark), one after the other with the same publisher: paced at --cpu-rate, then as fast
+    as the publisher sends (capture's own ceiling)."""
+    for rate in (args.cpu_rate, 0.0):
+        pace = f"{rate:,.0f} msg/s" if rate else "unpaced"
+        print(
+            f"\n== CPU per message, {pace}, {PAYLOAD_BYTES}-byte events, no Spark "
+            f"(process CPU time / messages) ==",
+            flush=True,
+        )
+        count = planned_count(rate or 4 * args.cpu_rate, args.duration)
+        rows: list[tuple[str, float, int, float, str]] = []
+        if rate:
+            bare = run_bare_trial(bench, rate)
+            note = bare.error or bare.verdict
+            rows.append(("bare pyzmq SUB loop", bare.cpu_seconds, bare.received, 0.0, note))
+        for core in args.cores:
+            result, sent, error = run_memory_trial(
+                replace(bench, core=core), count, rate, PAYLOAD_BYTES
+            )
+            if result is None or sent is None:
+                rows.append((f"capture, {core}", 0.0, 0, 0.0, f"failed: {error}"))
+                continue
+            note = f"{result.core} loop ran; publisher {sent.rate:,.0f} msg/s"
+            rows.append(
+                (f"capture, {core}", result.cpu_seconds, result.messages, result.rate, note)
+            )
+        print_cpu_rows(rows)
+
+
+def print_cpu_rows(rows: list[tuple[str, float, int, float, str]]) -> None:
+    """One line per receiver: CPU seconds, messages, us per message, and its ratio to the first
+    line's us per message."""
+    print(
+        f"{'receiver':<22} {'CPU s':>7} {'messages':>10} {'us/msg':>7} {'ratio':>6} {'msg/s':>10}"
+    )
+    first = None
+    for label, cpu, messages, rate, note in rows:
+        per = cpu / messages * 1e6 if messages else float("nan")
+        first = first or per
+        shown_rate = f"{rate:>10,.0f}" if rate else f"{'-':>10}"
+        print(
+            f"{label:<22} {cpu:>7.2f} {messages:>10,} {per:>7.2f} {per / first:>6.2f} "
+            f"{shown_rate}  {note}"
+        )
+    print("(msg/s: capture's rate from its first message to all in the spool)")
 
 
 def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
@@ -1028,7 +1181,8 @@ def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
 
 
 def memory_trial(bench: Bench, gib: float, pace: float) -> MemoryResult | None:
-    memory, sent, error = run_memory_trial(bench.context, bench.workdir, gib, pace)
+    count = max(1, round(gib * (1 << 30) / MEMORY_PAYLOAD_BYTES))
+    memory, sent, error = run_memory_trial(bench, count, pace)
     label = "publisher as fast as it can" if pace <= 0 else f"publisher paced at {pace:,.0f} msg/s"
     print_memory(label, memory, sent, error)
     return memory
@@ -1041,18 +1195,31 @@ def main() -> int:
     print_header(args)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="zeroeq_rate-"))
-    bench = Bench(multiprocessing.get_context("spawn"), workdir, args.duration, args.trigger_ms)
+    bench = Bench(
+        multiprocessing.get_context("spawn"),
+        workdir,
+        args.duration,
+        args.trigger_ms,
+        native_publisher=args.publisher == "native",
+        core=args.cores[0] if args.cores else "auto",
+    )
     try:
         outcomes: list[SearchOutcome] = []
-        modest = None
+        modest: dict[str, Trial] = {}
         if "bare" not in args.skip:  # first, while nothing else runs (not even Spark's JVM)
             outcomes.append(measure_bare(args, bench))
         if "connector" not in args.skip:
             with spark_session() as spark:
-                outcome, modest = measure_connector(args, replace(bench, spark=spark))
-                outcomes.append(outcome)
+                for core in args.cores:
+                    outcome, latency = measure_connector(
+                        args, replace(bench, spark=spark, core=core)
+                    )
+                    outcomes.append(outcome)
+                    modest[outcome.receiver] = latency
         if outcomes:
             print_rates(outcomes, modest, args.trigger_ms)
+        if "cpu" not in args.skip:
+            measure_cpu(args, bench)
         if "memory" not in args.skip:
             measure_memory(args, bench)
     finally:
