@@ -4,16 +4,21 @@ Measured side by side in one run, on loopback only:
 
 1. the highest publish rate that a bare pyzmq SUB loop receives with no gaps,
 2. the highest rate at which ``format("zeroeq")`` delivers every message into a
-   ``foreachBatch`` sink, and the ratio of the two,
-3. publish -> ``foreachBatch`` latency (p50, p99) at that rate and at a modest one,
-4. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
+   ``foreachBatch`` sink, once per capture core (``--cores``: the compiled one and the Python
+   loop), and the ratio of each to the bare loop's,
+3. publish -> ``foreachBatch`` latency (p50, p99) at each search's best rate, and at a modest
+   rate with the cores taking turns,
+4. process CPU time per message of the bare loop and of capture alone with each core (no
+   Spark), paced and unpaced,
+5. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
 
-The publisher is the same for both receivers: a separate process with an XPUB socket, send
-high-water mark 1000, pacing 100-byte events at a requested rate. A rate counts as reached only
-when every sequence number arrived exactly once *and* the publisher itself kept up (a Python
-publisher on a small machine is often the first thing to give out; the report says so).
-The publisher counts what its high-water mark drops, so the report tells gaps made at the
-publisher from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
+The publisher is the same for every receiver: a separate process with an XPUB socket, send
+high-water mark 1000, pacing 100-byte events at a requested rate; by default it sends with the
+compiled core's send loop (``--publisher native``), since a Python publisher on a small machine
+is the first thing to give out. A rate counts as reached only when every sequence number arrived
+exactly once *and* the publisher itself kept up (the report says when it did not). The
+publisher counts what its high-water mark drops, so the report tells gaps made at the publisher
+from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
 delivers everything a run's capture received), each trial with a fresh spool and checkpoint.
 
 Run it as ``python benchmarks/zeroeq_rate.py [--quick]``: it re-executes itself through
@@ -928,12 +933,14 @@ def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
             )
 
 
-def print_latency(connector: SearchOutcome, modest: Trial | None, trigger_ms: int) -> None:
+def print_latency(connector: SearchOutcome, modest: list[Trial], trigger_ms: int) -> None:
     print(
         f"\n== latency ({connector.receiver}), publish -> row in foreachBatch (taken after "
         f"toArrow) =="
     )
-    for label, trial in (("at the max no-gap rate", connector.best), ("at a modest rate", modest)):
+    labelled = [("at the max no-gap rate", connector.best)]
+    labelled += [(f"at a modest rate, #{n + 1}", trial) for n, trial in enumerate(modest)]
+    for label, trial in labelled:
         if trial is None or trial.latency_ms is None:
             print(f"{label:<24}: n/a")
             continue
@@ -1083,10 +1090,9 @@ def measure_bare(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
     )
 
 
-def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOutcome, Trial]:
-    """A warm-up trial (the first query pays for starting Python workers and JIT), the search,
-    then the separate latency trial at a modest rate, with capture's receive loop
-    ``bench.core``."""
+def measure_connector(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
+    """A warm-up trial (the first query pays for starting Python workers and JIT), then the
+    search, with capture's receive loop ``bench.core``."""
     receiver = f"conn-{bench.core[:3]}"
     print(f"connector ({bench.core} capture core) -> foreachBatch:", flush=True)
     warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
@@ -1099,17 +1105,31 @@ def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOut
         args.max_steps,
         print_progress,
     )
-    modest = run_connector_trial(bench, args.latency_rate, f"lat-{bench.core[:3]}")
-    print_progress(modest)
-    return outcome, modest
+    return outcome
+
+
+def measure_latency(args: argparse.Namespace, bench: Bench) -> dict[str, list[Trial]]:
+    """Latency trials at the modest rate, the cores taking turns (twice each), so that neither
+    gets the colder JVM or the quieter minute: by connector receiver name."""
+    print(f"latency at {args.latency_rate:,.0f} msg/s, the cores taking turns:", flush=True)
+    trials: dict[str, list[Trial]] = {}
+    for _ in range(2):
+        for core in args.cores:
+            trial = run_connector_trial(
+                replace(bench, core=core), args.latency_rate, f"lat-{core[:3]}"
+            )
+            print_progress(trial)
+            trials.setdefault(f"conn-{core[:3]}", []).append(trial)
+    return trials
 
 
 def print_rates(
-    outcomes: Sequence[SearchOutcome], modest: dict[str, Trial], trigger_ms: int
+    outcomes: Sequence[SearchOutcome], modest: dict[str, list[Trial]], trigger_ms: int
 ) -> None:
     print("\n== all trials ==")
     print(TABLE_HEADER)
-    for trial in [t for outcome in outcomes for t in outcome.trials] + list(modest.values()):
+    later = [trial for trials in modest.values() for trial in trials]
+    for trial in [t for outcome in outcomes for t in outcome.trials] + later:
         print(trial_row(trial))
     print("(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps)")
     print_rate_summary(outcomes)
@@ -1205,17 +1225,14 @@ def main() -> int:
     )
     try:
         outcomes: list[SearchOutcome] = []
-        modest: dict[str, Trial] = {}
+        modest: dict[str, list[Trial]] = {}
         if "bare" not in args.skip:  # first, while nothing else runs (not even Spark's JVM)
             outcomes.append(measure_bare(args, bench))
         if "connector" not in args.skip:
             with spark_session() as spark:
                 for core in args.cores:
-                    outcome, latency = measure_connector(
-                        args, replace(bench, spark=spark, core=core)
-                    )
-                    outcomes.append(outcome)
-                    modest[outcome.receiver] = latency
+                    outcomes.append(measure_connector(args, replace(bench, spark=spark, core=core)))
+                modest = measure_latency(args, replace(bench, spark=spark))
         if outcomes:
             print_rates(outcomes, modest, args.trigger_ms)
         if "cpu" not in args.skip:
