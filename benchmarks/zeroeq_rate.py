@@ -67,6 +67,8 @@ SEND_HWM = 1000
 KEEP_UP = 0.97
 #: the publisher sends one burst per tick, sized to stay on schedule
 TICK_SECONDS = 0.001
+#: how long the native publisher waits for room in a full send queue before it drops
+SEND_PATIENCE = 0.01
 #: a receiver that has seen messages and then nothing for this long stops waiting
 IDLE_SECONDS = 3.0
 SUBSCRIBE_TIMEOUT = 120.0
@@ -94,6 +96,10 @@ class PublishPlan:
     #: send with the compiled core's loop (spark_zmq.capture.native.send_sequence) rather than
     #: send_multipart per message: the publisher is then not the first to give out
     native: bool = False
+    #: the publisher process's nice value (its zmq I/O thread's too); negative: it wins the CPU
+    #: from the receivers and Spark, so that its send high-water mark overflows only when the
+    #: receiving side stops taking, not when the publisher itself waits for a core
+    nice: int = 0
 
 
 @dataclass(frozen=True)
@@ -207,7 +213,10 @@ def publisher_main(
     at close."""
 
     def body() -> None:
-        context = zmq.Context()
+        if plan.nice:
+            with contextlib.suppress(PermissionError):  # not root: the default priority
+                os.setpriority(os.PRIO_PROCESS, 0, plan.nice)
+        context = zmq.Context()  # its I/O thread starts now, with the process's priority
         sock = context.socket(zmq.XPUB)
         sock.setsockopt(zmq.SNDHWM, plan.send_hwm)
         # At the high-water mark, report EAGAIN instead of dropping silently; _send_all then
@@ -269,12 +278,15 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
 
 
 def native_sender(sock: zmq.Socket, topic: bytes, body: bytes) -> Callable[[int, int], int]:
-    """send(first, count) -> dropped, through the compiled core's send loop."""
+    """send(first, count) -> dropped, through the compiled core's send loop. A full send queue
+    is given SEND_PATIENCE before a message counts as dropped: sending a late tick's messages
+    at once can fill it before the publisher's own I/O thread has had a core; a queue that
+    stays full means the receiving side is not taking."""
     from spark_zmq.capture.cores import native_module
 
     send_sequence = native_module().send_sequence
     address = sock.underlying
-    return lambda first, count: send_sequence(address, topic, body, first, count)
+    return lambda first, count: send_sequence(address, topic, body, first, count, SEND_PATIENCE)
 
 
 # -- bare SUB receiver process --------------------------------------------------------------------
@@ -400,6 +412,7 @@ class Bench:
     trigger_ms: int  # the connector query's processingTime trigger
     spark: Any = None  # the run's SparkSession, if the connector is measured
     native_publisher: bool = False  # the publisher sends with the compiled core's loop
+    publisher_nice: int = 0  # the publisher process's nice value
     core: str = "auto"  # the connector's captureCore
 
 
@@ -409,7 +422,9 @@ def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> 
     trial = Trial("bare", rate, planned_count(rate, duration))
     publisher = receiver = None
     try:
-        plan = PublishPlan(trial.planned, rate, native=bench.native_publisher)
+        plan = PublishPlan(
+            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
+        )
         publisher = PublisherProcess(context, plan)
         receiver = Child(
             context,
@@ -563,7 +578,9 @@ def run_connector_trial(
     folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
     publisher = query = None
     try:
-        plan = PublishPlan(trial.planned, rate, native=bench.native_publisher)
+        plan = PublishPlan(
+            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
+        )
         publisher = PublisherProcess(bench.context, plan)
         query = (
             bench.spark.readStream.format("zeroeq")
@@ -765,7 +782,12 @@ def run_memory_trial(
     running ``bench.core``; the spool is deleted afterwards."""
     context, workdir = bench.context, bench.workdir
     plan = PublishPlan(
-        count, rate, payload_bytes=payload_bytes, send_hwm=0, native=bench.native_publisher
+        count,
+        rate,
+        payload_bytes=payload_bytes,
+        send_hwm=0,
+        native=bench.native_publisher,
+        nice=bench.publisher_nice,
     )
     root = Path(tempfile.mkdtemp(prefix="memory-", dir=workdir))
     max_bytes = max(4 << 30, 2 * count * payload_bytes)
@@ -839,7 +861,8 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
 
     print(
         f"  capture   : cores {', '.join(getattr(args, 'cores', ['auto']))}; compiled core "
-        f"{native_status()}; publisher {getattr(args, 'publisher', 'python')} send loop"
+        f"{native_status()}; publisher {getattr(args, 'publisher', 'python')} send loop, "
+        f"nice {getattr(args, 'publisher_nice', 0)}"
     )
     print(flush=True)
 
@@ -1033,6 +1056,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "message (what earlier runs used; on 2 cores it gives out before the receivers)",
     )
     parser.add_argument(
+        "--publisher-nice",
+        type=int,
+        default=-10,
+        help="nice value of the publisher process (default -10, as root; 0: as the others). "
+        "On a shared 2-core machine a publisher at the same priority as Spark loses the CPU "
+        "for tens of ms and overflows its own send high-water mark",
+    )
+    parser.add_argument(
         "--cores",
         default=",".join(CORES),
         help="capture's receive loops to measure, in this order (default native,python): one "
@@ -1221,6 +1252,7 @@ def main() -> int:
         args.duration,
         args.trigger_ms,
         native_publisher=args.publisher == "native",
+        publisher_nice=args.publisher_nice,
         core=args.cores[0] if args.cores else "auto",
     )
     try:

@@ -691,12 +691,15 @@ cdef inline void _put_big_endian(unsigned char *at, int64_t value) noexcept nogi
         at[i] = <unsigned char>((<unsigned long long>value) >> (56 - 8 * i))
 
 
-def send_sequence(size_t socket, bytes topic, bytes body, int64_t first, int64_t count):
+def send_sequence(size_t socket, bytes topic, bytes body, int64_t first, int64_t count,
+                  double patience=0.0):
     """Send ``count`` two-frame messages (``topic``, ``body``) on the socket at address
     ``socket`` without the GIL, each body starting with its sequence number (``first`` on)
     and its send time (ns since the epoch), both 8-byte big-endian. A message that zmq cannot
-    queue at once (EAGAIN: the high-water mark) is dropped and counted: the number dropped.
-    The benchmarks' publisher, so that it is not the first to give out."""
+    queue (EAGAIN: the high-water mark, with XPUB_NODROP) is tried again for up to
+    ``patience`` seconds (the publisher's own I/O thread may simply not have run yet), then
+    dropped and counted: the number dropped. The benchmarks' publisher, so that it is not the
+    first to give out."""
     _require_bound()
     if len(body) < 16:
         raise ValueError("body must have room for the 16-byte head")
@@ -704,6 +707,7 @@ def send_sequence(size_t socket, bytes topic, bytes body, int64_t first, int64_t
     cdef const char *body_data = body
     cdef size_t topic_size = len(topic), body_size = len(body)
     cdef int64_t i, dropped = 0
+    cdef int64_t patience_ns = <int64_t>(patience * 1e9), give_up
     cdef int failed = 0
     cdef szq_msg_t message
     cdef unsigned char *head
@@ -711,8 +715,14 @@ def send_sequence(size_t socket, bytes topic, bytes body, int64_t first, int64_t
         for i in range(count):
             szq.msg_init_size(&message, topic_size)
             memcpy(szq.msg_data(&message), topic_data, topic_size)
-            if szq.msg_send(&message, <void *>socket, SZQ_SNDMORE | SZQ_DONTWAIT) < 0:
+            give_up = szq_clock_ns(CLOCK_MONOTONIC) + patience_ns
+            while szq.msg_send(&message, <void *>socket, SZQ_SNDMORE | SZQ_DONTWAIT) < 0:
                 failed = szq.errno_()
+                if failed != EAGAIN or szq_clock_ns(CLOCK_MONOTONIC) >= give_up:
+                    break
+                failed = 0
+                szq_sleep_ns(50000)
+            if failed:
                 szq.msg_close(&message)
                 if failed != EAGAIN:
                     break
