@@ -358,6 +358,39 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def thread_cpu_seconds() -> dict[int, tuple[str, float]]:
+    """CPU time so far of each thread of this process: {thread id: (name, seconds)}, in clock
+    ticks (10 ms at the usual 100 Hz)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        threads[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
+
+
+def cpu_by_thread(
+    before: dict[int, tuple[str, float]], capture_thread: int | None
+) -> tuple[tuple[str, float], ...]:
+    """CPU time since ``before`` of capture's thread, zmq's background threads and the rest."""
+    split = {"capture thread": 0.0, "zmq I/O thread": 0.0, "other threads": 0.0}
+    for tid, (name, seconds) in thread_cpu_seconds().items():
+        used = seconds - before.get(tid, (name, 0.0))[1]
+        if tid == capture_thread:
+            split["capture thread"] += used
+        elif name.startswith("ZMQbg"):
+            split["zmq I/O thread"] += used
+        else:
+            split["other threads"] += used
+    return tuple(split.items())
+
+
 def describe_missing(present: np.ndarray, shown: int = 2) -> str:
     """The first runs of missing sequence numbers, e.g. ``0-5, 28000-28008 (+3 runs)``: a loss
     at the very start (a start-up race) looks different from drops mid-stream (an overflowing
@@ -682,6 +715,8 @@ class MemoryResult:
     capture_seconds: float
     cpu_seconds: float = 0.0  # the capture process's CPU time from start to all spooled
     core: str = ""  # the receive loop that ran
+    #: the same CPU time by thread: capture's own, zmq's I/O thread(s), the rest
+    cpu_by_thread: tuple[tuple[str, float], ...] = ()
 
     @property
     def cpu_us_per_message(self) -> float:
@@ -725,6 +760,7 @@ def capture_memory_main(
         )
         baseline = rss_kib()
         cpu_at_start = cpu_seconds()
+        threads_at_start = thread_cpu_seconds()
         capture.start()
         key = f"{LOOPBACK}:{port}"
         StaticDiscovery(
@@ -734,6 +770,7 @@ def capture_memory_main(
             first, quarters = _watch_capture(capture, count, timeout)
             capture.sync(timeout=300)
             cpu = cpu_seconds() - cpu_at_start
+            threads = cpu_by_thread(threads_at_start, capture._thread.native_id)
             seconds = time.monotonic() - first if first else 0.0
             held = sum(state.end - state.start for state in spool.snapshot().values())
             result = MemoryResult(
@@ -746,6 +783,7 @@ def capture_memory_main(
                 seconds,
                 cpu,
                 capture.core,
+                threads,
             )
         finally:
             capture.close()
@@ -1193,7 +1231,11 @@ def measure_cpu(args: argparse.Namespace, bench: Bench) -> None:
             if result is None or sent is None:
                 rows.append((f"capture, {core}", 0.0, 0, 0.0, f"failed: {error}"))
                 continue
-            note = f"{result.core} loop ran; publisher {sent.rate:,.0f} msg/s"
+            split = ", ".join(
+                f"{name} {seconds / result.messages * 1e6:.2f}"
+                for name, seconds in result.cpu_by_thread
+            )
+            note = f"{result.core} loop; us/msg by thread: {split}"
             rows.append(
                 (f"capture, {core}", result.cpu_seconds, result.messages, result.rate, note)
             )
