@@ -370,6 +370,7 @@ cdef class NativeBuffer:
     cdef Inbox *inbox
     cdef public dict faults  # fault row texts by row index, rare
     cdef bint taken_over     # the arrays went to Arrow: nothing more may be added
+    cdef tuple handed        # the _Memory objects that own them since: reading stays valid
 
     def __cinit__(self, int64_t max_rows, int64_t max_bytes, int burst, int64_t full_run):
         self.inbox = <Inbox *>malloc(sizeof(Inbox))
@@ -386,7 +387,8 @@ cdef class NativeBuffer:
 
     def __dealloc__(self):
         if self.inbox != NULL:
-            _rows_free(&self.inbox.rows)
+            if not self.taken_over:  # else the _Memory objects in ``handed`` free them
+                _rows_free(&self.inbox.rows)
             free(self.inbox)
 
     def __len__(self):
@@ -461,22 +463,20 @@ cdef class NativeBuffer:
         return native_table(self)
 
     def columns(self):
-        """The arrays as memory that Arrow can reference, handed over (the buffer cannot be
-        used after this): (rows, frames, times ns int64, row offsets int32, frame offsets
-        int32, data)."""
-        self._check_open()
+        """The arrays as memory that Arrow can reference, without a copy: (rows, frames,
+        times ns int64, row offsets int32, frame offsets int32, data). From then on the buffer
+        takes nothing more (Arrow's buffers point into its arrays), but it can still be read:
+        its length, ``time_at`` and ``faults`` (a failed spool write drops what it held)."""
         cdef Rows *rows = &self.inbox.rows
-        result = (
-            rows.rows,
-            rows.frames,
-            _hand_over(rows.times, rows.rows * sizeof(int64_t)),
-            _hand_over(rows.row_offsets, (rows.rows + 1) * sizeof(int32_t)),
-            _hand_over(rows.frame_offsets, (rows.frames + 1) * sizeof(int32_t)),
-            _hand_over(rows.data, rows_nbytes(rows)),
-        )
-        memset(rows, 0, sizeof(Rows))
-        self.taken_over = True
-        return result
+        if not self.taken_over:
+            self.handed = (
+                _hand_over(rows.times, rows.rows * sizeof(int64_t)),
+                _hand_over(rows.row_offsets, (rows.rows + 1) * sizeof(int32_t)),
+                _hand_over(rows.frame_offsets, (rows.frames + 1) * sizeof(int32_t)),
+                _hand_over(rows.data, rows_nbytes(rows)),
+            )
+            self.taken_over = True
+        return (rows.rows, rows.frames) + self.handed
 
     cdef void _check_open(self) except *:
         if self.taken_over:
