@@ -4,16 +4,21 @@ Measured side by side in one run, on loopback only:
 
 1. the highest publish rate that a bare pyzmq SUB loop receives with no gaps,
 2. the highest rate at which ``format("zeroeq")`` delivers every message into a
-   ``foreachBatch`` sink, and the ratio of the two,
-3. publish -> ``foreachBatch`` latency (p50, p99) at that rate and at a modest one,
-4. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
+   ``foreachBatch`` sink, once per capture core (``--cores``: the compiled one and the Python
+   loop), and the ratio of each to the bare loop's,
+3. publish -> ``foreachBatch`` latency (p50, p99) at each search's best rate, and at a modest
+   rate with the cores taking turns,
+4. process CPU time per message of the bare loop and of capture alone with each core (no
+   Spark), paced and unpaced,
+5. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
 
-The publisher is the same for both receivers: a separate process with an XPUB socket, send
-high-water mark 1000, pacing 100-byte events at a requested rate. A rate counts as reached only
-when every sequence number arrived exactly once *and* the publisher itself kept up (a Python
-publisher on a small machine is often the first thing to give out; the report says so).
-The publisher counts what its high-water mark drops, so the report tells gaps made at the
-publisher from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
+The publisher is the same for every receiver: a separate process with an XPUB socket, send
+high-water mark 1000, pacing 100-byte events at a requested rate; by default it sends with the
+compiled core's send loop (``--publisher native``), since a Python publisher on a small machine
+is the first thing to give out. A rate counts as reached only when every sequence number arrived
+exactly once *and* the publisher itself kept up (the report says when it did not). The
+publisher counts what its high-water mark drops, so the report tells gaps made at the publisher
+from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
 delivers everything a run's capture received), each trial with a fresh spool and checkpoint.
 
 Run it as ``python benchmarks/zeroeq_rate.py [--quick]``: it re-executes itself through
@@ -62,6 +67,8 @@ SEND_HWM = 1000
 KEEP_UP = 0.97
 #: the publisher sends one burst per tick, sized to stay on schedule
 TICK_SECONDS = 0.001
+#: how long the native publisher waits for room in a full send queue before it drops
+SEND_PATIENCE = 0.01
 #: a receiver that has seen messages and then nothing for this long stops waiting
 IDLE_SECONDS = 3.0
 SUBSCRIBE_TIMEOUT = 120.0
@@ -69,6 +76,9 @@ SUBSCRIBE_TIMEOUT = 120.0
 RELEASE_TIMEOUT = 600.0
 MEMORY_PAYLOAD_BYTES = 1024
 MS = 1e6
+#: the issue's target for the connector's no-gap rate over the bare SUB loop's
+RATIO_TARGET = 1.5
+CORES = ("native", "python")
 
 
 # -- plans and results ----------------------------------------------------------------------------
@@ -83,6 +93,13 @@ class PublishPlan:
     payload_bytes: int = PAYLOAD_BYTES
     send_hwm: int = SEND_HWM
     first: int = 0  # sequence number of the first message (several publishers, one count)
+    #: send with the compiled core's loop (spark_zmq.capture.native.send_sequence) rather than
+    #: send_multipart per message: the publisher is then not the first to give out
+    native: bool = False
+    #: the publisher process's nice value (its zmq I/O thread's too); negative: it wins the CPU
+    #: from the receivers and Spark, so that its send high-water mark overflows only when the
+    #: receiving side stops taking, not when the publisher itself waits for a core
+    nice: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,12 +118,14 @@ class PublishResult:
 
 @dataclass(frozen=True)
 class ReceiveResult:
-    """What a bare SUB loop saw: distinct sequence numbers, repeats and anything unexpected."""
+    """What a bare SUB loop saw: distinct sequence numbers, repeats and anything unexpected,
+    and the CPU time its process used (all threads, zmq's I/O thread too)."""
 
     unique: int
     duplicates: int
     foreign: int
     missing: str
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -125,6 +144,7 @@ class Trial:
     latency_ms: tuple[float, float] | None = None  # (p50, p99), connector only
     missing: str = ""  # where the gaps are, e.g. "0-5, 2800-2807"
     error: str = ""
+    cpu_seconds: float = 0.0  # the bare receiver's process CPU time
 
     def record_publisher(self, result: PublishResult) -> None:
         self.sent, self.publisher_rate = result.sent, result.rate
@@ -193,7 +213,10 @@ def publisher_main(
     at close."""
 
     def body() -> None:
-        context = zmq.Context()
+        if plan.nice:
+            with contextlib.suppress(PermissionError):  # not root: the default priority
+                os.setpriority(os.PRIO_PROCESS, 0, plan.nice)
+        context = zmq.Context()  # its I/O thread starts now, with the process's priority
         sock = context.socket(zmq.XPUB)
         sock.setsockopt(zmq.SNDHWM, plan.send_hwm)
         # At the high-water mark, report EAGAIN instead of dropping silently; _send_all then
@@ -230,11 +253,16 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
     padding = bytes(plan.payload_bytes - HEAD.size)
     pack, send, wall_ns, clock = HEAD.pack, sock.send_multipart, time.time_ns, time.perf_counter
     count, rate, again, first = plan.count, plan.rate, zmq.Again, plan.first
+    native = native_sender(sock, wire_id, bytes(plan.payload_bytes)) if plan.native else None
     sent = dropped = 0
     start = tick = clock()
     while sent < count:
         due = count if rate <= 0 else min(count, int((clock() - start) * rate) + 1)
-        while sent < due:
+        if native is not None:  # one call per tick; at most a tick's worth when unpaced
+            burst = min(due - sent, max(1000, int(rate * TICK_SECONDS)))
+            dropped += native(first + sent, burst)
+            sent += burst
+        while sent < due and native is None:
             try:
                 send([wire_id, pack(first + sent, wall_ns()) + padding], zmq.NOBLOCK)
             except again:
@@ -247,6 +275,18 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
         elif delay <= 0:
             tick = clock()  # behind: the schedule (not sleep debt) decides the next burst
     return PublishResult(sent, clock() - start, dropped)
+
+
+def native_sender(sock: zmq.Socket, topic: bytes, body: bytes) -> Callable[[int, int], int]:
+    """send(first, count) -> dropped, through the compiled core's send loop. A full send queue
+    is given SEND_PATIENCE before a message counts as dropped: sending a late tick's messages
+    at once can fill it before the publisher's own I/O thread has had a core; a queue that
+    stays full means the receiving side is not taking."""
+    from spark_zmq.capture.cores import native_module
+
+    send_sequence = native_module().send_sequence
+    address = sock.underlying
+    return lambda first, count: send_sequence(address, topic, body, first, count, SEND_PATIENCE)
 
 
 # -- bare SUB receiver process --------------------------------------------------------------------
@@ -267,7 +307,9 @@ def bare_receiver_main(
         sock.setsockopt(zmq.SUBSCRIBE, b"")
         sock.connect(f"tcp://{LOOPBACK}:{port}")
         try:
-            conn.send(("received", _receive_sequence(sock, count, timeout)))
+            cpu = cpu_seconds()
+            result = _receive_sequence(sock, count, timeout)
+            conn.send(("received", replace(result, cpu_seconds=cpu_seconds() - cpu)))
         finally:
             sock.close()
             context.term()
@@ -308,6 +350,45 @@ def _receive_sequence(sock: zmq.Socket, count: int, timeout: float) -> ReceiveRe
     return ReceiveResult(
         unique, duplicates, foreign, describe_missing(np.frombuffer(seen, dtype=np.uint8) > 0)
     )
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, user and system, all its threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def thread_cpu_seconds() -> dict[int, tuple[str, float]]:
+    """CPU time so far of each thread of this process: {thread id: (name, seconds)}, in clock
+    ticks (10 ms at the usual 100 Hz)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat", encoding="ascii") as stat:
+                text = stat.read()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        threads[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return threads
+
+
+def cpu_by_thread(
+    before: dict[int, tuple[str, float]], capture_thread: int | None
+) -> tuple[tuple[str, float], ...]:
+    """CPU time since ``before`` of capture's thread, zmq's background threads and the rest."""
+    split = {"capture thread": 0.0, "zmq I/O thread": 0.0, "other threads": 0.0}
+    for tid, (name, seconds) in thread_cpu_seconds().items():
+        used = seconds - before.get(tid, (name, 0.0))[1]
+        if tid == capture_thread:
+            split["capture thread"] += used
+        elif name.startswith("ZMQbg"):
+            split["zmq I/O thread"] += used
+        else:
+            split["other threads"] += used
+    return tuple(split.items())
 
 
 def describe_missing(present: np.ndarray, shown: int = 2) -> str:
@@ -363,15 +444,21 @@ class Bench:
     duration: float  # seconds of publishing per trial
     trigger_ms: int  # the connector query's processingTime trigger
     spark: Any = None  # the run's SparkSession, if the connector is measured
+    native_publisher: bool = False  # the publisher sends with the compiled core's loop
+    publisher_nice: int = 0  # the publisher process's nice value
+    core: str = "auto"  # the connector's captureCore
 
 
-def run_bare_trial(bench: Bench, rate: float) -> Trial:
+def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
     """Publisher and bare SUB receiver, each in its own process."""
-    context, duration = bench.context, bench.duration
+    context, duration = bench.context, duration or bench.duration
     trial = Trial("bare", rate, planned_count(rate, duration))
     publisher = receiver = None
     try:
-        publisher = PublisherProcess(context, PublishPlan(trial.planned, rate))
+        plan = PublishPlan(
+            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
+        )
+        publisher = PublisherProcess(context, plan)
         receiver = Child(
             context,
             bare_receiver_main,
@@ -382,7 +469,7 @@ def run_bare_trial(bench: Bench, rate: float) -> Trial:
         trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
         got: ReceiveResult = receiver.expect("received", SUBSCRIBE_TIMEOUT + 2 * duration + 60)
         trial.received, trial.duplicates, trial.invalid = got.unique, got.duplicates, got.foreign
-        trial.missing = got.missing
+        trial.missing, trial.cpu_seconds = got.missing, got.cpu_seconds
     except (RuntimeError, TimeoutError) as exc:
         trial.error = str(exc)
     finally:
@@ -524,11 +611,15 @@ def run_connector_trial(
     folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
     publisher = query = None
     try:
-        publisher = PublisherProcess(bench.context, PublishPlan(trial.planned, rate))
+        plan = PublishPlan(
+            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
+        )
+        publisher = PublisherProcess(bench.context, plan)
         query = (
             bench.spark.readStream.format("zeroeq")
             .option("publishers", f"{LOOPBACK}:{publisher.port}")
             .option("spoolPath", str(folder / "spool"))
+            .option("captureCore", bench.core)
             .load()
             .writeStream.foreachBatch(collector)
             .option("checkpointLocation", str(folder / "checkpoint"))
@@ -622,6 +713,14 @@ class MemoryResult:
     peak_rss_kib: int
     rss_at_quarters_kib: tuple[int, ...]
     capture_seconds: float
+    cpu_seconds: float = 0.0  # the capture process's CPU time from start to all spooled
+    core: str = ""  # the receive loop that ran
+    #: the same CPU time by thread: capture's own, zmq's I/O thread(s), the rest
+    cpu_by_thread: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def cpu_us_per_message(self) -> float:
+        return self.cpu_seconds / self.messages * 1e6 if self.messages else 0.0
 
     @property
     def rate(self) -> float:
@@ -643,10 +742,12 @@ def capture_memory_main(
     root: str,
     max_bytes: int,
     timeout: float,
+    core: str,
     conn: multiprocessing.connection.Connection,
 ) -> None:
     """The package's capture alone in a fresh process, receiving ``count`` messages into a spool
-    under ``root``; reports its RSS before starting, at each quarter of the data and at peak."""
+    under ``root`` with the receive loop ``core``; reports its RSS before starting, at each
+    quarter of the data and at peak, and its CPU time from start until all is in the spool."""
 
     def body() -> None:
         from spark_zmq.capture.loop import Capture
@@ -654,8 +755,12 @@ def capture_memory_main(
         from spark_zmq.spool.writer import Spool
 
         spool = Spool(root, max_bytes=max_bytes)
-        capture = Capture(spool, max_message_bytes=64 << 20, flush_interval=0.1, name="bench")
+        capture = Capture(
+            spool, max_message_bytes=64 << 20, flush_interval=0.1, name="bench", core=core
+        )
         baseline = rss_kib()
+        cpu_at_start = cpu_seconds()
+        threads_at_start = thread_cpu_seconds()
         capture.start()
         key = f"{LOOPBACK}:{port}"
         StaticDiscovery(
@@ -664,6 +769,8 @@ def capture_memory_main(
         try:
             first, quarters = _watch_capture(capture, count, timeout)
             capture.sync(timeout=300)
+            cpu = cpu_seconds() - cpu_at_start
+            threads = cpu_by_thread(threads_at_start, capture._thread.native_id)
             seconds = time.monotonic() - first if first else 0.0
             held = sum(state.end - state.start for state in spool.snapshot().values())
             result = MemoryResult(
@@ -674,6 +781,9 @@ def capture_memory_main(
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                 quarters,
                 seconds,
+                cpu,
+                capture.core,
+                threads,
             )
         finally:
             capture.close()
@@ -704,14 +814,21 @@ def _watch_capture(capture: Any, count: int, timeout: float) -> tuple[float, tup
 
 
 def run_memory_trial(
-    context: Any, workdir: Path, gib: float, rate: float
+    bench: Bench, count: int, rate: float, payload_bytes: int = MEMORY_PAYLOAD_BYTES
 ) -> tuple[MemoryResult | None, PublishResult | None, str]:
-    """~``gib`` GiB of 1 KiB events (send high-water mark 0: nothing dropped) into a capture
-    subprocess; the spool is deleted afterwards."""
-    count = max(1, round(gib * (1 << 30) / MEMORY_PAYLOAD_BYTES))
-    plan = PublishPlan(count, rate, payload_bytes=MEMORY_PAYLOAD_BYTES, send_hwm=0)
+    """``count`` events (send high-water mark 0: nothing dropped) into a capture subprocess
+    running ``bench.core``; the spool is deleted afterwards."""
+    context, workdir = bench.context, bench.workdir
+    plan = PublishPlan(
+        count,
+        rate,
+        payload_bytes=payload_bytes,
+        send_hwm=0,
+        native=bench.native_publisher,
+        nice=bench.publisher_nice,
+    )
     root = Path(tempfile.mkdtemp(prefix="memory-", dir=workdir))
-    max_bytes = max(4 << 30, int(2 * gib * (1 << 30)))
+    max_bytes = max(4 << 30, 2 * count * payload_bytes)
     publisher = capture = None
     try:
         publisher = PublisherProcess(context, plan)
@@ -723,6 +840,7 @@ def run_memory_trial(
             str(root / "spool"),
             max_bytes,
             SUBSCRIBE_TIMEOUT + 600.0,
+            bench.core,
         )
         sent = publisher.result(SUBSCRIBE_TIMEOUT + 900.0)
         memory: MemoryResult = capture.expect("memory", 900.0)
@@ -748,8 +866,15 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
     java_line = (
         (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) else "unknown"
     )
+    commit = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     print(title)
     print(f"  command   : {shlex.join([sys.executable, *sys.argv])}")
+    print(f"  when      : {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}")
     print(
         f"  machine   : nproc={len(os.sched_getaffinity(0))} ({platform.machine()}, "
         f"{platform.platform()})"
@@ -769,6 +894,13 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
         f"start {args.start_rate:,.0f} msg/s, "
         f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
         f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate"
+    )
+    from spark_zmq.capture.cores import native_status
+
+    print(
+        f"  capture   : cores {', '.join(getattr(args, 'cores', ['auto']))}; compiled core "
+        f"{native_status()}; publisher {getattr(args, 'publisher', 'python')} send loop, "
+        f"nice {getattr(args, 'publisher_nice', 0)}"
     )
     print(flush=True)
 
@@ -836,31 +968,40 @@ def print_rate_summary(outcomes: Sequence[SearchOutcome]) -> None:
                 f"publisher's send HWM, {lost - at_hwm:,} after leaving the publisher"
             )
     by_name = {outcome.receiver: outcome for outcome in outcomes}
-    bare, connector = by_name.get("bare"), by_name.get("connector")
-    if bare is None or connector is None:
+    bare = by_name.get("bare")
+    connectors = [o for o in outcomes if o.receiver != "bare"]
+    if bare is None or not connectors:
         return
-    if bare.best and connector.best:
-        ratio = connector.best.rate / bare.best.rate
-        met = "met" if ratio >= 0.8 else "NOT met"
-        print(f"ratio connector / bare      : {ratio:.2f} (target >= 0.8: {met})")
-    else:
-        print("ratio connector / bare      : n/a")
+    for connector in connectors:
+        label = f"ratio {connector.receiver} / bare"
+        if bare.best and connector.best:
+            ratio = connector.best.rate / bare.best.rate
+            met = "met" if ratio >= RATIO_TARGET else "NOT met"
+            print(f"{label:<28}: {ratio:.2f} (target >= {RATIO_TARGET}: {met})")
+        else:
+            print(f"{label:<28}: n/a")
     if bare.limited_by_publisher:
         print(
-            "NOTE: even the bare SUB loop was limited by the publisher, not by receiving. The "
-            "ratio therefore has an upper bound of 1 and means 'the connector keeps up with what "
-            "a Python publisher can send on this machine', not a receive-side ceiling."
+            "NOTE: even the bare SUB loop was limited by the publisher, not by receiving: the "
+            "ratios compare the connector with what the publisher can send on this machine, "
+            "not with a receive-side ceiling."
         )
-    if connector.limited_by_publisher:
-        print(
-            "NOTE: the connector's search ended because the publisher fell behind (it shares "
-            "the cores with Spark, capture and the sink), not because of a gap."
-        )
+    for connector in connectors:
+        if connector.limited_by_publisher:
+            print(
+                f"NOTE: the {connector.receiver} search ended because the publisher fell behind "
+                f"(it shares the cores with Spark, capture and the sink), not because of a gap."
+            )
 
 
-def print_latency(connector: SearchOutcome, modest: Trial | None, trigger_ms: int) -> None:
-    print("\n== latency, publish -> row in foreachBatch (taken after toArrow) ==")
-    for label, trial in (("at the max no-gap rate", connector.best), ("at a modest rate", modest)):
+def print_latency(connector: SearchOutcome, modest: list[Trial], trigger_ms: int) -> None:
+    print(
+        f"\n== latency ({connector.receiver}), publish -> row in foreachBatch (taken after "
+        f"toArrow) =="
+    )
+    labelled = [("at the max no-gap rate", connector.best)]
+    labelled += [(f"at a modest rate, #{n + 1}", trial) for n, trial in enumerate(modest)]
+    for label, trial in labelled:
         if trial is None or trial.latency_ms is None:
             print(f"{label:<24}: n/a")
             continue
@@ -897,6 +1038,10 @@ def print_memory(
     )
     print(f"   peak RSS         : {result.peak_rss_kib / 1024:,.1f} MiB (ru_maxrss)")
     print(f"   RSS as 25/50/75/100% had arrived: {quarters} MiB")
+    print(
+        f"   CPU              : {result.cpu_seconds:.2f} s, "
+        f"{result.cpu_us_per_message:.2f} us/message ({result.core} receive loop)"
+    )
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -942,8 +1087,36 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "capture reached unpaced)",
     )
     parser.add_argument(
+        "--publisher",
+        choices=("native", "python"),
+        default="native",
+        help="the publisher's send loop: the compiled core's (default) or send_multipart per "
+        "message (what earlier runs used; on 2 cores it gives out before the receivers)",
+    )
+    parser.add_argument(
+        "--publisher-nice",
+        type=int,
+        default=-10,
+        help="nice value of the publisher process (default -10, as root; 0: as the others). "
+        "On a shared 2-core machine a publisher at the same priority as Spark loses the CPU "
+        "for tens of ms and overflows its own send high-water mark",
+    )
+    parser.add_argument(
+        "--cores",
+        default=",".join(CORES),
+        help="capture's receive loops to measure, in this order (default native,python): one "
+        "connector search and one CPU trial each",
+    )
+    parser.add_argument(
+        "--cpu-rate",
+        type=float,
+        default=50_000.0,
+        help="paced rate of the CPU-per-message trials, msg/s (default 50000); each core is "
+        "also measured unpaced",
+    )
+    parser.add_argument(
         "--skip",
-        choices=("bare", "connector", "memory"),
+        choices=("bare", "connector", "cpu", "memory"),
         action="append",
         default=[],
         help="leave a part out (repeatable)",
@@ -954,6 +1127,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     args.factor = args.factor or (2.0 if quick else 1.5)
     args.max_steps = args.max_steps or (5 if quick else 10)
     args.spool_gb = args.spool_gb if args.spool_gb is not None else (0.1 if quick else 1.0)
+    args.cores = [core.strip() for core in args.cores.split(",") if core.strip()]
+    if not set(args.cores) <= set(CORES):
+        parser.error(f"--cores: each one of {', '.join(CORES)}")
     if args.factor <= 1 or args.duration <= 0 or args.start_rate <= 0 or args.spool_gb <= 0:
         parser.error("--factor must be > 1; --duration, --start-rate and --spool-gb > 0")
     return args
@@ -983,35 +1159,105 @@ def measure_bare(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
     )
 
 
-def measure_connector(args: argparse.Namespace, bench: Bench) -> tuple[SearchOutcome, Trial]:
-    """A warm-up trial (the first query pays for starting Python workers and JIT), the search,
-    then the separate latency trial at a modest rate."""
-    print("connector -> foreachBatch:", flush=True)
+def measure_connector(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
+    """A warm-up trial (the first query pays for starting Python workers and JIT), then the
+    search, with capture's receive loop ``bench.core``."""
+    receiver = f"conn-{bench.core[:3]}"
+    print(f"connector ({bench.core} capture core) -> foreachBatch:", flush=True)
     warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
     print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
     outcome = search(
-        "connector",
-        lambda rate: run_connector_trial(bench, rate),
+        receiver,
+        lambda rate: run_connector_trial(bench, rate, receiver),
         args.start_rate,
         args.factor,
         args.max_steps,
         print_progress,
     )
-    modest = run_connector_trial(bench, args.latency_rate, "latency")
-    print_progress(modest)
-    return outcome, modest
+    return outcome
 
 
-def print_rates(outcomes: Sequence[SearchOutcome], modest: Trial | None, trigger_ms: int) -> None:
+def measure_latency(args: argparse.Namespace, bench: Bench) -> dict[str, list[Trial]]:
+    """Latency trials at the modest rate, the cores taking turns (twice each), so that neither
+    gets the colder JVM or the quieter minute: by connector receiver name."""
+    print(f"latency at {args.latency_rate:,.0f} msg/s, the cores taking turns:", flush=True)
+    trials: dict[str, list[Trial]] = {}
+    for _ in range(2):
+        for core in args.cores:
+            trial = run_connector_trial(
+                replace(bench, core=core), args.latency_rate, f"lat-{core[:3]}"
+            )
+            print_progress(trial)
+            trials.setdefault(f"conn-{core[:3]}", []).append(trial)
+    return trials
+
+
+def print_rates(
+    outcomes: Sequence[SearchOutcome], modest: dict[str, list[Trial]], trigger_ms: int
+) -> None:
     print("\n== all trials ==")
     print(TABLE_HEADER)
-    for trial in [t for outcome in outcomes for t in outcome.trials] + ([modest] if modest else []):
+    later = [trial for trials in modest.values() for trial in trials]
+    for trial in [t for outcome in outcomes for t in outcome.trials] + later:
         print(trial_row(trial))
     print("(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps)")
     print_rate_summary(outcomes)
-    connector = [outcome for outcome in outcomes if outcome.receiver == "connector"]
-    if connector:
-        print_latency(connector[0], modest, trigger_ms)
+    for outcome in outcomes:
+        if outcome.receiver in modest:
+            print_latency(outcome, modest[outcome.receiver], trigger_ms)
+
+
+def measure_cpu(args: argparse.Namespace, bench: Bench) -> None:
+    """Process CPU time per message of the bare SUB loop and of capture alone with each core
+    (no Spark), one after the other with the same publisher: paced at --cpu-rate, then as fast
+    as the publisher sends (capture's own ceiling)."""
+    for rate in (args.cpu_rate, 0.0):
+        pace = f"{rate:,.0f} msg/s" if rate else "unpaced"
+        print(
+            f"\n== CPU per message, {pace}, {PAYLOAD_BYTES}-byte events, no Spark "
+            f"(process CPU time / messages) ==",
+            flush=True,
+        )
+        count = planned_count(rate or 4 * args.cpu_rate, args.duration)
+        rows: list[tuple[str, float, int, float, str]] = []
+        if rate:
+            bare = run_bare_trial(bench, rate)
+            note = bare.error or bare.verdict
+            rows.append(("bare pyzmq SUB loop", bare.cpu_seconds, bare.received, 0.0, note))
+        for core in args.cores:
+            result, sent, error = run_memory_trial(
+                replace(bench, core=core), count, rate, PAYLOAD_BYTES
+            )
+            if result is None or sent is None:
+                rows.append((f"capture, {core}", 0.0, 0, 0.0, f"failed: {error}"))
+                continue
+            split = ", ".join(
+                f"{name} {seconds / result.messages * 1e6:.2f}"
+                for name, seconds in result.cpu_by_thread
+            )
+            note = f"{result.core} loop; us/msg by thread: {split}"
+            rows.append(
+                (f"capture, {core}", result.cpu_seconds, result.messages, result.rate, note)
+            )
+        print_cpu_rows(rows)
+
+
+def print_cpu_rows(rows: list[tuple[str, float, int, float, str]]) -> None:
+    """One line per receiver: CPU seconds, messages, us per message, and its ratio to the first
+    line's us per message."""
+    print(
+        f"{'receiver':<22} {'CPU s':>7} {'messages':>10} {'us/msg':>7} {'ratio':>6} {'msg/s':>10}"
+    )
+    first = None
+    for label, cpu, messages, rate, note in rows:
+        per = cpu / messages * 1e6 if messages else float("nan")
+        first = first or per
+        shown_rate = f"{rate:>10,.0f}" if rate else f"{'-':>10}"
+        print(
+            f"{label:<22} {cpu:>7.2f} {messages:>10,} {per:>7.2f} {per / first:>6.2f} "
+            f"{shown_rate}  {note}"
+        )
+    print("(msg/s: capture's rate from its first message to all in the spool)")
 
 
 def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
@@ -1028,7 +1274,8 @@ def measure_memory(args: argparse.Namespace, bench: Bench) -> None:
 
 
 def memory_trial(bench: Bench, gib: float, pace: float) -> MemoryResult | None:
-    memory, sent, error = run_memory_trial(bench.context, bench.workdir, gib, pace)
+    count = max(1, round(gib * (1 << 30) / MEMORY_PAYLOAD_BYTES))
+    memory, sent, error = run_memory_trial(bench, count, pace)
     label = "publisher as fast as it can" if pace <= 0 else f"publisher paced at {pace:,.0f} msg/s"
     print_memory(label, memory, sent, error)
     return memory
@@ -1041,18 +1288,29 @@ def main() -> int:
     print_header(args)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="zeroeq_rate-"))
-    bench = Bench(multiprocessing.get_context("spawn"), workdir, args.duration, args.trigger_ms)
+    bench = Bench(
+        multiprocessing.get_context("spawn"),
+        workdir,
+        args.duration,
+        args.trigger_ms,
+        native_publisher=args.publisher == "native",
+        publisher_nice=args.publisher_nice,
+        core=args.cores[0] if args.cores else "auto",
+    )
     try:
         outcomes: list[SearchOutcome] = []
-        modest = None
+        modest: dict[str, list[Trial]] = {}
         if "bare" not in args.skip:  # first, while nothing else runs (not even Spark's JVM)
             outcomes.append(measure_bare(args, bench))
         if "connector" not in args.skip:
             with spark_session() as spark:
-                outcome, modest = measure_connector(args, replace(bench, spark=spark))
-                outcomes.append(outcome)
+                for core in args.cores:
+                    outcomes.append(measure_connector(args, replace(bench, spark=spark, core=core)))
+                modest = measure_latency(args, replace(bench, spark=spark))
         if outcomes:
             print_rates(outcomes, modest, args.trigger_ms)
+        if "cpu" not in args.skip:
+            measure_cpu(args, bench)
         if "memory" not in args.skip:
             measure_memory(args, bench)
     finally:

@@ -15,12 +15,13 @@ right after the other, so a round's ratio compares like with like on a shared, n
 
 The messages are the same in both: frame 1 is the 16-byte event id, frame 2 a 100-byte payload
 that starts with an 8-byte big-endian sequence number. The same subscriber code receives both,
-in its own process with its own zmq context. It uses ZeroConf discovery for the writer and the
-bare publisher's port directly. It counts every sequence number, so it can tell whether each
-message arrived exactly once, and it times the first to the last message: the rates are taken
-there, at the receiver. For the writer, the run also times the whole query, from ``start()`` to
-its termination, and splits that into start-up (until the first message arrives), streaming and
-the end of the batch (after the last message).
+in its own process with its own zmq context, by default with the compiled capture core's receive
+loop (``--receiver native``: a Python loop per message was the slower side of the comparison).
+It uses ZeroConf discovery for the writer and the bare publisher's port directly. It counts every
+sequence number, so it can tell whether each message arrived exactly once, and it times the
+first to the last message: the rates are taken there, at the receiver. For the writer, the run
+also times the whole query, from ``start()`` to its termination, and splits that into start-up
+(until the first message arrives), streaming and the end of the batch (after the last message).
 
 Run it as ``python benchmarks/zeroeq_write_rate.py [--quick] [--rows N] [--partitions 2]``. It
 re-executes itself through ``scripts/netns.sh``, so every socket lives in a private network
@@ -42,6 +43,7 @@ import signal
 import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -251,15 +253,75 @@ def receive(
     return Reception(count, unique, duplicates, foreign, first_missing, first, last, len(connected))
 
 
+def receive_native(
+    sock: zmq.Socket,
+    count: int,
+    timeout: float,
+    finder: PublisherFinder | None,
+    connected: list[str],
+) -> Reception:
+    """``receive`` through the compiled capture core: bursts of up to 1024 messages taken in C
+    into one buffer, the sequence numbers counted at the end with numpy, so that the receiver
+    is not the slower side of the comparison."""
+    from spark_zmq.capture.cores import native_module
+
+    native = native_module()
+    unbounded = 1 << 62
+    buffer = native.NativeBuffer(unbounded, unbounded, 1024, unbounded)
+    address = sock.underlying
+    first = last = 0.0
+    clock = time.monotonic
+    deadline = clock() + timeout
+    while len(buffer) < count:
+        connect_new(sock, finder, connected)
+        taken, _ = native.receive(buffer, address)
+        if taken:
+            last = clock()
+            first = first or last
+            continue
+        now = clock()
+        if now > deadline or (first and now - last > IDLE_SECONDS):
+            break
+        sock.poll(POLL_MS)
+    return reception_of(buffer.table(), count, first, last, len(connected))
+
+
+def reception_of(table: Any, count: int, first: float, last: float, publishers: int) -> Reception:
+    """The ``Reception`` of spooled rows: two frames each, the second starting with the
+    sequence number."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    frames = table.column("frames").combine_chunks()
+    two = np.asarray(frames.value_lengths().fill_null(0)) == 2
+    starts = np.asarray(frames.offsets)[:-1]
+    payload = frames.values.take(pa.array(starts[two] + 1))
+    long_enough = np.asarray(pc.binary_length(payload)) >= SEQUENCE.size
+    offsets = np.frombuffer(payload.buffers()[1], dtype=np.int32)[: len(payload)]
+    data = np.frombuffer(payload.buffers()[2], dtype=np.uint8)
+    heads = data[offsets[long_enough][:, None] + np.arange(SEQUENCE.size)]
+    sequences = heads.view(">u8").ravel().astype(np.int64)
+    inside = sequences < count
+    foreign = int((~two).sum() + (~long_enough).sum() + (~inside).sum())
+    seen = np.bincount(sequences[inside], minlength=count)
+    unique = int((seen > 0).sum())
+    duplicates = int(np.clip(seen - 1, 0, None).sum())
+    first_missing = int(np.argmin(seen > 0)) if unique < count else None
+    return Reception(count, unique, duplicates, foreign, first_missing, first, last, publishers)
+
+
 def subscriber_main(
     session: str | None,
     endpoints: tuple[str, ...],
     count: int,
     timeout: float,
+    native: bool,
     conn: multiprocessing.connection.Connection,
 ) -> None:
     """Subscribe to ``endpoints``, or to every publisher of ``session`` found over ZeroConf,
-    report ``ready``, receive ``count`` messages and report the ``Reception``."""
+    report ``ready``, receive ``count`` messages (with the compiled core's receive loop if
+    ``native``) and report the ``Reception``."""
 
     def body() -> None:
         context = zmq.Context()
@@ -270,7 +332,8 @@ def subscriber_main(
             for address in endpoints:
                 sock.connect(address)
             conn.send(("ready", None))
-            conn.send(("received", receive(sock, count, timeout, finder, connected)))
+            loop = receive_native if native else receive
+            conn.send(("received", loop(sock, count, timeout, finder, connected)))
         finally:
             if finder is not None:
                 finder.close()
@@ -375,7 +438,7 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def run_bare(context: Any, rows: int) -> BareRun:
+def run_bare(context: Any, rows: int, native: bool) -> BareRun:
     """The bare XPUB process -> the subscriber process, connected to its port directly."""
     publisher = Child(context, bare_publisher_main, rows, SEND_HWM)
     subscriber = None
@@ -388,6 +451,7 @@ def run_bare(context: Any, rows: int) -> BareRun:
             (f"tcp://{LOOPBACK}:{port}",),
             rows,
             receive_timeout(rows),
+            native,
         )
         subscriber.expect("ready", CHILD_START_TIMEOUT)
         started, ended = publisher.expect("sent", receive_timeout(rows))
@@ -416,12 +480,18 @@ def start_writer(spark: Any, input_dir: Path, checkpoint: Path, session: str) ->
 
 
 def run_writer(
-    spark: Any, context: Any, input_dir: Path, checkpoint: Path, rows: int, session: str
+    spark: Any,
+    context: Any,
+    input_dir: Path,
+    checkpoint: Path,
+    rows: int,
+    session: str,
+    native: bool,
 ) -> WriterRun:
     """Parquet -> ``format("zeroeq")`` -> the subscriber process, which finds the publishers of
     ``session`` over ZeroConf. The subscriber is browsing before the query starts, so its own
     start-up is not in the query's wall time."""
-    subscriber = Child(context, subscriber_main, session, (), rows, receive_timeout(rows))
+    subscriber = Child(context, subscriber_main, session, (), rows, receive_timeout(rows), native)
     query = None
     try:
         subscriber.expect("ready", CHILD_START_TIMEOUT)
@@ -448,8 +518,15 @@ def print_header(args: argparse.Namespace) -> None:
     import pyarrow
     import pyspark
 
+    commit = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     print("zeroeq_write_rate benchmark: Spark zeroeq writer vs bare pyzmq XPUB")
     print(f"  command  : {shlex.join([sys.executable, *sys.argv])}")
+    print(f"  when     : {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}")
     print(
         f"  machine  : {len(os.sched_getaffinity(0))} cores usable of {os.cpu_count()} "
         f"({platform.machine()}, {platform.platform()})"
@@ -467,7 +544,7 @@ def print_header(args: argparse.Namespace) -> None:
         f"  settings : {args.rows:,} messages of 16 + {PAYLOAD_BYTES} bytes, "
         f"{args.partitions} input partition(s), {args.rounds} round(s) after a "
         f"{args.warmup_rows:,}-row warm-up query; SNDHWM {SEND_HWM:,} + XPUB_NODROP on both "
-        f"sides, subscriber RCVHWM 0"
+        f"sides, subscriber RCVHWM 0, its receive loop {args.receiver}"
     )
     print(flush=True)
 
@@ -602,6 +679,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="input partitions, i.e. writer tasks and publishers (default 1)",
     )
     parser.add_argument("--rounds", type=int, help="rounds of bare + writer (default 3; quick 1)")
+    parser.add_argument(
+        "--receiver",
+        choices=("native", "python"),
+        default="native",
+        help="the subscriber's receive loop: the compiled capture core's (default), so that "
+        "the senders are compared, or recv_multipart per message (earlier runs)",
+    )
     args = parser.parse_args(argv)
     args.rows = args.rows or (20_000 if args.quick else 200_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
@@ -634,6 +718,7 @@ def run_rounds(spark: Any, context: Any, workdir: Path, args: argparse.Namespace
         workdir / "checkpoint-warmup",
         args.warmup_rows,
         f"bench-write-{run_id}-warmup",
+        args.receiver == "native",
     )
     print(
         f"warm-up query: {warm.wall:.2f} s{' (' + warm.error + ')' if warm.error else ''}",
@@ -646,7 +731,8 @@ def run_rounds(spark: Any, context: Any, workdir: Path, args: argparse.Namespace
     print(TABLE_HEADER, flush=True)
     rounds = []
     for index in range(1, args.rounds + 1):
-        bare = run_bare(context, args.rows)
+        native = args.receiver == "native"
+        bare = run_bare(context, args.rows, native)
         writer = run_writer(
             spark,
             context,
@@ -654,6 +740,7 @@ def run_rounds(spark: Any, context: Any, workdir: Path, args: argparse.Namespace
             workdir / f"checkpoint-{index}",
             args.rows,
             f"bench-write-{run_id}-{index}",
+            native,
         )
         rounds.append(Round(bare, writer))
         print(f"  {round_row(str(index), rounds[-1])}", flush=True)

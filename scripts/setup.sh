@@ -44,7 +44,9 @@ if ! bash scripts/peers-node.sh; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.spark_zmq-installed
-wanted=$(cat pyproject.toml | sha256sum | cut -d' ' -f1)
+# the install also compiles the capture core (setup.py, Cython) into the checkout: a change to
+# its source installs again
+wanted=$(cat pyproject.toml setup.py spark_zmq/capture/*.pyx | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # compat mode puts the checkout on sys.path, so Spark's scan for top-level pyspark_* modules
@@ -56,11 +58,12 @@ fi
 # Spark provides it), for tests/test_deploy.py: it installs the package in a fresh venv inside
 # the tests' private network namespace, where no package index is reachable.
 wheelhouse=.venv/wheelhouse
-if [ ! -f "$wheelhouse/.stamp" ] || [ "$(cat "$wheelhouse/.stamp")" != "$wanted" ]; then
+dependencies=$(sha256sum < pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$wheelhouse/.stamp" ] || [ "$(cat "$wheelhouse/.stamp")" != "$dependencies" ]; then
   mapfile -t requirements < <(.venv/bin/python -c '
 import tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print("\n".join(project["dependencies"] + project["optional-dependencies"]["zeroeq"]))')
   .venv/bin/python -m pip download -q --only-binary=:all: -d "$wheelhouse" "${requirements[@]}"
-  echo "$wanted" > "$wheelhouse/.stamp"
+  echo "$dependencies" > "$wheelhouse/.stamp"
 fi

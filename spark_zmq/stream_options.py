@@ -243,6 +243,17 @@ READER_OPTIONS: tuple[Option, ...] = (
         "that every node reaches.",
     ),
     Option(
+        "captureCore",
+        choice("auto", "native", "python"),
+        "auto, native or python",
+        None,
+        "Which receive loop capture runs: `native`, the compiled core (C, without Python's "
+        "lock, one Arrow buffer per flush), or `python`, the pure-Python loop; `auto` takes "
+        "the compiled core when it loads and otherwise logs once that it runs the Python "
+        "loop. Not set: the environment variable `SPARK_ZMQ_CAPTURE_CORE` of the capture "
+        "process, else `auto`.",
+    ),
+    Option(
         "leaseTimeout",
         positive_float,
         "a positive number of seconds",

@@ -1,14 +1,17 @@
-"""The package as a user installs it: a wheel with its metadata, type hints, licence and the
-``spark-zmq`` command, its version from the one place it is kept."""
+"""The package as a user installs it: a wheel with its metadata, type hints, licence, the
+``spark-zmq`` command and the compiled capture core, its version from the one place it is kept;
+installed in a fresh venv, the core loads from the wheel and captures."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
 import spark_zmq
+from support.common import ROOT
 from support.packaging import build_wheel
 
 
@@ -22,6 +25,9 @@ def test_the_wheel_carries_the_version_licence_type_hints_and_command(tmp_path):
         entry_points = archive.read(f"{info}/entry_points.txt").decode()
     assert {"spark_zmq/py.typed", "pyspark_zeroeq.py", f"{info}/licenses/LICENSE"} <= names
     assert {"spark_zmq/spark/batch.py", "spark_zmq/jobs/capture_to_parquet.py"} <= names
+    core = f"spark_zmq/capture/native{sysconfig.get_config_var('EXT_SUFFIX')}"
+    assert {core, "spark_zmq/capture/native.pyi"} <= names
+    assert not wheel.name.endswith("-py3-none-any.whl")  # a platform wheel: it holds C
     assert not any(n.startswith("tests/") for n in names)
     assert "License-Expression: Apache-2.0" in metadata
     assert f"Version: {spark_zmq.__version__}" in metadata
@@ -33,3 +39,21 @@ def test_the_spark_zmq_command_says_its_version():
     run = subprocess.run([str(command), "--version"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"spark_zmq {spark_zmq.__version__}"
+
+
+def test_a_wheel_installed_in_a_fresh_venv_captures_with_its_compiled_core(tmp_path):
+    """CI's wheel check (scripts/check_wheel.sh): built offline, installed with no package
+    index, the self-test run from outside the checkout with the compiled core required."""
+    run = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    venv = tmp_path / "venv"
+    assert f"check_wheel: core at {venv}/lib/" in run.stdout, run.stdout
+    assert "compiled capture core: available, calling " in run.stdout
+    assert "capture (native receive loop): 20000 of 20000 messages spooled, all as sent" in (
+        run.stdout
+    )

@@ -30,6 +30,8 @@ class CaptureSettings:
     receive_hwm: int
     #: CURVE client keys (Z85 text), handed to the holder on its stdin, never on its command line
     curve: tuple[str | None, str | None, str | None] = (None, None, None)
+    #: the receive loop (``cores``): "auto", "native", "python", or None for the environment's
+    core: str | None = None
 
     @classmethod
     def of(cls, options: Options) -> CaptureSettings:
@@ -49,6 +51,7 @@ class CaptureSettings:
             options["onSpoolWriteError"] == "drop",
             options["receiveHighWaterMark"],
             keys,
+            options["captureCore"],
         )
 
     def curve_keys(self) -> Curve:

@@ -1,24 +1,23 @@
-"""The zmq side of capture: one socket and one monitor per endpoint, and the poller over them.
+"""The zmq side of capture: one socket and one monitor per endpoint, watched by the receive
+core (``cores``: compiled or Python) that polls them.
 
 zmq sockets belong to one thread: only the capture thread calls these. Other threads reach it
-through the mailbox, which the poller watches too.
+through the mailbox, which the core watches too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import zmq
 
-from spark_zmq.capture.buffer import Buffer
+from spark_zmq.capture.buffer import MessageBuffer
+from spark_zmq.capture.cores import Core
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
 from spark_zmq.capture.pushback import PushBack
-from spark_zmq.mailbox import Mailbox
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import Curve
-from spark_zmq.units import milliseconds
 
 
 @dataclass
@@ -32,18 +31,23 @@ class Connection:
     health: Health
     load: PushBack
     drops: DropEpisode
-    buffer: Buffer = field(default_factory=Buffer)
-    received: int = 0  # messages received since capture started
+    buffer: MessageBuffer
     leave_by: float | None = None  # set when discovery reported it gone
+
+    @property
+    def received(self) -> int:
+        """Messages received since capture started (its buffer counts them)."""
+        return self.buffer.received
 
 
 class Sockets:
-    """Opens, polls and closes the sockets of the connections (CURVE, bounds, subscriptions)."""
+    """Opens and closes the sockets of the connections (CURVE, bounds, subscriptions), and has
+    ``core`` watch them while they are open."""
 
     def __init__(
         self,
         name: str,
-        mailbox: Mailbox,
+        core: Core,
         *,
         curve: Curve,
         receive_hwm: int,
@@ -54,54 +58,38 @@ class Sockets:
         self.receive_hwm = receive_hwm
         self.max_message_bytes = max_message_bytes
         self._context: zmq.Context = zmq.Context.instance()
-        self._mailbox = mailbox
-        self._poller = zmq.Poller()
-        self._by_socket: dict[zmq.Socket, Connection] = {}
-        self._by_monitor: dict[zmq.Socket, Connection] = {}
-        self._poller.register(mailbox, zmq.POLLIN)
+        self.core = core
 
     def connect(self, endpoint: Endpoint) -> Connection:
         """A new connection to ``endpoint``, polled from now on."""
         key, address = endpoint.key, endpoint.address
+        load = PushBack(self.name, address, key, self.receive_hwm)
         conn = Connection(
             endpoint,
             *self._open(endpoint),
             health=Health(self.name, address, key),
-            load=PushBack(self.name, address, key, self.receive_hwm),
+            load=load,
             drops=DropEpisode(self.name, key),
+            buffer=self.core.new_buffer(load.full_run),
         )
-        self._register(conn)
+        self.core.watch(conn)
         return conn
 
     def reopen(self, conn: Connection) -> None:
         """New sockets for a connection zmq gave up (its buffer and episodes stay)."""
         self.close(conn)
         conn.socket, conn.monitor = self._open(conn.endpoint)
-        self._register(conn)
+        self.core.watch(conn)
 
     def close(self, conn: Connection) -> None:
         """Close the connection's sockets (its buffered messages stay)."""
-        for sock in (conn.socket, conn.monitor):
-            self._poller.unregister(sock)
-        self._by_socket.pop(conn.socket, None)
-        self._by_monitor.pop(conn.monitor, None)
+        self.core.unwatch(conn)
         conn.socket.disable_monitor()
         conn.monitor.close(0)
         conn.socket.close(0)
 
-    def poll(self, seconds: float) -> Iterator[tuple[str, Connection | None]]:
-        """What is ready within ``seconds``: ("message", conn), ("monitor", conn) or
-        ("mailbox", None)."""
-        for item, _ in self._poller.poll(milliseconds(seconds)):
-            if item in self._by_socket:
-                yield "message", self._by_socket[item]
-            elif item == self._mailbox.fileno():
-                yield "mailbox", None
-            elif item in self._by_monitor:
-                yield "monitor", self._by_monitor[item]
-
     def shutdown(self) -> None:
-        self._poller.unregister(self._mailbox)
+        self.core.close()
 
     @staticmethod
     def resubscribe(sock: zmq.Socket, old: tuple[bytes, ...], new: tuple[bytes, ...]) -> None:
@@ -125,9 +113,3 @@ class Sockets:
         monitor = sock.get_monitor_socket(MONITORED)
         sock.connect(endpoint.address)
         return sock, monitor
-
-    def _register(self, conn: Connection) -> None:
-        self._by_socket[conn.socket] = conn
-        self._by_monitor[conn.monitor] = conn
-        self._poller.register(conn.socket, zmq.POLLIN)
-        self._poller.register(conn.monitor, zmq.POLLIN)

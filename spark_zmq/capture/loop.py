@@ -1,9 +1,12 @@
 """Capture: owns the zmq sockets, receives continuously and appends raw frames to the spool.
 
-One thread runs a poll loop over one socket per endpoint. Per message it does only
-``recv_multipart`` and two list appends; turning the frames into Arrow and writing a spool
-segment happens once per flush (every ``flush_interval`` seconds, every 65536 messages or 32 MiB
-of a partition, and whenever the reader asks via ``sync``). Decoding happens later, on executors.
+One thread runs a poll loop over one socket per endpoint. Receiving is the job of a core
+(``cores``): the compiled one receives in C without the GIL, straight into Arrow-ready arrays,
+and comes back to this loop only when something needs Python; the Python one (the fallback) does
+one ``recv_multipart`` and two list appends per message. Turning a buffer into Arrow and writing
+a spool segment happens once per flush (every ``flush_interval`` seconds, every 65536 messages
+or 32 MiB of a partition, and whenever the reader asks via ``sync``). Decoding happens later, on
+executors.
 
 Discovery calls ``endpoint_joined``/``endpoint_left`` from its own threads; those calls are queued
 and applied by the capture thread, because zmq sockets belong to one thread (``membership`` says
@@ -23,13 +26,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from spark_zmq.capture.assignment import CaptureSettings
-from spark_zmq.capture.buffer import Buffer
+from spark_zmq.capture import cores
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
@@ -43,9 +45,8 @@ from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 
-#: a poll round with fewer messages than this is followed by a pause of COALESCE_SECONDS
-COALESCE_BELOW = 64
-COALESCE_SECONDS = 0.001
+if TYPE_CHECKING:  # (assignment imports pyspark, which capture alone does not need)
+    from spark_zmq.capture.assignment import CaptureSettings
 
 
 class Capture:
@@ -61,17 +62,21 @@ class Capture:
         drop_on_write_error: bool = False,
         curve: Curve = NO_CURVE,
         receive_hwm: int = 0,
+        core: str | None = None,
     ) -> None:
+        """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
+        which receive loop runs (see ``cores``)."""
         self.spool = spool
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
         self.name = name
         self._mailbox = Mailbox()  # join/leave from discovery; wake-ups for sync/close
+        self._core = cores.make_core(self._mailbox, core)
         #: CURVE client settings of every socket capture opens; receive_hwm: messages zmq
         #: queues per endpoint before it pushes back on the peer (0: no bound)
         self._sockets = Sockets(
             name,
-            self._mailbox,
+            self._core,
             curve=curve,
             receive_hwm=receive_hwm,
             max_message_bytes=max_message_bytes,
@@ -85,7 +90,9 @@ class Capture:
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
-        Buffer([[b""]], [0]).table()
+        warm = self._core.new_buffer(1)
+        warm.add_fault("")
+        warm.table()
 
     @classmethod
     def of(cls, spool: Spool, settings: CaptureSettings, name: str) -> Capture:
@@ -98,7 +105,13 @@ class Capture:
             drop_on_write_error=settings.drop_on_write_error,
             curve=settings.curve_keys(),
             receive_hwm=settings.receive_hwm,
+            core=settings.core,
         )
+
+    @property
+    def core(self) -> str:
+        """Which receive loop runs: "native" (the compiled core) or "python"."""
+        return self._core.name
 
     # -- called from other threads -------------------------------------------------------------
 
@@ -153,19 +166,23 @@ class Capture:
     # -- the capture thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
         next_flush = time.monotonic() + self.flush_interval
         try:
             while not self._stopping:
                 recheck_at = self._next_recheck()
                 leave_at = self._members.next_leave()
-                wake_at = min(next_flush, recheck_at, leave_at)
-                received = 0
-                for ready, conn in self._sockets.poll(wake_at - time.monotonic()):
-                    if ready == "mailbox":
+                wake_at = min(next_flush, recheck_at, leave_at, self._next_push_back_check())
+                for ready, conn in self._core.wait(wake_at - time.monotonic()):
+                    if ready == cores.MAILBOX:
                         self._apply_commands()
-                    elif conn is not None and ready == "message":
-                        received += self._receive(conn)
-                    elif conn is not None:
+                    elif conn is None:
+                        continue
+                    elif ready == cores.FULL:
+                        self._writer.flush(conn)
+                    elif ready == cores.QUEUE_FULL:
+                        conn.load.queue_full(conn.received)
+                    else:
                         self._on_monitor_event(conn)
                 if recheck_at <= time.monotonic():
                     self._reopen_abandoned()
@@ -176,10 +193,6 @@ class Capture:
                 if time.monotonic() >= next_flush or self._flushes.pending:
                     self._flush_all()
                     next_flush = time.monotonic() + self.flush_interval
-                elif 0 < received < COALESCE_BELOW:
-                    # A thin round: let a batch build up in zmq's queue rather than pay a
-                    # poll round per message (10+ us of CPU each at moderate rates).
-                    time.sleep(COALESCE_SECONDS)
         except LeaseLost as exc:  # a newer holder took the partition over: stop writing
             self._failure = exc
             logger.warning("%s: capture stopped: %s", self.name, exc)
@@ -189,16 +202,19 @@ class Capture:
         finally:
             self._shutdown()
 
-    def _receive(self, conn: Connection) -> int:
+    def _receive(self, conn: Connection) -> None:
         """Take one burst from ``conn``'s socket into its buffer, and write the buffer when it
         is full (see ``buffer``: it never holds more than MAX_SEGMENT_BYTES plus one message,
         so a flood of large messages costs at most that, plus zmq's queue)."""
-        count, emptied = conn.buffer.receive_burst(conn.socket)
-        conn.received += count
-        conn.load.after_burst(count, emptied, conn.received)
+        self._core.receive(conn)
         if conn.buffer.full:
             self._writer.flush(conn)
-        return count
+
+    def _next_push_back_check(self) -> float:
+        """When to look again at open push-back episodes (inf: none is open)."""
+        if any(conn.load.episode is not None for conn in self._members):
+            return self._next_load_check
+        return float("inf")
 
     def _end_push_backs(self) -> None:
         now = time.monotonic()

@@ -3,8 +3,9 @@
 zmq queues at most ``receive_hwm`` messages of an endpoint, then stops reading its connection:
 TCP pushes back and the peer's own send queue fills (a PUB then drops, an XPUB with NODROP
 waits). Capture sees it when it reads ``receive_hwm`` messages of an endpoint without once
-finding its queue empty. One line when an episode starts, one when the queue has not been full
-for ``PUSH_BACK_SECONDS``; never one per message.
+finding its queue empty (the receive core counts that run against ``full_run``). One line when
+an episode starts, one when the queue has not been full for ``PUSH_BACK_SECONDS``; never one
+per message.
 """
 
 from __future__ import annotations
@@ -20,27 +21,18 @@ UNBOUNDED_BACKLOG = 100_000
 
 
 class PushBack:
-    """One endpoint's push-back state: the current receive run and the open episode."""
+    """One endpoint's push-back state: the open episode."""
 
     def __init__(self, name: str, address: str, key: str, receive_hwm: int) -> None:
         self.name, self.address, self.key = name, address, key
         self.receive_hwm = receive_hwm
         #: a receive run this long (no empty queue meanwhile) filled zmq's queue
         self.full_run = receive_hwm or UNBOUNDED_BACKLOG
-        self.run = 0  # messages read since the queue was last empty
         self.full_at = 0.0  # when the queue was last seen full
         self.episode: tuple[float, int] | None = None  # (since, messages received then)
 
-    def after_burst(self, count: int, emptied: bool, received: int) -> None:
-        """A burst read ``count`` messages (``received`` in all so far) and found the queue
-        empty or not."""
-        self.run += count
-        if self.run >= self.full_run:
-            self._queue_full(received)
-        if emptied:
-            self.run = 0
-
-    def _queue_full(self, received: int) -> None:
+    def queue_full(self, received: int) -> None:
+        """The receive queue was found full (``received`` messages so far)."""
         self.full_at = time.monotonic()
         if self.episode is not None:
             return

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from spark_zmq.capture.buffer import Buffer
+from spark_zmq.capture.buffer import Buffer, MessageBuffer
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
 from spark_zmq.spool.layout import LeaseLost, SpoolWriteError
@@ -37,7 +37,7 @@ class SegmentWriter:
             return
         try:
             if conn.drops:
-                self._end_drop_episode(conn, taken.times[0])
+                self._end_drop_episode(conn, taken.time_at(0))
             self.spool.append(key, conn.endpoint.source, taken.table())
         except SpoolWriteError as exc:
             if not self.drop_on_write_error:
@@ -66,15 +66,15 @@ class SegmentWriter:
                 "%s: could not write the last messages of %s", self.name, conn.endpoint.key
             )
 
-    def _drop(self, conn: Connection, taken: Buffer, cause: str) -> None:
+    def _drop(self, conn: Connection, taken: MessageBuffer, cause: str) -> None:
         """Drop new messages, count them, and keep capture's own fault rows if it can."""
-        conn.drops.drop(len(taken) - len(taken.faults), taken.times[0], cause)
+        conn.drops.drop(len(taken) - len(taken.faults), taken.time_at(0), cause)
         if not taken.faults:
             return
         kept = sorted(taken.faults)
         faults = Buffer(
             [[] for _ in kept],
-            [taken.times[i] for i in kept],
+            [taken.time_at(i) for i in kept],
             {n: taken.faults[i] for n, i in enumerate(kept)},
         )
         try:

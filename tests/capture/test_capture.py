@@ -9,6 +9,9 @@ import sys
 import textwrap
 import time
 
+import zmq
+
+from spark_zmq.capture.buffer import BURST, MAX_SEGMENT_ROWS
 from spark_zmq.capture.loop import Capture
 from spark_zmq.protocols.base import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
@@ -54,6 +57,50 @@ def test_close_writes_what_was_received(tmp_path):
         spool.close()
         publisher.close()
     assert [frames[1] for frames, _ in spooled(spool.root, key)] == [b"%d" % i for i in range(100)]
+
+
+def varied_messages(count: int) -> list[list[bytes]]:
+    """Messages of 1 to 4 frames, empty frames among them, now and then a 300 KiB one."""
+    messages = []
+    for i in range(count):
+        frames = [b"%d" % i, b"", b"x" * (i % 7)][: 1 + i % 3]
+        if i % 5000 == 17:
+            frames.append(bytes(range(256)) * 1200)
+        messages.append(frames)
+    return messages
+
+
+def test_every_frame_arrives_as_sent_and_a_full_buffer_is_written_at_once(tmp_path, core):
+    """Frames of every size and count arrive byte for byte in order; a buffer that reaches
+    a segment's rows (MAX_SEGMENT_ROWS) is written before any flush is due."""
+    sender = zmq.Context.instance().socket(zmq.XPUB)  # it sees the subscription arrive
+    sender.setsockopt(zmq.SNDHWM, 0)
+    sender.setsockopt(zmq.LINGER, 0)
+    port = sender.bind_to_random_port("tcp://127.0.0.1")
+    key = f"127.0.0.1:{port}"
+    spool = Spool(str(tmp_path / "spool"), 1 << 30)
+    capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=600.0, name="test")
+    assert capture.core == core
+    capture.start()
+    StaticDiscovery([Endpoint(key, f"tcp://{key}")]).start(capture)
+    messages = varied_messages(MAX_SEGMENT_ROWS + 5000)
+    try:
+        assert sender.poll(10_000) and sender.recv() == b"\x01"  # subscribed to everything
+        for frames in messages:
+            sender.send_multipart(frames)
+        wait_until(
+            lambda: capture.received().get(key) == len(messages), timeout=60, what="all received"
+        )
+        # written when full (a burst may take it past the mark), not at a flush
+        first = load_index(spool.root, key).segments[0]
+        assert MAX_SEGMENT_ROWS <= first.count < MAX_SEGMENT_ROWS + BURST
+    finally:
+        capture.close()
+        spool.close()
+        sender.close()
+    rows = spooled(spool.root, key)
+    assert [fault for _, fault in rows] == [None] * len(messages)
+    assert [frames for frames, _ in rows] == messages
 
 
 def test_an_endpoint_that_leaves_is_read_until_its_peer_disconnects(tmp_path):

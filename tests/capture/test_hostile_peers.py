@@ -84,7 +84,7 @@ def log_of(spool: Path, key: str) -> str:
 
 
 @pytest.mark.spark
-def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path):
+def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path, core):
     stalled = socket.socket()
     stalled.bind(("127.0.0.1", 0))
     stalled.listen(8)  # accepts (the kernel does), never says a word
@@ -110,6 +110,7 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path)
             maxMessageBytes=str(MAX_MESSAGE),
             maxSpoolBytes="256m",
             captureIdleTimeout="10",
+            captureCore=core,
         )
         .load()
         .where(f"partition != '{keys['flood']}'")
@@ -178,6 +179,7 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path)
     assert outpaced >= 1 and outpaced - caught_up in (0, 1), flood_log[-3000:]
     assert outpaced <= 5, "logged per episode, not per message"
     assert f"receiveHighWaterMark={RECEIVE_HWM}" in flood_log
+    assert f"runs the {core} receive loop" in flood_log
     # zmq's queue (200 x 64 KiB), a 32 MiB buffer and its Arrow copy, and what the allocator
     # keeps, over a baseline of about 150 MiB: about 450 MiB. Without the bound the same flood
     # took a capture process past 1.7 GiB in 8 s (receiveHighWaterMark=0).
@@ -205,7 +207,7 @@ def session_processes(exclude: set[int]) -> dict[int, str]:
 
 
 @pytest.mark.spark
-def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path):
+def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path, core):
     """A peer sending 1 MiB messages as fast as it can next to a good publisher (100 msg/s),
     capture on the driver (local mode: the JVM that would die is the test's own). The query
     lives through it, the good publisher's messages all arrive exactly once, and no Python
@@ -226,6 +228,7 @@ def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path):
             receiveHighWaterMark="100",
             maxMessageBytes="2m",
             maxSpoolBytes="1g",
+            captureCore=core,
         )
         .load()
         .where(f"partition = '{good_key}'")

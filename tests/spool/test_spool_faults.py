@@ -147,12 +147,15 @@ def test_a_full_disk_fails_the_query_clearly_and_leaves_the_spool_readable(
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("core", ["native", "python"])  # a buffer dropped after a failed write
 def test_drop_mode_counts_what_a_full_disk_dropped_and_goes_on(
-    spark, tmp_path, small_disk, zeroconf
+    spark, tmp_path, small_disk, zeroconf, core
 ):
     publisher = Publisher("dropdisk", zeroconf=zeroconf)
     spool = small_disk / "spool"
-    query = start_query(spark, tmp_path, spool, "dropdisk", onSpoolWriteError="drop")
+    query = start_query(
+        spark, tmp_path, spool, "dropdisk", onSpoolWriteError="drop", captureCore=core
+    )
     big, small = 60, 0
 
     def rows():

@@ -11,7 +11,8 @@ from pathlib import Path
 from support.common import ROOT
 
 PYSPARK_MODULES = [f"pyspark_{name}.py" for name in ("zeroeq", "ebus", "goby", "yamz")]
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
+#: caches, and the editable install's in-place build of the capture core: the wheel compiles its own
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "native.c")
 #: wheels of the run-time dependencies with the zeroeq extra (scripts/setup.sh downloads them)
 WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
 
@@ -20,7 +21,7 @@ def build_wheel(folder: Path) -> Path:
     """spark_zmq's wheel, built in ``folder``."""
     source = folder / "source"
     shutil.copytree(ROOT / "spark_zmq", source / "spark_zmq", ignore=IGNORED)
-    for name in ("pyproject.toml", "README.md", "LICENSE", *PYSPARK_MODULES):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE", *PYSPARK_MODULES):
         shutil.copy(ROOT / name, source / name)
     pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     subprocess.run(

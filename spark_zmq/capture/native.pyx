@@ -1,0 +1,744 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""The compiled capture core: poll, receive and buffer messages in C, without the GIL.
+
+Capture's Python loop (``loop``) asks this module to wait until something needs Python: a
+command in the mailbox, a monitor event, a buffer that must be written, a receive queue found
+full, or the time the loop asked to be woken at. Meanwhile, every message that arrives is
+received here with ``zmq_msg_recv`` and appended to its connection's buffer as Arrow-ready
+arrays (row offsets, frame offsets, bytes, receive times), so Python handles one segment per
+flush instead of one object per message.
+
+libzmq's functions are never linked: they are looked up, when ``bind`` is called, in the
+library that pyzmq's own extension module uses. A socket handle made by one copy of libzmq must
+only ever be used with that copy; pyzmq wheels bundle their own, and a system libzmq may be
+loaded in the same process too. The dynamic linker bound pyzmq's extension to the first
+definition in the process's global scope, else in the extension's own dependencies
+(``dlsym`` on its handle searches those). So: if the global scope defines no libzmq function,
+or the same ones, the extension's dependencies are the answer; if it defines others (a libzmq
+loaded with global symbols), which copy pyzmq bound to depends on the order things were loaded
+in, and ``bind`` refuses rather than guess (capture then runs the Python loop). The ABI facts used here (the 64-byte ``zmq_msg_t``, ``zmq_pollitem_t``, the
+constants) are those of libzmq >= 4.1, checked against pyzmq's constants by ``bind``.
+
+Invariants of a buffer: ``row_offsets`` has ``rows + 1`` entries and ``frame_offsets`` has
+``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries; the
+bytes of frame i are ``data[frame_offsets[i]:frame_offsets[i + 1]]``. Offsets are int32 (Arrow's
+``binary``): a buffer never holds 2 GiB (it is written at MAX_SEGMENT_BYTES).
+"""
+
+from cpython.buffer cimport PyBuffer_FillInfo
+from libc.errno cimport EAGAIN, EINTR, errno
+from libc.stdint cimport int32_t, int64_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+
+cdef extern from *:
+    """
+    #include <dlfcn.h>
+    #include <limits.h>
+    #include <time.h>
+
+    /* libzmq >= 4.1 ABI: a message is 64 bytes aligned on a pointer (zmq.h) */
+    typedef struct { unsigned char _[64]; } __attribute__((aligned(sizeof(void *)))) szq_msg_t;
+    typedef struct { void *socket; int fd; short events; short revents; } szq_pollitem_t;
+
+    typedef struct {
+        int (*msg_init)(szq_msg_t *);
+        int (*msg_init_size)(szq_msg_t *, size_t);
+        int (*msg_recv)(szq_msg_t *, void *, int);
+        int (*msg_send)(szq_msg_t *, void *, int);
+        int (*msg_close)(szq_msg_t *);
+        void *(*msg_data)(szq_msg_t *);
+        size_t (*msg_size)(const szq_msg_t *);
+        int (*msg_more)(const szq_msg_t *);
+        int (*poll)(szq_pollitem_t *, int, long);
+        int (*errno_)(void);
+    } szq_api_t;
+
+    static szq_api_t szq;
+
+    #define SZQ_DONTWAIT 1
+    #define SZQ_SNDMORE 2
+    #define SZQ_POLLIN 1
+    #define SZQ_ETERM (156384712 + 53)
+    #define SZQ_INT32_MAX INT_MAX
+
+    static int64_t szq_clock_ns(clockid_t clock) {
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+
+    static void szq_sleep_ns(int64_t ns) {
+        struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+        nanosleep(&ts, NULL);
+    }
+
+    /* the file that holds the code at address, or NULL */
+    static const char *szq_file_of(void *address) {
+        Dl_info info;
+        if (!dladdr(address, &info)) return NULL;
+        return info.dli_fname;
+    }
+    """
+    ctypedef struct szq_msg_t:
+        pass
+    ctypedef struct szq_pollitem_t:
+        void *socket
+        int fd
+        short events
+        short revents
+    ctypedef struct szq_api_t:
+        int (*msg_init)(szq_msg_t *) nogil
+        int (*msg_init_size)(szq_msg_t *, size_t) nogil
+        int (*msg_recv)(szq_msg_t *, void *, int) nogil
+        int (*msg_send)(szq_msg_t *, void *, int) nogil
+        int (*msg_close)(szq_msg_t *) nogil
+        void *(*msg_data)(szq_msg_t *) nogil
+        size_t (*msg_size)(const szq_msg_t *) nogil
+        int (*msg_more)(const szq_msg_t *) nogil
+        int (*poll)(szq_pollitem_t *, int, long) nogil
+        int (*errno_)() nogil
+    szq_api_t szq
+    int SZQ_DONTWAIT, SZQ_SNDMORE, SZQ_POLLIN, SZQ_ETERM, SZQ_INT32_MAX
+    int CLOCK_REALTIME, CLOCK_MONOTONIC
+    int64_t szq_clock_ns(int clock) nogil
+    void szq_sleep_ns(int64_t ns) nogil
+    const char *szq_file_of(void *address)
+    void *RTLD_DEFAULT
+    void *dlopen(const char *path, int flags)
+    void *dlsym(void *handle, const char *name)
+    char *dlerror()
+    int RTLD_NOW, RTLD_NOLOAD
+
+#: the libzmq functions ``bind`` looks up, in the order of ``szq_api_t``'s fields
+FUNCTIONS = (
+    "zmq_msg_init", "zmq_msg_init_size", "zmq_msg_recv", "zmq_msg_send", "zmq_msg_close",
+    "zmq_msg_data", "zmq_msg_size", "zmq_msg_more", "zmq_poll", "zmq_errno",
+)
+
+cdef bint _bound = False
+cdef str _library = None
+
+
+def bind(str extension_path, dict constants):
+    """Take libzmq's functions from the library that pyzmq's extension at ``extension_path``
+    uses (it must already be loaded): the path of that library. ``constants`` are pyzmq's
+    values of the constants this module has built in; any difference is an ImportError."""
+    global _bound, _library
+    expected = {"DONTWAIT": SZQ_DONTWAIT, "SNDMORE": SZQ_SNDMORE, "POLLIN": SZQ_POLLIN,
+                "ETERM": SZQ_ETERM, "EAGAIN": EAGAIN, "EINTR": EINTR}
+    differ = {k: (v, constants.get(k)) for k, v in expected.items() if constants.get(k) != v}
+    if differ:
+        raise ImportError(f"libzmq constants differ from the compiled core's: {differ}")
+    handle = dlopen(extension_path.encode(), RTLD_NOW | RTLD_NOLOAD)
+    if handle == NULL:
+        raise ImportError(f"pyzmq's extension {extension_path} is not loaded: {_dl_error()}")
+    cdef void **slots = <void **>&szq
+    cdef void *found
+    cdef void *global_one
+    for i, name in enumerate(FUNCTIONS):
+        found = dlsym(handle, name.encode())
+        if found == NULL:
+            raise ImportError(f"{name} not found through {extension_path}: {_dl_error()}")
+        global_one = dlsym(RTLD_DEFAULT, name.encode())
+        if global_one != NULL and global_one != found:
+            raise ImportError(
+                f"two copies of libzmq are loaded: {_file_of(found)} (pyzmq's) and "
+                f"{_file_of(global_one)}, loaded with global symbols; which one pyzmq's "
+                f"sockets belong to depends on the order they were loaded in"
+            )
+        slots[i] = found
+    _library = _file_of(<void *>szq.msg_recv)
+    _bound = True
+    return _library
+
+
+cdef str _file_of(void *address):
+    import os
+
+    cdef const char *path = szq_file_of(address)
+    return os.path.realpath(path.decode()) if path != NULL else "?"
+
+
+cdef str _dl_error():
+    cdef char *text = dlerror()
+    return text.decode() if text != NULL else "no detail"
+
+
+def library_path():
+    """The file of the libzmq whose functions this module calls (None before ``bind``)."""
+    return _library
+
+
+cdef void _require_bound() except *:
+    if not _bound:
+        raise RuntimeError("spark_zmq.capture.native: bind() was not called")
+
+
+# -- memory handed to Arrow ------------------------------------------------------------------
+
+cdef class _Memory:
+    """A block of malloc'd memory that Arrow's buffers reference through the buffer protocol;
+    freed when the last of them goes."""
+
+    cdef char *pointer
+    cdef Py_ssize_t size
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, self.pointer, self.size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def __dealloc__(self):
+        free(self.pointer)
+
+
+cdef _Memory _hand_over(void *pointer, Py_ssize_t size):
+    cdef _Memory memory = _Memory.__new__(_Memory)
+    memory.pointer = <char *>pointer
+    memory.size = size
+    return memory
+
+
+# -- a connection's buffer -------------------------------------------------------------------
+
+ctypedef struct Rows:
+    int64_t *times          # receive time (ns since the epoch) per row
+    int32_t *row_offsets    # rows + 1: row i's frames are frame_offsets[row_offsets[i]..]
+    int32_t *frame_offsets  # frames + 1: byte offsets into data
+    char *data
+    Py_ssize_t rows, row_capacity, frames, frame_capacity, data_capacity
+
+ctypedef struct Inbox:
+    Rows rows
+    int64_t received        # messages taken from sockets since the buffer was made
+    int64_t run             # messages taken since the socket's queue was last found empty
+    int64_t full_run        # a run this long means the queue was full
+    int64_t max_rows, max_bytes, burst
+    int error               # errno of a failed receive or allocation, 0 if none
+
+
+cdef int _rows_init(Rows *rows) noexcept nogil:
+    """Empty arrays with room to grow (1 on allocation failure, all freed)."""
+    memset(rows, 0, sizeof(Rows))
+    rows.row_capacity = 1024
+    rows.frame_capacity = 2048
+    rows.data_capacity = 65536
+    rows.times = <int64_t *>malloc(rows.row_capacity * sizeof(int64_t))
+    rows.row_offsets = <int32_t *>malloc((rows.row_capacity + 1) * sizeof(int32_t))
+    rows.frame_offsets = <int32_t *>malloc((rows.frame_capacity + 1) * sizeof(int32_t))
+    rows.data = <char *>malloc(rows.data_capacity)
+    if not (rows.times and rows.row_offsets and rows.frame_offsets and rows.data):
+        _rows_free(rows)
+        return 1
+    rows.row_offsets[0] = 0
+    rows.frame_offsets[0] = 0
+    return 0
+
+
+cdef void _rows_free(Rows *rows) noexcept nogil:
+    free(rows.times)
+    free(rows.row_offsets)
+    free(rows.frame_offsets)
+    free(rows.data)
+    memset(rows, 0, sizeof(Rows))
+
+
+cdef int _grow(void **pointer, Py_ssize_t *capacity, Py_ssize_t needed, Py_ssize_t item,
+               Py_ssize_t extra) noexcept nogil:
+    """Make room for ``needed`` items (plus ``extra``) by doubling: 1 if memory ran out."""
+    cdef Py_ssize_t capacity_now = capacity[0]
+    if needed <= capacity_now:
+        return 0
+    while capacity_now < needed:
+        capacity_now *= 2
+    cdef void *grown = realloc(pointer[0], (capacity_now + extra) * item)
+    if grown == NULL:
+        return 1
+    pointer[0] = grown
+    capacity[0] = capacity_now
+    return 0
+
+
+cdef inline int _start_row(Rows *rows, int64_t now) noexcept nogil:
+    """Room for one more row, and its time (1 if memory ran out)."""
+    cdef Py_ssize_t capacity = rows.row_capacity
+    cdef void *times
+    cdef void *offsets
+    if rows.rows + 1 > capacity:
+        capacity *= 2
+        times = realloc(rows.times, capacity * sizeof(int64_t))
+        if times == NULL:
+            return 1
+        rows.times = <int64_t *>times
+        offsets = realloc(rows.row_offsets, (capacity + 1) * sizeof(int32_t))
+        if offsets == NULL:
+            return 1
+        rows.row_offsets = <int32_t *>offsets
+        rows.row_capacity = capacity
+    rows.times[rows.rows] = now
+    return 0
+
+
+cdef inline int _add_frame(Rows *rows, const char *data, size_t size) noexcept nogil:
+    cdef Py_ssize_t used = rows.frame_offsets[rows.frames]
+    if <Py_ssize_t>size > SZQ_INT32_MAX - used:
+        return 1
+    if _grow(<void **>&rows.frame_offsets, &rows.frame_capacity, rows.frames + 1,
+             sizeof(int32_t), 1):
+        return 1
+    if _grow(<void **>&rows.data, &rows.data_capacity, used + <Py_ssize_t>size, 1, 0):
+        return 1
+    if size:
+        memcpy(rows.data + used, data, size)
+    rows.frames += 1
+    rows.frame_offsets[rows.frames] = <int32_t>(used + size)
+    return 0
+
+
+cdef inline void _end_row(Rows *rows) noexcept nogil:
+    rows.rows += 1
+    rows.row_offsets[rows.rows] = <int32_t>rows.frames
+
+
+cdef inline bint _full(Inbox *inbox) noexcept nogil:
+    return (inbox.rows.rows >= inbox.max_rows
+            or rows_nbytes(&inbox.rows) >= inbox.max_bytes)
+
+
+cdef inline Py_ssize_t rows_nbytes(Rows *rows) noexcept nogil:
+    return rows.frame_offsets[rows.frames]
+
+
+cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noexcept nogil:
+    """Take up to ``inbox.burst`` messages waiting on ``socket`` (fewer once the buffer holds
+    ``max_bytes``): how many (-1 with ``inbox.error`` set on a failure). Sets ``emptied`` when
+    the queue was found empty and ``queue_full`` when the run since it last was reached
+    ``full_run``. A multipart message is taken whole: zmq delivers its frames together."""
+    cdef szq_msg_t message
+    cdef Rows *rows = &inbox.rows
+    cdef int count = 0
+    cdef int failed = 0
+    emptied[0] = False
+    szq.msg_init(&message)
+    while count < inbox.burst:
+        if szq.msg_recv(&message, socket, SZQ_DONTWAIT) < 0:
+            failed = szq.errno_()
+            if failed == EAGAIN:
+                emptied[0] = True
+                failed = 0
+            elif failed == EINTR:
+                failed = 0
+            break
+        if _start_row(rows, szq_clock_ns(CLOCK_REALTIME)):
+            failed = -1
+            break
+        while True:
+            if _add_frame(rows, <const char *>szq.msg_data(&message), szq.msg_size(&message)):
+                failed = -1
+                break
+            if not szq.msg_more(&message):
+                break
+            if szq.msg_recv(&message, socket, SZQ_DONTWAIT) < 0:
+                failed = szq.errno_()
+                break
+        if failed:
+            rows.frames = rows.row_offsets[rows.rows]  # the row's frames so far are dropped
+            break
+        _end_row(rows)
+        count += 1
+        if rows_nbytes(rows) >= inbox.max_bytes:
+            break
+    szq.msg_close(&message)
+    inbox.received += count
+    inbox.run += count
+    queue_full[0] = inbox.run >= inbox.full_run
+    if emptied[0]:
+        inbox.run = 0
+    if failed:
+        inbox.error = failed
+        return -1
+    return count
+
+
+cdef class NativeBuffer:
+    """A connection's messages between two flushes, in C arrays (``MessageBuffer`` in
+    ``buffer``), and its counters. Only the capture thread changes it; ``received`` may be read
+    from any thread (a statistic)."""
+
+    cdef Inbox *inbox
+    cdef public dict faults  # fault row texts by row index, rare
+    cdef bint taken_over     # the arrays went to Arrow: nothing more may be added
+    cdef tuple handed        # the _Memory objects that own them since: reading stays valid
+
+    def __cinit__(self, int64_t max_rows, int64_t max_bytes, int burst, int64_t full_run):
+        self.inbox = <Inbox *>malloc(sizeof(Inbox))
+        if self.inbox == NULL:
+            raise MemoryError()
+        memset(self.inbox, 0, sizeof(Inbox))
+        if _rows_init(&self.inbox.rows):
+            free(self.inbox)
+            self.inbox = NULL
+            raise MemoryError()
+        self.inbox.max_rows, self.inbox.max_bytes = max_rows, max_bytes
+        self.inbox.burst, self.inbox.full_run = burst, full_run
+        self.faults = {}
+
+    def __dealloc__(self):
+        if self.inbox != NULL:
+            if not self.taken_over:  # else the _Memory objects in ``handed`` free them
+                _rows_free(&self.inbox.rows)
+            free(self.inbox)
+
+    def __len__(self):
+        return self.inbox.rows.rows
+
+    @property
+    def full(self):
+        return _full(self.inbox)
+
+    @property
+    def nbytes(self):
+        return rows_nbytes(&self.inbox.rows)
+
+    @property
+    def received(self):
+        return self.inbox.received
+
+    @property
+    def full_run(self):
+        return self.inbox.full_run
+
+    @full_run.setter
+    def full_run(self, int64_t value):
+        self.inbox.full_run = value
+
+    def time_at(self, Py_ssize_t index):
+        """Receive time (ns) of row ``index``."""
+        if not 0 <= index < self.inbox.rows.rows:
+            raise IndexError(index)
+        return self.inbox.rows.times[index]
+
+    def add_fault(self, str text):
+        """A row with no frames that carries ``text`` (a gap capture observed)."""
+        self._check_open()
+        if _start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
+            raise MemoryError()
+        self.faults[self.inbox.rows.rows] = text
+        _end_row(&self.inbox.rows)
+
+    def add_message(self, list frames):
+        """Append one message as if received now (for tests and for messages Python took)."""
+        self._check_open()
+        if _start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
+            raise MemoryError()
+        cdef const unsigned char[:] view
+        cdef const char *start
+        for frame in frames:
+            view = frame
+            start = <const char *>&view[0] if view.shape[0] else NULL
+            if _add_frame(&self.inbox.rows, start, view.shape[0]):
+                raise MemoryError()
+        _end_row(&self.inbox.rows)
+        self.inbox.received += 1
+
+    def take(self):
+        """What the buffer holds, as a new NativeBuffer, leaving this one empty (its counters
+        stay)."""
+        self._check_open()
+        cdef NativeBuffer taken = NativeBuffer(
+            self.inbox.max_rows, self.inbox.max_bytes, self.inbox.burst, self.inbox.full_run
+        )
+        cdef Rows swap = taken.inbox.rows
+        taken.inbox.rows = self.inbox.rows
+        self.inbox.rows = swap
+        taken.faults, self.faults = self.faults, {}
+        return taken
+
+    def table(self):
+        """The rows in the spool's schema (``buffer.native_table``); the arrays go to Arrow."""
+        from spark_zmq.capture.buffer import native_table
+
+        return native_table(self)
+
+    def columns(self):
+        """The arrays as memory that Arrow can reference, without a copy: (rows, frames,
+        times ns int64, row offsets int32, frame offsets int32, data). From then on the buffer
+        takes nothing more (Arrow's buffers point into its arrays), but it can still be read:
+        its length, ``time_at`` and ``faults`` (a failed spool write drops what it held)."""
+        cdef Rows *rows = &self.inbox.rows
+        if not self.taken_over:
+            self.handed = (
+                _hand_over(rows.times, rows.rows * sizeof(int64_t)),
+                _hand_over(rows.row_offsets, (rows.rows + 1) * sizeof(int32_t)),
+                _hand_over(rows.frame_offsets, (rows.frames + 1) * sizeof(int32_t)),
+                _hand_over(rows.data, rows_nbytes(rows)),
+            )
+            self.taken_over = True
+        return (rows.rows, rows.frames) + self.handed
+
+    cdef void _check_open(self) except *:
+        if self.taken_over:
+            raise RuntimeError("this buffer's arrays were handed to Arrow")
+
+
+def receive(NativeBuffer buffer, size_t socket):
+    """One burst from the socket at address ``socket`` (pyzmq's ``Socket.underlying``) into
+    ``buffer``, without the GIL: (messages taken, whether the queue was found full)."""
+    _require_bound()
+    cdef bint emptied = False, queue_full = False
+    cdef int count
+    cdef Inbox *inbox = buffer.inbox
+    with nogil:
+        count = _burst(inbox, <void *>socket, &emptied, &queue_full)
+    if count < 0:
+        _raise_receive_error(inbox)
+    return count, bool(queue_full)
+
+
+cdef void _raise_receive_error(Inbox *inbox) except *:
+    cdef int failed = inbox.error
+    inbox.error = 0
+    if failed == -1:
+        raise MemoryError("capture's buffer could not grow (or a message is over 2 GiB)")
+    import zmq
+    raise zmq.ZMQError(failed)
+
+
+# -- the poll loop ---------------------------------------------------------------------------
+
+#: the longest one ``Poller.wait`` waits, whatever it is asked
+MAX_WAIT_SECONDS = 3600.0
+#: what ``Poller.wait`` reports
+MAILBOX, MONITOR, FULL, QUEUE_FULL = "mailbox", "monitor", "full", "queue full"
+cdef enum ItemKind:
+    KIND_MAILBOX, KIND_DATA, KIND_MONITOR
+
+
+cdef class Poller:
+    """zmq_poll over a mailbox (a file descriptor), data sockets with their buffers and monitor
+    sockets, receiving from data sockets in C until something needs Python.
+
+    ``watch`` entries are (owner, data socket address, buffer, monitor socket address); the
+    owner is what ``wait`` reports events about. Entries change rarely (an endpoint joins or
+    leaves); the arrays are rebuilt then.
+    """
+
+    cdef szq_pollitem_t *items
+    cdef int *kinds
+    cdef Inbox **inboxes
+    cdef int count
+    cdef list owners          # per item: the owner (None for the mailbox)
+    cdef list buffers         # keeps the watched buffers alive while their Inbox is used
+    cdef int mailbox
+    cdef int coalesce_below
+    cdef int64_t coalesce_ns
+    cdef int64_t rounds, pauses, messages  # statistics: poll rounds, coalescing pauses
+
+    def __cinit__(self, int mailbox, int coalesce_below, double coalesce_seconds):
+        self.mailbox = mailbox
+        self.coalesce_below = coalesce_below
+        self.coalesce_ns = <int64_t>(coalesce_seconds * 1e9)
+        self.owners = []
+        self.buffers = []
+        self._build([])
+
+    def __dealloc__(self):
+        free(self.items)
+        free(self.kinds)
+        free(self.inboxes)
+
+    def statistics(self):
+        """Poll rounds, coalescing pauses and messages received so far (for profiles)."""
+        return {"rounds": self.rounds, "pauses": self.pauses, "messages": self.messages}
+
+    def set_watched(self, list entries):
+        """Poll the mailbox and these (owner, socket, buffer, monitor) entries from now on."""
+        self._build(entries)
+
+    cdef void _build(self, list entries) except *:
+        cdef int count = 1 + 2 * len(entries)
+        cdef szq_pollitem_t *items = <szq_pollitem_t *>malloc(count * sizeof(szq_pollitem_t))
+        cdef int *kinds = <int *>malloc(count * sizeof(int))
+        cdef Inbox **inboxes = <Inbox **>malloc(count * sizeof(Inbox *))
+        if items == NULL or kinds == NULL or inboxes == NULL:
+            free(items)
+            free(kinds)
+            free(inboxes)
+            raise MemoryError()
+        memset(items, 0, count * sizeof(szq_pollitem_t))
+        owners, buffers = [None], []
+        items[0].fd = self.mailbox
+        items[0].events = SZQ_POLLIN
+        kinds[0] = KIND_MAILBOX
+        inboxes[0] = NULL
+        cdef int i = 1
+        cdef NativeBuffer buffer
+        for owner, socket, buffer, monitor in entries:
+            items[i].socket = <void *><size_t>socket
+            items[i].events = SZQ_POLLIN
+            kinds[i] = KIND_DATA
+            inboxes[i] = buffer.inbox
+            items[i + 1].socket = <void *><size_t>monitor
+            items[i + 1].events = SZQ_POLLIN
+            kinds[i + 1] = KIND_MONITOR
+            inboxes[i + 1] = NULL
+            owners += [owner, owner]
+            buffers.append(buffer)
+            i += 2
+        free(self.items)
+        free(self.kinds)
+        free(self.inboxes)
+        self.items, self.kinds, self.inboxes, self.count = items, kinds, inboxes, count
+        self.owners, self.buffers = owners, buffers
+
+    def wait(self, double seconds):
+        """Receive whatever arrives until something needs Python or ``seconds`` pass: a list
+        of (kind, owner) with kind MAILBOX (owner None), MONITOR, FULL (the owner's buffer must
+        be written) or QUEUE_FULL (the owner's receive queue was found full)."""
+        _require_bound()
+        cdef int64_t deadline = szq_clock_ns(CLOCK_MONOTONIC) + <int64_t>(
+            min(max(seconds, 0.0), MAX_WAIT_SECONDS) * 1e9
+        )
+        cdef int ready = 0
+        cdef int failed = 0
+        cdef int failed_item = -1
+        with nogil:
+            ready = self._run(deadline, &failed, &failed_item)
+        if failed_item >= 0:
+            _raise_receive_error(self.inboxes[failed_item])
+        if failed:
+            import zmq
+            raise zmq.ZMQError(failed)
+        if ready <= 0:
+            return []
+        return self._events()
+
+    cdef int _run(self, int64_t deadline, int *failed, int *failed_item) noexcept nogil:
+        """Poll and receive until an item needs Python (its revents, or the FULL and QUEUE_FULL
+        marks below, are left set: the number of such items), the deadline passes (0) or
+        zmq_poll fails (-1 with ``failed``; EINTR ends the wait with 0)."""
+        cdef int64_t now, timeout_ms
+        cdef int i, count, received, attention
+        cdef bint emptied, queue_full
+        while True:
+            now = szq_clock_ns(CLOCK_MONOTONIC)
+            timeout_ms = (deadline - now + 999999) // 1000000 if deadline > now else 0
+            if szq.poll(self.items, self.count, <long>timeout_ms) < 0:
+                failed[0] = szq.errno_()
+                if failed[0] == EINTR:
+                    failed[0] = 0
+                    return 0
+                return -1
+            received = 0
+            attention = 0
+            self.rounds += 1
+            for i in range(self.count):
+                if not self.items[i].revents:
+                    continue
+                if self.kinds[i] != KIND_DATA:
+                    attention += 1
+                    continue
+                count = _burst(self.inboxes[i], self.items[i].socket, &emptied, &queue_full)
+                if count < 0:
+                    failed_item[0] = i
+                    return -1
+                received += count
+                self.messages += count
+                self.items[i].revents = 0
+                if _full(self.inboxes[i]):
+                    self.items[i].revents |= 2
+                if queue_full:
+                    self.items[i].revents |= 4
+                if self.items[i].revents:
+                    attention += 1
+            if attention:
+                return attention
+            if szq_clock_ns(CLOCK_MONOTONIC) >= deadline:
+                return 0
+            if 0 < received < self.coalesce_below:
+                # a thin round: let a batch build up in zmq's queue rather than pay a poll
+                # round per message
+                self.pauses += 1
+                szq_sleep_ns(self.coalesce_ns)
+
+    cdef list _events(self):
+        events = []
+        cdef int i
+        cdef short revents
+        for i in range(self.count):
+            revents = self.items[i].revents
+            if not revents:
+                continue
+            if self.kinds[i] == KIND_MAILBOX:
+                events.append((MAILBOX, None))
+            elif self.kinds[i] == KIND_MONITOR:
+                events.append((MONITOR, self.owners[i]))
+            else:
+                if revents & 2:
+                    events.append((FULL, self.owners[i]))
+                if revents & 4:
+                    events.append((QUEUE_FULL, self.owners[i]))
+        return events
+
+
+# -- a paced publisher's send loop (benchmarks) --------------------------------------------------
+
+cdef inline void _put_big_endian(unsigned char *at, int64_t value) noexcept nogil:
+    cdef int i
+    for i in range(8):
+        at[i] = <unsigned char>((<unsigned long long>value) >> (56 - 8 * i))
+
+
+def send_sequence(size_t socket, bytes topic, bytes body, int64_t first, int64_t count,
+                  double patience=0.0):
+    """Send ``count`` two-frame messages (``topic``, ``body``) on the socket at address
+    ``socket`` without the GIL, each body starting with its sequence number (``first`` on)
+    and its send time (ns since the epoch), both 8-byte big-endian. A message that zmq cannot
+    queue (EAGAIN: the high-water mark, with XPUB_NODROP) is tried again for up to
+    ``patience`` seconds (the publisher's own I/O thread may simply not have run yet), then
+    dropped and counted: the number dropped. The benchmarks' publisher, so that it is not the
+    first to give out."""
+    _require_bound()
+    if len(body) < 16:
+        raise ValueError("body must have room for the 16-byte head")
+    cdef const char *topic_data = topic
+    cdef const char *body_data = body
+    cdef size_t topic_size = len(topic), body_size = len(body)
+    cdef int64_t i, dropped = 0
+    cdef int64_t patience_ns = <int64_t>(patience * 1e9), give_up
+    cdef int failed = 0
+    cdef szq_msg_t message
+    cdef unsigned char *head
+    with nogil:
+        for i in range(count):
+            szq.msg_init_size(&message, topic_size)
+            memcpy(szq.msg_data(&message), topic_data, topic_size)
+            give_up = szq_clock_ns(CLOCK_MONOTONIC) + patience_ns
+            while szq.msg_send(&message, <void *>socket, SZQ_SNDMORE | SZQ_DONTWAIT) < 0:
+                failed = szq.errno_()
+                if failed != EAGAIN or szq_clock_ns(CLOCK_MONOTONIC) >= give_up:
+                    break
+                failed = 0
+                szq_sleep_ns(50000)
+            if failed:
+                szq.msg_close(&message)
+                if failed != EAGAIN:
+                    break
+                failed = 0
+                dropped += 1
+                continue
+            szq.msg_init_size(&message, body_size)
+            head = <unsigned char *>szq.msg_data(&message)
+            memcpy(head, body_data, body_size)
+            _put_big_endian(head, first + i)
+            _put_big_endian(head + 8, szq_clock_ns(CLOCK_REALTIME))
+            if szq.msg_send(&message, <void *>socket, SZQ_DONTWAIT) < 0:
+                failed = szq.errno_()
+                szq.msg_close(&message)
+                break
+    if failed:
+        import zmq
+        raise zmq.ZMQError(failed)
+    return dropped
