@@ -158,7 +158,13 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(max_rows) if max_rows else ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict:
-        return StreamOffset(self._available()[0]).to_json()
+        """What capture has spooled, per partition, for the query's progress (the backlog, the
+        endpoints of the progress lines): a retired partition that holds nothing more is gone,
+        not an endpoint (an earlier run's, once read or skipped)."""
+        end, first, retired = self._available()
+        return StreamOffset(
+            {k: v for k, v in end.items() if not (k in retired and first.get(k) == v)}
+        ).to_json()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = self._available()[0]

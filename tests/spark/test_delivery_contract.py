@@ -13,6 +13,7 @@ import pytest
 from spark_zmq.capture.loop import Capture
 from spark_zmq.protocols.base import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
+from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.spool.layout import load_index, segment_paths
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until
@@ -363,9 +364,9 @@ def test_partitions_an_earlier_run_left_open_are_read_to_their_end_and_leave(
         publisher.wait_for_subscribers(timeout=60)
         publisher.publish(ECHO, b"new")
 
-        def offsets():
+        def offsets(which: str = "endOffset"):
             progress = query.lastProgress
-            end = progress["sources"][0]["endOffset"] if progress else None
+            end = progress["sources"][0][which] if progress else None
             return json.loads(end) if isinstance(end, str) else (end or {})
 
         live = f"127.0.0.1:{publisher.port}"
@@ -377,6 +378,9 @@ def test_partitions_an_earlier_run_left_open_are_read_to_their_end_and_leave(
 
         wait_until(left, timeout=60, what="the earlier run's partition to leave the offsets")
         query.processAllAvailable()
+        # what the progress reports (the progress lines' endpoints): the live partition only
+        reported = StreamOffset.from_json(offsets("latestOffset")).ends
+        assert set(reported) == {live}, query.lastProgress["sources"][0]
         rows = spark.sql(f"select partition, payload from leftovers_{starting}").collect()
     finally:
         query.stop()
