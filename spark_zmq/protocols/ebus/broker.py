@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import zmq
 
@@ -63,8 +64,11 @@ class BroadcastRelay:
         # commands to the relay thread (announce, stop), which alone uses the relay's sockets
         self._stop_r, self._stop_w = self._context.socket(zmq.PAIR), self._context.socket(zmq.PAIR)
         self._command_lock = threading.Lock()  # announce and close come from any thread
-        self._stop_r.bind(f"inproc://ebus-relay-{id(self)}")
-        self._stop_w.connect(f"inproc://ebus-relay-{id(self)}")
+        # a fresh name, not id(self): a closed relay's name is released by ZeroMQ's reaper
+        # some time after close, and a new broker may get the old id
+        commands = f"inproc://ebus-relay-{uuid.uuid4().hex}"
+        self._stop_r.bind(commands)
+        self._stop_w.connect(commands)
         self._thread = threading.Thread(target=self._run, name="spark_zmq ebus relay", daemon=True)
         self._thread.start()
         logger.info(

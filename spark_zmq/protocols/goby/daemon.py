@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterable
 
 import zmq
@@ -247,14 +248,16 @@ class _Router:
             raise OSError(
                 f"gobyd: cannot bind its router ({transport}, {base or host}): {exc}"
             ) from None
-        self.inproc_xpub = f"inproc://spark_zmq-gobyd-{id(self)}.xpub"
-        self.inproc_xsub = f"inproc://spark_zmq-gobyd-{id(self)}.xsub"
+        # unique per router, not id(self): a closed router's inproc names are released by
+        # ZeroMQ's reaper some time after close, and a new object may get the old id
+        name = f"inproc://spark_zmq-gobyd-{uuid.uuid4().hex}"
+        self.inproc_xpub, self.inproc_xsub = f"{name}.xpub", f"{name}.xsub"
         self._xpub.bind(self.inproc_xpub)
         self._xsub.bind(self.inproc_xsub)
         self._control = context.socket(zmq.PAIR)
         self._control_peer = context.socket(zmq.PAIR)
-        self._control.bind(f"inproc://spark_zmq-gobyd-{id(self)}.control")
-        self._control_peer.connect(f"inproc://spark_zmq-gobyd-{id(self)}.control")
+        self._control.bind(f"{name}.control")
+        self._control_peer.connect(f"{name}.control")
         self._thread = threading.Thread(
             target=self._run, name="spark_zmq gobyd router", daemon=True
         )
