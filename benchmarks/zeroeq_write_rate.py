@@ -1,31 +1,40 @@
-"""How fast does ``writeStream.format("zeroeq")`` get events to a subscriber, compared with a bare
-pyzmq XPUB publisher sending the same messages?
+"""How fast does ``writeStream.format("zeroeq")`` get events to a subscriber, with each of the
+writer's send loops, compared with a bare pyzmq XPUB publisher sending the same messages?
 
-Measured side by side in one run, on loopback only, in rounds. Each round measures both, one
-right after the other, so a round's ratio compares like with like on a shared, noisy machine
-(the ratios matter more than the absolute rates):
+Measured side by side in one run, on loopback only, in rounds. Each round measures every side,
+one right after the other (the writers' order alternates from round to round), so a round's
+ratios compare like with like on a shared, noisy machine (the ratios matter more than the
+absolute rates):
 
 1. bare: a separate process binds an XPUB (the writer's send high-water mark, XPUB_NODROP),
    waits until the subscriber has subscribed, then sends N prebuilt ZeroEQ messages as fast as
-   it can. That is the ceiling libzmq, loopback TCP and the receiver set on this machine.
-2. writer: a Spark query reads the same N rows (``event``, ``payload``) from Parquet and writes
-   them with ``format("zeroeq")``, trigger ``availableNow``. Each Python worker's publisher
-   announces itself over ZeroConf, the subscriber discovers it and subscribes, and the task
-   (``waitForSubscribers``) sends.
+   it can with ``send_multipart``. That is what a hand-written Python loop achieves.
+2. spark <core>: a Spark query reads the same N rows (``event``, ``payload``) from Parquet and
+   writes them with ``format("zeroeq")``, trigger ``availableNow``, with the option
+   ``sendCore`` = ``native`` (the compiled send loop) or ``python`` (``--send-cores``). Each
+   Python worker's publisher announces itself over ZeroConf, the subscriber discovers it and
+   subscribes, and the task (``waitForSubscribers``) sends.
+3. alone <core>: the writer without Spark: a separate process reads the same Parquet file into
+   Arrow batches of 10,000 rows (Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch``) and
+   hands them to the generic writer's ``write``, as a Spark task does. What the writer's own
+   code costs per message, apart from the JVM's; it also reports the writer process's CPU time
+   and the time the encoding alone takes.
 
-The messages are the same in both: frame 1 is the 16-byte event id, frame 2 a 100-byte payload
-that starts with an 8-byte big-endian sequence number. The same subscriber code receives both,
+The messages are the same in all: frame 1 is the 16-byte event id, frame 2 a 100-byte payload
+that starts with an 8-byte big-endian sequence number. The same subscriber code receives them,
 in its own process with its own zmq context, by default with the compiled capture core's receive
 loop (``--receiver native``: a Python loop per message was the slower side of the comparison).
-It uses ZeroConf discovery for the writer and the bare publisher's port directly. It counts every
-sequence number, so it can tell whether each message arrived exactly once, and it times the
-first to the last message: the rates are taken there, at the receiver. For the writer, the run
-also times the whole query, from ``start()`` to its termination, and splits that into start-up
-(until the first message arrives), streaming and the end of the batch (after the last message).
+It uses ZeroConf discovery for the writers and the bare publisher's port directly. It counts
+every sequence number, so it can tell whether each message arrived exactly once, and it times
+the first to the last message: the rates are taken there, at the receiver. For the Spark
+writers, the run also times the whole query, from ``start()`` to its termination, and splits
+that into start-up (until the first message arrives), streaming and the end of the batch
+(after the last message).
 
-Run it as ``python benchmarks/zeroeq_write_rate.py [--quick] [--rows N] [--partitions 2]``. It
-re-executes itself through ``scripts/netns.sh``, so every socket lives in a private network
-namespace that holds only ``lo``, and it uses only 127.0.0.1.
+Run it as ``python benchmarks/zeroeq_write_rate.py [--quick] [--rows N] [--partitions 2]
+[--send-cores native,python] [--skip-alone]``. It re-executes itself through
+``scripts/netns.sh``, so every socket lives in a private network namespace that holds only
+``lo``, and it uses only 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +84,9 @@ CHECK_EVERY = 1024
 CHILD_START_TIMEOUT = 60.0
 #: longest a bare publisher keeps its socket open after sending, waiting to be released
 RELEASE_TIMEOUT = 600.0
+#: rows per Arrow batch that the writer alone gets (Spark's arrow.maxRecordsPerBatch default)
+ARROW_BATCH_ROWS = 10_000
+SEND_CORES = ("native", "python")
 #: one file per Spark partition: no file is split, no two files share a partition
 SPARK_CONF = {
     "spark.sql.files.maxPartitionBytes": str(1 << 30),
@@ -383,49 +395,109 @@ def bare_publisher_main(
     report_errors(conn, body)
 
 
+# -- the writer without Spark ---------------------------------------------------------------------
+
+
+def writer_options(session: str, core: str) -> dict[str, str]:
+    """The writer's options, the same for a Spark query and the writer alone."""
+    return {
+        "session": session,
+        "waitForSubscribers": str(WAIT_FOR_SUBSCRIBERS),
+        "sendHighWaterMark": str(SEND_HWM),
+        "discoveryInterfaces": LOOPBACK,
+        "sendCore": core,
+    }
+
+
+@dataclass(frozen=True)
+class AloneSend:
+    """What the writer alone reports: ``time.monotonic()`` around ``write``, the process's CPU
+    time in it (all threads: zmq's I/O thread, ZeroConf's), and the time the encoding alone
+    took in a pass before (``encode_columns`` for the compiled loop, ``encode`` otherwise)."""
+
+    started: float
+    ended: float
+    cpu_seconds: float
+    encode_seconds: float
+    sent: int
+
+
+def alone_writer_main(
+    input_dir: str, session: str, core: str, conn: multiprocessing.connection.Connection
+) -> None:
+    """The generic writer's ``write`` on the input's rows in Arrow batches, as a Spark task
+    calls it; reports ``ready``, then ``sent``, then keeps the publisher until released."""
+
+    def body() -> None:
+        import pyarrow.parquet as pq
+
+        from spark_zmq.options import parse_options
+        from spark_zmq.protocols.zeroeq import ZeroEQ
+        from spark_zmq.spark.writer import ZmqStreamWriter, close_publishers
+        from spark_zmq.stream_options import WRITER_OPTIONS
+
+        protocol = ZeroEQ()
+        options = parse_options(
+            "zeroeq", WRITER_OPTIONS + protocol.writer_options, writer_options(session, core)
+        )
+        batches = [
+            batch
+            for path in sorted(Path(input_dir).glob("*.parquet"))
+            for batch in pq.read_table(path).to_batches(max_chunksize=ARROW_BATCH_ROWS)
+        ]
+        encode = protocol.encode_columns if core == "native" else protocol.encode
+        began = time.perf_counter()
+        for batch in batches:
+            encode(batch, options)
+        encode_seconds = time.perf_counter() - began
+        writer = ZmqStreamWriter(protocol, options)
+        conn.send(("ready", None))
+        cpu, started = time.process_time(), time.monotonic()
+        counts = writer.write(iter(batches))
+        ended, cpu = time.monotonic(), time.process_time() - cpu
+        conn.send(("sent", AloneSend(started, ended, cpu, encode_seconds, counts.sent)))
+        conn.poll(RELEASE_TIMEOUT)
+        close_publishers()
+
+    report_errors(conn, body)
+
+
 # -- one round ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class BareRun:
-    reception: Reception | None
-    send_seconds: float = 0.0
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class WriterRun:
-    """A writer query; ``started`` and ``ended`` are ``time.monotonic()`` around ``start()``
-    and the query's termination."""
+class Run:
+    """One side of a round: what its subscriber saw, or why it failed, and its figures besides
+    its rate (by name, each name with its unit; see FIGURES)."""
 
     reception: Reception | None
-    started: float = 0.0
-    ended: float = 0.0
     error: str = ""
+    figures: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def wall(self) -> float:
-        return self.ended - self.started
 
-    def phases(self) -> tuple[float, float, float] | None:
-        """Seconds from ``start()`` to the first message, first to last, last to the end."""
-        got = self.reception
-        if got is None or not got.first:
-            return None
-        return got.first - self.started, got.seconds, self.ended - got.last
+#: how each figure is shown
+FIGURES = {
+    "its send loop msg/s": "{:,.0f}",
+    "wall s": "{:.2f}",
+    "start-up s": "{:.2f}",
+    "stream s": "{:.2f}",
+    "end s": "{:.2f}",
+    "CPU µs/msg": "{:.2f}",
+    "encoding µs/msg": "{:.2f}",
+}
 
 
 @dataclass(frozen=True)
 class Round:
-    bare: BareRun
-    writer: WriterRun
+    """Every side of one round, by name: ``bare``, ``spark <core>``, ``alone <core>``."""
 
-    @property
-    def ratio(self) -> float | None:
-        bare, writer = self.bare.reception, self.writer.reception
-        if bare is None or writer is None or not bare.rate:
+    runs: dict[str, Run]
+
+    def ratio(self, side: str) -> float | None:
+        bare, other = self.runs["bare"].reception, self.runs[side].reception
+        if bare is None or other is None or not bare.rate:
             return None
-        return writer.rate / bare.rate
+        return other.rate / bare.rate
 
 
 def receive_timeout(rows: int) -> float:
@@ -438,7 +510,7 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def run_bare(context: Any, rows: int, native: bool) -> BareRun:
+def run_bare(context: Any, rows: int, native: bool) -> Run:
     """The bare XPUB process -> the subscriber process, connected to its port directly."""
     publisher = Child(context, bare_publisher_main, rows, SEND_HWM)
     subscriber = None
@@ -455,24 +527,49 @@ def run_bare(context: Any, rows: int, native: bool) -> BareRun:
         )
         subscriber.expect("ready", CHILD_START_TIMEOUT)
         started, ended = publisher.expect("sent", receive_timeout(rows))
-        return BareRun(subscriber.expect("received", receive_timeout(rows)), ended - started)
+        reception = subscriber.expect("received", receive_timeout(rows))
+        return Run(reception, figures={"its send loop msg/s": rows / (ended - started)})
     except (RuntimeError, TimeoutError) as exc:
-        return BareRun(None, error=first_line(exc))
+        return Run(None, first_line(exc))
     finally:
         publisher.stop()
         if subscriber is not None:
             subscriber.stop()
 
 
-def start_writer(spark: Any, input_dir: Path, checkpoint: Path, session: str) -> Any:
+def run_alone(
+    context: Any, input_dir: Path, rows: int, session: str, core: str, native: bool
+) -> Run:
+    """The writer alone (a process of its own) -> the subscriber process, which finds its
+    publisher over ZeroConf."""
+    subscriber = Child(context, subscriber_main, session, (), rows, receive_timeout(rows), native)
+    writer = None
+    try:
+        subscriber.expect("ready", CHILD_START_TIMEOUT)
+        writer = Child(context, alone_writer_main, str(input_dir), session, core)
+        writer.expect("ready", CHILD_START_TIMEOUT)
+        sent: AloneSend = writer.expect("sent", receive_timeout(rows))
+        reception = subscriber.expect("received", receive_timeout(rows))
+        per_message = 1e6 / max(sent.sent, 1)
+        figures = {
+            "CPU µs/msg": sent.cpu_seconds * per_message,
+            "encoding µs/msg": sent.encode_seconds * per_message,
+        }
+        return Run(reception, figures=figures)
+    except (RuntimeError, TimeoutError) as exc:
+        return Run(None, first_line(exc))
+    finally:
+        if writer is not None:
+            writer.stop()
+        subscriber.stop()
+
+
+def start_writer(spark: Any, input_dir: Path, checkpoint: Path, session: str, core: str) -> Any:
     return (
         spark.readStream.schema(INPUT_SCHEMA)
         .parquet(str(input_dir))
         .writeStream.format("zeroeq")
-        .option("session", session)
-        .option("waitForSubscribers", str(WAIT_FOR_SUBSCRIBERS))
-        .option("sendHighWaterMark", str(SEND_HWM))
-        .option("discoveryInterfaces", LOOPBACK)
+        .options(**writer_options(session, core))
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
@@ -486,24 +583,33 @@ def run_writer(
     checkpoint: Path,
     rows: int,
     session: str,
+    core: str,
     native: bool,
-) -> WriterRun:
-    """Parquet -> ``format("zeroeq")`` -> the subscriber process, which finds the publishers of
-    ``session`` over ZeroConf. The subscriber is browsing before the query starts, so its own
-    start-up is not in the query's wall time."""
+) -> Run:
+    """Parquet -> ``format("zeroeq")`` with send loop ``core`` -> the subscriber process, which
+    finds the publishers of ``session`` over ZeroConf. The subscriber is browsing before the
+    query starts, so its own start-up is not in the query's wall time."""
     subscriber = Child(context, subscriber_main, session, (), rows, receive_timeout(rows), native)
     query = None
     try:
         subscriber.expect("ready", CHILD_START_TIMEOUT)
         started = time.monotonic()
-        query = start_writer(spark, input_dir, checkpoint, session)
+        query = start_writer(spark, input_dir, checkpoint, session, core)
         finished = query.awaitTermination(receive_timeout(rows) + 60.0)
         ended = time.monotonic()
-        reception = subscriber.expect("received", receive_timeout(rows))
-        error = "" if finished else "the query did not finish in time"
-        return WriterRun(reception, started, ended, error)
+        got: Reception = subscriber.expect("received", receive_timeout(rows))
+        figures = {"wall s": ended - started}
+        if got.first:
+            figures.update(
+                {
+                    "start-up s": got.first - started,
+                    "stream s": got.seconds,
+                    "end s": ended - got.last,
+                }
+            )
+        return Run(got, "" if finished else "the query did not finish in time", figures)
     except Exception as exc:  # a failed query is a result of the round, not a crash of the run
-        return WriterRun(None, error=first_line(exc))
+        return Run(None, first_line(exc))
     finally:
         if query is not None:
             with contextlib.suppress(Exception):
@@ -524,7 +630,7 @@ def print_header(args: argparse.Namespace) -> None:
         text=True,
         check=False,
     ).stdout.strip()
-    print("zeroeq_write_rate benchmark: Spark zeroeq writer vs bare pyzmq XPUB")
+    print("zeroeq_write_rate benchmark: Spark zeroeq writer (each send loop) vs bare pyzmq XPUB")
     print(f"  command  : {shlex.join([sys.executable, *sys.argv])}")
     print(f"  when     : {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}")
     print(
@@ -543,107 +649,85 @@ def print_header(args: argparse.Namespace) -> None:
     print(
         f"  settings : {args.rows:,} messages of 16 + {PAYLOAD_BYTES} bytes, "
         f"{args.partitions} input partition(s), {args.rounds} round(s) after a "
-        f"{args.warmup_rows:,}-row warm-up query; SNDHWM {SEND_HWM:,} + XPUB_NODROP on both "
-        f"sides, subscriber RCVHWM 0, its receive loop {args.receiver}"
+        f"{args.warmup_rows:,}-row warm-up query per send loop; send loops "
+        f"{', '.join(args.send_cores)}; SNDHWM {SEND_HWM:,} + XPUB_NODROP on every sender, "
+        f"subscriber RCVHWM 0, its receive loop {args.receiver}"
     )
     print(flush=True)
 
 
-def rate_cell(reception: Reception | None, width: int) -> str:
-    return f"{reception.rate:>{width},.0f}" if reception else f"{'failed':>{width}}"
+TABLE_HEADER = f"{'round':<7}{'side':<14}{'msg/s':>10}{'/ bare':>8}  {'once':<6}figures"
 
 
-def once_cell(reception: Reception | None) -> str:
-    if reception is None:
-        return "-"
-    return "yes" if reception.exactly_once else "NO"
-
-
-def phases_cell(run: WriterRun) -> str:
-    phases = run.phases()
-    if phases is None:
-        return "-"
-    return " / ".join(f"{value:.2f}" for value in phases)
-
-
-TABLE_HEADER = (
-    f"{'round':<7}{'bare msg/s':>12}{'writer msg/s':>14}{'writer/bare':>13}  "
-    f"{'bare once':<10}{'writer once':<12}{'writer wall s':>14}  "
-    f"start-up / stream / end s"
-)
-
-
-def round_row(label: str, result: Round) -> str:
-    ratio = f"{result.ratio:>13.2f}" if result.ratio is not None else f"{'-':>13}"
-    wall = f"{result.writer.wall:>14.2f}" if result.writer.reception else f"{'-':>14}"
+def run_row(label: str, side: str, result: Round) -> str:
+    run = result.runs[side]
+    rate = f"{run.reception.rate:>10,.0f}" if run.reception else f"{'failed':>10}"
+    ratio = result.ratio(side)
+    once = "-" if run.reception is None else ("yes" if run.reception.exactly_once else "NO")
     return (
-        f"{label:<7}{rate_cell(result.bare.reception, 12)}"
-        f"{rate_cell(result.writer.reception, 14)}{ratio}  "
-        f"{once_cell(result.bare.reception):<10}{once_cell(result.writer.reception):<12}"
-        f"{wall}  {phases_cell(result.writer)}"
+        f"{label:<7}{side:<14}{rate}{f'{ratio:.2f}' if ratio is not None else '-':>8}  "
+        f"{once:<6}{figures_cell(run.figures)}"
     )
 
 
-def median_row(rounds: Sequence[Round]) -> str:
-    def median(values: list[float]) -> float | None:
-        return statistics.median(values) if values else None
+def figures_cell(figures: dict[str, float]) -> str:
+    return "; ".join(f"{name} {FIGURES[name].format(value)}" for name, value in figures.items())
 
-    bare = median([r.bare.reception.rate for r in rounds if r.bare.reception])
-    writer = median([r.writer.reception.rate for r in rounds if r.writer.reception])
-    ratio = median([r.ratio for r in rounds if r.ratio is not None])
-    wall = median([r.writer.wall for r in rounds if r.writer.reception])
-    cells = [
-        f"{bare:>12,.0f}" if bare else f"{'-':>12}",
-        f"{writer:>14,.0f}" if writer else f"{'-':>14}",
-        f"{ratio:>13.2f}" if ratio is not None else f"{'-':>13}",
-    ]
-    wall_cell = f"{wall:>14.2f}" if wall is not None else f"{'-':>14}"
-    once = [
-        all(r.bare.reception and r.bare.reception.exactly_once for r in rounds),
-        all(r.writer.reception and r.writer.reception.exactly_once for r in rounds),
-    ]
-    verdicts = ["all yes" if ok else "NOT all" for ok in once]
-    return f"{'median':<7}{''.join(cells)}  {verdicts[0]:<10}{verdicts[1]:<12}{wall_cell}"
+
+def median_row(side: str, rounds: Sequence[Round]) -> str:
+    runs = [r.runs[side] for r in rounds]
+    rates = [run.reception.rate for run in runs if run.reception]
+    ratios = [ratio for r in rounds if (ratio := r.ratio(side)) is not None]
+    once = all(run.reception and run.reception.exactly_once for run in runs)
+    names = [name for name in FIGURES if any(name in run.figures for run in runs)]
+    figures = {
+        name: statistics.median([run.figures[name] for run in runs if name in run.figures])
+        for name in names
+    }
+    rate = f"{statistics.median(rates):>10,.0f}" if rates else f"{'-':>10}"
+    ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+    return (
+        f"{'median':<7}{side:<14}{rate}{ratio:>8}  {'all' if once else 'NOT':<6}"
+        f"{figures_cell(figures)}"
+    )
 
 
 def round_notes(index: int, result: Round, partitions: int) -> list[str]:
-    """Errors, losses, and publishers the writer's subscriber found other than expected."""
+    """Errors, losses, and publishers a subscriber found other than expected."""
     notes = []
-    for side, run in (("bare", result.bare), ("writer", result.writer)):
+    for side, run in result.runs.items():
         if run.error:
             notes.append(f"round {index} {side}: {run.error}")
         if run.reception is not None and not run.reception.exactly_once:
             notes.append(f"round {index} {side}: {run.reception.problems()}")
-    writer = result.writer.reception
-    if writer is not None and writer.publishers != partitions:
-        notes.append(
-            f"round {index} writer: the subscriber connected to {writer.publishers} "
-            f"publishers, expected {partitions} (one per partition)"
-        )
+        expected = partitions if side.startswith("spark") else 1
+        if run.reception is not None and run.reception.publishers != expected:
+            notes.append(
+                f"round {index} {side}: the subscriber connected to "
+                f"{run.reception.publishers} publishers, expected {expected}"
+            )
     return notes
 
 
 def print_report(rounds: Sequence[Round], partitions: int) -> None:
     print("\n== results (rates at the receiver, first to last message) ==")
     print(TABLE_HEADER)
+    sides = list(rounds[0].runs)
     for index, result in enumerate(rounds, 1):
-        print(round_row(str(index), result))
-    print(median_row(rounds))
-    sends = [r.bare for r in rounds if r.bare.reception and r.bare.send_seconds > 0]
-    if sends:
-        rates = [r.reception.expected / r.send_seconds for r in sends if r.reception]
-        print(
-            f"\nbare publisher's own send loop: median {statistics.median(rates):,.0f} msg/s "
-            f"(prebuilt messages; the receiver, at its rate above, is the slower side when "
-            f"this is higher)"
-        )
+        for side in sides:
+            print(run_row(str(index), side, result))
+    for side in sides:
+        print(median_row(side, rounds))
     print(
-        "writer wall: start() -> query terminated; start-up = start() -> first message "
-        "received (batch planning, Python worker, publisher + ZeroConf announcement, "
-        "discovery, subscription), end = last message -> query terminated (commit, "
-        "availableNow check)"
+        "\nbare: its send loop = the bare publisher's own rate (prebuilt messages; the "
+        "receiver is the slower side when this is higher).\nspark: wall = start() -> query "
+        "terminated; start-up = start() -> first message received (batch planning, Python "
+        "worker, publisher + ZeroConf announcement, discovery, subscription), end = last "
+        "message -> query terminated (commit, availableNow check).\nalone: CPU = the writer "
+        "process's CPU time in write() per message, all threads (zmq's I/O thread too); "
+        "encoding = the encoding alone, per message (a pass before write())."
     )
-    if any(phases[2] < 0 for phases in (r.writer.phases() for r in rounds) if phases):
+    if any(run.figures.get("end s", 0) < 0 for result in rounds for run in result.runs.values()):
         print(
             "a negative end: the query had finished before the last message arrived; the "
             "tasks had handed everything to zmq, and the rest was still queued (up to the "
@@ -651,8 +735,8 @@ def print_report(rounds: Sequence[Round], partitions: int) -> None:
         )
     if partitions > 1:
         print(
-            f"note: the writer ran {partitions} publishers (one per partition) into one "
-            f"subscriber; the bare side always runs one publisher"
+            f"note: the Spark writers ran {partitions} publishers (one per partition) into one "
+            f"subscriber; the bare side and the writer alone run one publisher"
         )
     notes = [
         note
@@ -678,7 +762,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=1,
         help="input partitions, i.e. writer tasks and publishers (default 1)",
     )
-    parser.add_argument("--rounds", type=int, help="rounds of bare + writer (default 3; quick 1)")
+    parser.add_argument("--rounds", type=int, help="rounds of every side (default 3; quick 1)")
     parser.add_argument(
         "--receiver",
         choices=("native", "python"),
@@ -686,12 +770,24 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="the subscriber's receive loop: the compiled capture core's (default), so that "
         "the senders are compared, or recv_multipart per message (earlier runs)",
     )
+    parser.add_argument(
+        "--send-cores",
+        default=",".join(SEND_CORES),
+        help="the writer's send loops to measure, comma-separated (option sendCore; default "
+        "native,python)",
+    )
+    parser.add_argument(
+        "--skip-alone", action="store_true", help="do not measure the writer without Spark"
+    )
     args = parser.parse_args(argv)
     args.rows = args.rows or (20_000 if args.quick else 200_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.warmup_rows = min(args.rows, 10_000)
+    args.send_cores = [core.strip() for core in args.send_cores.split(",") if core.strip()]
     if args.rows < args.partitions or args.partitions < 1 or args.rounds < 1:
         parser.error("--partitions and --rounds must be >= 1, and --rows >= --partitions")
+    if not args.send_cores or set(args.send_cores) - set(SEND_CORES):
+        parser.error(f"--send-cores takes some of {', '.join(SEND_CORES)}")
     return args
 
 
@@ -708,22 +804,25 @@ def planned_partitions(spark: Any, input_dir: Path) -> int:
 
 
 def run_rounds(spark: Any, context: Any, workdir: Path, args: argparse.Namespace) -> list[Round]:
-    """A warm-up query (JVM JIT, Python worker, imports: not counted), then the rounds."""
+    """A warm-up query per send loop (JVM JIT, Python worker, imports: not counted), then the
+    rounds: bare, the Spark writer per send loop, the writer alone per send loop; the send
+    loops' order alternates from round to round."""
     run_id = f"{os.getpid()}-{int(time.time())}"
+    native = args.receiver == "native"
     warmup_dir = write_input(workdir / "warmup", args.warmup_rows, args.partitions)
-    warm = run_writer(
-        spark,
-        context,
-        warmup_dir,
-        workdir / "checkpoint-warmup",
-        args.warmup_rows,
-        f"bench-write-{run_id}-warmup",
-        args.receiver == "native",
-    )
-    print(
-        f"warm-up query: {warm.wall:.2f} s{' (' + warm.error + ')' if warm.error else ''}",
-        flush=True,
-    )
+    for core in args.send_cores:
+        warm = run_writer(
+            spark,
+            context,
+            warmup_dir,
+            workdir / f"checkpoint-warmup-{core}",
+            args.warmup_rows,
+            f"bench-write-{run_id}-warmup-{core}",
+            core,
+            native,
+        )
+        wall = warm.figures.get("wall s", 0.0)
+        print(f"warm-up query, sendCore={core}: {wall:.2f} s {warm.error}", flush=True)
     input_dir = write_input(workdir / "input", args.rows, args.partitions)
     print(
         f"Spark plans {planned_partitions(spark, input_dir)} partition(s) for the input", flush=True
@@ -731,19 +830,33 @@ def run_rounds(spark: Any, context: Any, workdir: Path, args: argparse.Namespace
     print(TABLE_HEADER, flush=True)
     rounds = []
     for index in range(1, args.rounds + 1):
-        native = args.receiver == "native"
-        bare = run_bare(context, args.rows, native)
-        writer = run_writer(
-            spark,
-            context,
-            input_dir,
-            workdir / f"checkpoint-{index}",
-            args.rows,
-            f"bench-write-{run_id}-{index}",
-            native,
-        )
-        rounds.append(Round(bare, writer))
-        print(f"  {round_row(str(index), rounds[-1])}", flush=True)
+        cores = args.send_cores if index % 2 else args.send_cores[::-1]
+        runs = {"bare": run_bare(context, args.rows, native)}
+        for core in cores:
+            runs[f"spark {core}"] = run_writer(
+                spark,
+                context,
+                input_dir,
+                workdir / f"checkpoint-{index}-{core}",
+                args.rows,
+                f"bench-write-{run_id}-{index}-{core}",
+                core,
+                native,
+            )
+        if not args.skip_alone:
+            for core in cores:
+                runs[f"alone {core}"] = run_alone(
+                    context,
+                    input_dir,
+                    args.rows,
+                    f"bench-alone-{run_id}-{index}-{core}",
+                    core,
+                    native,
+                )
+        order = ["bare"] + [f"{kind} {c}" for kind in ("spark", "alone") for c in args.send_cores]
+        rounds.append(Round({side: runs[side] for side in order if side in runs}))
+        for side in rounds[-1].runs:
+            print(f"  {run_row(str(index), side, rounds[-1])}", flush=True)
     return rounds
 
 

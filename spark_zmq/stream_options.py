@@ -330,6 +330,19 @@ WRITER_OPTIONS: tuple[Option, ...] = (
         "60",
         "How long a send may wait on back-pressure before the task fails.",
     ),
+    Option(
+        "sendCore",
+        choice("auto", "native", "python"),
+        "auto, native or python",
+        None,
+        "How a writer task sends: `native`, the compiled send loop (the format encodes each "
+        "Arrow batch column-wise and C sends its messages without Python's lock), or "
+        "`python`, an encoded row and a Python call per message; `auto` takes the compiled "
+        "loop when it loads and otherwise logs once that it sends through Python. The wire "
+        "bytes are the same. Requests (`ebus` with `service`) go through the EBUS client "
+        "either way. Not set: the environment variable `SPARK_ZMQ_SEND_CORE` of the "
+        "executor's Python worker, else `auto`.",
+    ),
     *CURVE_OPTIONS,
 )
 

@@ -42,3 +42,6 @@ class Poller:
 def send_sequence(
     socket: int, topic: bytes, body: bytes, first: int, count: int, patience: float = 0.0
 ) -> int: ...
+def send_rows(
+    socket: int, columns: list[tuple[int, int, int, int]], start: int, stop: int
+) -> tuple[int, int]: ...

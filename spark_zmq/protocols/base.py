@@ -8,12 +8,14 @@ Spark's streaming machinery. The generic reader (``spark_zmq.spark.reader``) and
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol as TypingProtocol
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import zmq
 
 from spark_zmq.options import Option, Options
@@ -169,6 +171,125 @@ class Encoded:
         self.topics.append(None)
 
 
+@dataclass
+class EncodedBatch:
+    """A protocol's encoding of a whole batch, column-wise, for the compiled send loop: a
+    column per frame instead of a Python list per row.
+
+    Invariants: every array has one entry per row; ``frames`` and ``topics`` are of type
+    ``binary``, ``errors`` of type ``string``. Row i's message is ``frames[0][i]``,
+    ``frames[1][i]``, ... up to the first column in which the row is null. A row that is null
+    in ``frames[0]`` is not sent and ``errors[i]`` says why (the writer applies ``mode``);
+    ``errors[i]`` is null for every other row. ``topics[i]`` is what subscribers match row i
+    by (``Encoded.topics``), null where the row is not sent. ``names`` as ``Encoded.names``.
+    """
+
+    frames: list[pa.Array]
+    errors: pa.Array
+    topics: pa.Array
+    names: dict[bytes, str | None] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.errors)
+
+    def sizes(self) -> np.ndarray:
+        """Each row's message size in bytes (int64; 0 for a row that is not sent)."""
+        total = np.zeros(len(self), np.int64)
+        sent = np.ones(len(self), bool)
+        for frame in self.frames:
+            sent &= frame.is_valid().to_numpy(zero_copy_only=False)
+            lengths = pc.binary_length(frame).fill_null(0).to_numpy(zero_copy_only=False)
+            total += np.where(sent, lengths, 0)
+        return total
+
+    def refuse(self, rows: np.ndarray, reasons: list[str]) -> EncodedBatch:
+        """The same batch with ``rows`` (indices) not sent, each for its reason."""
+        refused = np.zeros(len(self), bool)
+        refused[rows] = True
+        mask = pa.array(refused)
+        texts = np.full(len(self), None, object)
+        texts[rows] = reasons
+        errors = pc.if_else(mask, pa.array(texts, pa.string()), self.errors)
+        first = pc.if_else(mask, pa.nulls(len(self), pa.binary()), self.frames[0])
+        topics = pc.if_else(mask, pa.nulls(len(self), pa.binary()), self.topics)
+        return EncodedBatch([first, *self.frames[1:]], errors, topics, dict(self.names))
+
+    def as_encoded(self) -> Encoded:
+        """The same rows as ``Encoded`` (a Python list per message), as ``encode`` gives them:
+        what the tests compare the two encodings by."""
+        encoded = Encoded(names=dict(self.names))
+        messages = self.messages(0, len(self))
+        for error, topic in zip(self.errors.to_pylist(), self.topics.to_pylist()):
+            if error is None:
+                encoded.add_message(next(messages), topic)
+            else:
+                encoded.add_error(error)
+        return encoded
+
+    def messages(self, start: int, stop: int) -> Iterator[list[bytes]]:
+        """The messages of rows ``start`` to ``stop`` that are sent, as Python lists."""
+        columns = [frame.slice(start, stop - start).to_pylist() for frame in self.frames]
+        for row in range(stop - start):
+            message = []
+            for column in columns:
+                if column[row] is None:
+                    break
+                message.append(column[row])
+            if message:
+                yield message
+
+
+def binary_column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A column of input rows as ``binary``: text as its UTF-8 bytes (``string`` viewed as
+    ``binary``, no copy; the large types cast), all null when the rows have no such column."""
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return pa.nulls(batch.num_rows, pa.binary())
+    column = batch.column(index)
+    if pa.types.is_string(column.type):
+        return column.view(pa.binary())
+    return column if pa.types.is_binary(column.type) else column.cast(pa.binary())
+
+
+def string_column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A column of input rows as ``string``; all null when the rows have no such column."""
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return pa.nulls(batch.num_rows, pa.string())
+    column = batch.column(index)
+    return column if pa.types.is_string(column.type) else column.cast(pa.string())
+
+
+def distinct_rows(*columns: pa.Array) -> tuple[np.ndarray, list[tuple]]:
+    """The distinct combinations of the columns' values, in the order they first appear
+    (Python values, nulls as None), and for each row the index of its combination: so that
+    a protocol's per-row rules run once per distinct combination, not once per row."""
+    codes, dictionaries = [], []
+    for column in columns:
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        dictionaries.append(encoded.dictionary.to_pylist())
+    combined = codes[0]
+    for code, dictionary in zip(codes[1:], dictionaries[1:]):
+        # numbered densely again after each column: below the row count, never overflows
+        combined = np.unique(combined * len(dictionary) + code, return_inverse=True)[1].ravel()
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # by first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    values = [
+        tuple(dictionary[code[row]] for code, dictionary in zip(codes, dictionaries))
+        for row in first[order]
+    ]
+    return rank[inverse.ravel()], values
+
+
+def raw_column(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A column of input rows as it is; all null when the rows have no such column."""
+    index = batch.schema.get_field_index(name)
+    return batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
+
+
 def column_values(batch: pa.RecordBatch, name: str) -> list:
     """A column of input rows as Python values; nulls when the rows have no such column."""
     index = batch.schema.get_field_index(name)
@@ -191,6 +312,17 @@ class SinkPublisher(ABC):
     @abstractmethod
     def subscribers(self, topic: bytes) -> int:
         """How many subscriptions match ``topic`` now."""
+
+    def sending_socket(self) -> zmq.Socket | None:
+        """The socket on which the compiled send loop may send the next run of messages
+        itself, after this has done what ``send`` does before each message (checks that may
+        raise, as ``send`` would); None (the default): messages go through ``send`` only."""
+        return None
+
+    def timeout_error(self) -> Exception:
+        """What ``send`` raises when back-pressure outlasted the send timeout (the compiled
+        send loop raises the same)."""
+        return TimeoutError(f"{self.name}: a send stayed blocked beyond the send timeout")
 
     def close(self) -> None:
         """Release sockets and announcements."""
@@ -248,3 +380,9 @@ class SinkProtocol(ABC):
     @abstractmethod
     def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
         """The messages of a batch of input rows."""
+
+    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch | None:
+        """The same messages as ``encode``, column-wise, for the compiled send loop; None
+        (the default) where this format, or this batch, has no column-wise encoding (the
+        writer then sends ``encode``'s messages one by one)."""
+        return None

@@ -88,10 +88,16 @@ class XPubSender(SinkPublisher):
         try:
             self.socket.send_multipart(frames)
         except zmq.Again:
-            raise SendTimeout(
-                f"send to {self.address} stayed blocked for {self.send_timeout} s: "
-                f"the broker or a subscriber is not taking messages"
-            ) from None
+            raise self.timeout_error() from None
+
+    def sending_socket(self) -> zmq.Socket:
+        return self.socket
+
+    def timeout_error(self) -> SendTimeout:
+        return SendTimeout(
+            f"send to {self.address} stayed blocked for {self.send_timeout} s: "
+            f"the broker or a subscriber is not taking messages"
+        )
 
     def subscribers(self, topic: bytes) -> int:
         self._subscriptions.take(self.socket)

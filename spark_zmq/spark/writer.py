@@ -7,6 +7,11 @@ applies ``mode`` to rows that cannot be sent, waits for subscribers if asked, an
 publisher blocks on back-pressure rather than dropping. Its commit message carries its counts,
 and ``commit`` on the driver logs the totals of the batch.
 
+A task sends a batch in one of two ways (``sending``): encoded column-wise, through the
+compiled send loop, or encoded row by row, a ``send`` per message (the Python path, the
+fallback). Both send the same bytes and apply ``mode``, ``maxMessageBytes`` and
+``waitForSubscribers`` the same way.
+
 When the protocol opens a ``Requester`` instead (EBUS ``service``), each row is a request: a task
 keeps at most ``maxInFlight`` of them waiting, applies ``mode`` to the outcomes (refused,
 unanswered) and writes them to ``replyPath``. Request ids are named after the query, batch,
@@ -24,8 +29,11 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from types import ModuleType
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -38,11 +46,14 @@ from spark_zmq.protocols.base import (
     REFUSED,
     UNANSWERED,
     Encoded,
+    EncodedBatch,
     Outcome,
     Requester,
     SinkProtocol,
     SinkPublisher,
+    distinct_rows,
 )
+from spark_zmq.spark.sending import ColumnSender, compiled_send_loop
 
 
 class UnsendableRowError(RowError):
@@ -66,6 +77,16 @@ class SendCounts(WriterCommitMessage):
     answered: int = 0
     refused: int = 0
     unanswered: int = 0
+    #: how the task's batches were sent: COMPILED, PYTHON or both (in that order)
+    send_loops: tuple[str, ...] = ()
+
+    def sent_by(self, loop: str) -> None:
+        if loop not in self.send_loops:
+            self.send_loops = tuple(sorted((*self.send_loops, loop)))
+
+
+#: the send loops a task's batches go through (``spark_zmq.spark.sending``)
+COMPILED, PYTHON = "compiled", "python"
 
 
 #: generic writer options that shape a publisher's socket (others apply per task)
@@ -156,21 +177,55 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             return self._write_requests(publisher, iterator)
         counts = SendCounts(publisher.name)
         checked: set[bytes] = set()
+        native = compiled_send_loop(self.options["sendCore"])
         for batch in iterator:
-            encoded = self.protocol.encode(batch, self.options)
-            self._check_rows(encoded, counts)
-            counts.rows += batch.num_rows
-            publisher.declare(encoded.names)
-            for message, topic in zip(encoded.messages, encoded.topics):
-                if message is None or topic is None:
-                    continue
-                if topic not in checked:
-                    checked.add(topic)
-                    self._wait_for_subscribers(publisher, topic, encoded.names)
-                publisher.send(message)
-                counts.sent += 1
+            columns = self.protocol.encode_columns(batch, self.options) if native else None
+            if native is not None and columns is not None:
+                self._send_columns(native, columns, publisher, counts, checked)
+                counts.sent_by(COMPILED)
+            else:
+                encoded = self.protocol.encode(batch, self.options)
+                self._send_messages(encoded, publisher, counts, checked)
+                counts.sent_by(PYTHON)
         self._warn_skipped(counts)
         return counts
+
+    def _send_messages(
+        self, encoded: Encoded, publisher: SinkPublisher, counts: SendCounts, checked: set[bytes]
+    ) -> None:
+        """The Python path: a ``send`` per message."""
+        self._check_rows(encoded, counts)
+        counts.rows += len(encoded.messages)
+        publisher.declare(encoded.names)
+        for message, topic in zip(encoded.messages, encoded.topics):
+            if message is None or topic is None:
+                continue
+            if topic not in checked:
+                checked.add(topic)
+                self._wait_for_subscribers(publisher, topic, encoded.names)
+            publisher.send(message)
+            counts.sent += 1
+
+    def _send_columns(
+        self,
+        native: ModuleType,
+        encoded: EncodedBatch,
+        publisher: SinkPublisher,
+        counts: SendCounts,
+        checked: set[bytes],
+    ) -> None:
+        """The compiled loop: the same checks and waits as ``_send_messages``, per batch; the
+        messages between two waits go out in runs of RUN_ROWS rows, each in one call."""
+        encoded = self._check_columns(encoded, counts)
+        sender = ColumnSender(native, encoded)
+        counts.rows += len(encoded)
+        publisher.declare(encoded.names)
+        start = 0
+        for first, topic in self._first_sends(encoded, checked):
+            counts.sent += sender.send(publisher, start, first)
+            self._wait_for_subscribers(publisher, topic, encoded.names)
+            start = first
+        counts.sent += sender.send(publisher, start, len(encoded))
 
     def _write_requests(
         self, requester: Requester, iterator: Iterator[pa.RecordBatch]
@@ -240,20 +295,54 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         limit = self.settings.max_message_bytes
         for index, message in enumerate(encoded.messages):
             if message is not None and sum(map(len, message)) > limit:
-                size = sum(map(len, message))
                 encoded.messages[index] = None
-                encoded.errors[index] = f"message of {size} bytes is over maxMessageBytes ({limit})"
-        for index, error in enumerate(encoded.errors):
-            if error is None:
-                continue
-            if self.settings.mode == "FAILFAST":
-                raise UnsendableRowError(
-                    f"{self.protocol.name} writer: row {counts.rows + index + 1} of this "
-                    f"task cannot be sent: {error} (mode=FAILFAST; mode=PERMISSIVE or "
-                    f"DROPMALFORMED skips such rows)"
-                )
-            counts.skipped += 1
-            counts.first_error = counts.first_error or error
+                encoded.errors[index] = _too_large(sum(map(len, message)), limit)
+        unsendable = [(i, error) for i, error in enumerate(encoded.errors) if error is not None]
+        if unsendable:
+            self._skip(unsendable[0], len(unsendable), counts)
+
+    def _check_columns(self, encoded: EncodedBatch, counts: SendCounts) -> EncodedBatch:
+        """``_check_rows`` for a batch encoded column-wise: the batch to send (rows over
+        maxMessageBytes refused)."""
+        limit = self.settings.max_message_bytes
+        sizes = encoded.sizes()
+        over = np.flatnonzero(sizes > limit)
+        if len(over):
+            encoded = encoded.refuse(over, [_too_large(int(sizes[i]), limit) for i in over])
+        errors = encoded.errors
+        if errors.null_count < len(errors):
+            first = pc.index(pc.is_valid(errors), True).as_py()
+            self._skip((first, errors[first].as_py()), len(errors) - errors.null_count, counts)
+        return encoded
+
+    def _skip(self, first: tuple[int, str], count: int, counts: SendCounts) -> None:
+        """Apply ``mode`` to a batch's ``count`` unsendable rows, ``first`` (its index in the
+        batch, and why) the first of them: fail on it, or count them all as skipped."""
+        index, error = first
+        if self.settings.mode == "FAILFAST":
+            raise UnsendableRowError(
+                f"{self.protocol.name} writer: row {counts.rows + index + 1} of this "
+                f"task cannot be sent: {error} (mode=FAILFAST; mode=PERMISSIVE or "
+                f"DROPMALFORMED skips such rows)"
+            )
+        counts.skipped += count
+        counts.first_error = counts.first_error or error
+
+    def _first_sends(self, encoded: EncodedBatch, checked: set[bytes]) -> list[tuple[int, bytes]]:
+        """Where the batch first sends each topic that the task has not sent before (row,
+        topic), in row order: ``waitForSubscribers`` waits there, as the Python path waits
+        before the topic's first message. Adds them to ``checked``. Nothing without a wait."""
+        if not self.settings.wait_for_subscribers:
+            return []
+        rows, topics = distinct_rows(encoded.topics)
+        firsts = np.unique(rows, return_index=True)[1]
+        new = [
+            (int(first), topic)
+            for first, (topic,) in zip(firsts, topics)
+            if topic is not None and topic not in checked
+        ]
+        checked.update(topic for _, topic in new)
+        return new
 
     def _wait_for_subscribers(
         self, publisher: SinkPublisher, topic: bytes, names: dict[bytes, str | None]
@@ -290,10 +379,13 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         sent = sum(m.sent for m in done)
         skipped = sum(m.skipped for m in done)
         publishers = sorted({m.publisher for m in done})
+        loops = sorted({loop for m in done for loop in m.send_loops})
         line = (
             f"{self.protocol.name} writer: batch {batchId}: sent {sent} messages from "
             f"{len(done)} tasks through {', '.join(publishers) or 'no publisher'}"
         )
+        if loops:
+            line += f" ({' and '.join(loops)} send loop{'s' if len(loops) > 1 else ''})"
         if any(m.answered or m.refused or m.unanswered for m in done):
             line += "; " + ", ".join(
                 f"{sum(getattr(m, kind) for m in done)} {kind}"
@@ -314,6 +406,10 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
             batchId,
             sent,
         )
+
+
+def _too_large(size: int, limit: int) -> str:
+    return f"message of {size} bytes is over maxMessageBytes ({limit})"
 
 
 def _task_names() -> tuple[str, str, int]:

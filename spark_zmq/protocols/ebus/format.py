@@ -11,6 +11,7 @@ sent through an XPUB connected to the broker's pub port. With option ``service``
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_zmq.options import (
     Option,
@@ -25,6 +26,7 @@ from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
     Encoded,
+    EncodedBatch,
     Endpoint,
     Requester,
     SinkProtocol,
@@ -32,7 +34,10 @@ from spark_zmq.protocols.base import (
     StateStore,
     StaticDiscovery,
     StreamProtocol,
+    binary_column,
     column_values,
+    distinct_rows,
+    string_column,
 )
 from spark_zmq.protocols.ebus.discovery import ServiceChannels
 from spark_zmq.protocols.ebus.requests import ServiceRequester
@@ -258,6 +263,25 @@ class EBus(StreamProtocol, SinkProtocol):
                 encoded.add_message(frames, frames[0])
         return encoded
 
+    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch | None:
+        """Broadcasts column-wise (requests go through the EBUS client: None): the rules run
+        once per distinct (channel, data, payload given) triple; payloads stay Arrow's."""
+        if options["service"] is not None:
+            return None
+        payload = binary_column(batch, "payload")
+        has_payload = pc.is_valid(payload)
+        rows, triples = distinct_rows(
+            string_column(batch, "channel"), string_column(batch, "data"), has_payload
+        )
+        parts = [_broadcast_parts(*triple) for triple in triples]
+        of_row = pa.array(rows)
+        channel = pa.array([p[0] if isinstance(p, tuple) else None for p in parts], pa.binary())
+        packed = pa.array([p[1] if isinstance(p, tuple) else None for p in parts], pa.binary())
+        errors = pa.array([p if isinstance(p, str) else None for p in parts], pa.string())
+        channel, packed, errors = channel.take(of_row), packed.take(of_row), errors.take(of_row)
+        body = pc.if_else(has_payload, payload, packed)
+        return EncodedBatch([channel, body], errors, channel)
+
 
 def _decode_message(frames: list[bytes]) -> tuple[str | None, str | None, bytes, str | None]:
     """(channel, data as JSON text, raw payload, error) of one captured broadcast."""
@@ -285,29 +309,50 @@ def _broadcast(
     channel: str | None, data: str | None, payload: bytes | None
 ) -> tuple[list[bytes] | None, str | None]:
     """The two frames of a row's broadcast, or why there are none."""
+    parts = _broadcast_parts(channel, data, payload is not None)
+    if isinstance(parts, str):
+        return None, parts
+    head, packed = parts
+    return [head, _body(packed, payload)], None
+
+
+def _broadcast_parts(
+    channel: str | None, data: str | None, has_payload: bool
+) -> tuple[bytes, bytes | None] | str:
+    """A broadcast's channel frame and its data packed (None: the row's payload as it is),
+    or why there is no broadcast (text): all that depends on a row but its payload's bytes."""
     if not channel:
-        return None, "no channel: `channel` is null or empty"
-    packed, error = _packed(data, payload)
-    return (None, error) if error else ([channel.encode("utf-8"), packed], None)
+        return "no channel: `channel` is null or empty"
+    packed, error = _packed(data, has_payload)
+    return error if error else (channel.encode("utf-8"), packed)
 
 
 def _request(data: str | None, payload: bytes | None) -> tuple[list[bytes] | None, str | None]:
     """The one frame (packed data) of a row's request, or why there is none."""
-    packed, error = _packed(data, payload)
-    return (None, error) if error else ([packed], None)
+    packed, error = _packed(data, payload is not None)
+    return (None, error) if error else ([_body(packed, payload)], None)
 
 
-def _packed(data: str | None, payload: bytes | None) -> tuple[bytes, str | None]:
-    """A row's packed data: ``payload`` as given, or ``data`` (JSON text) packed."""
-    if payload is not None and data is not None:
-        return b"", "both `data` and `payload` are set; give one"
-    if payload is not None:
-        return payload, None
+def _body(packed: bytes | None, payload: bytes | None) -> bytes:
+    """The packed data frame: ``data`` packed, else the row's payload as given."""
+    if packed is not None:
+        return packed
+    assert payload is not None  # _packed packs data unless the row has a payload
+    return payload
+
+
+def _packed(data: str | None, has_payload: bool) -> tuple[bytes | None, str | None]:
+    """A row's ``data`` (JSON text) packed, or None when the row's ``payload`` is sent as it
+    is; or why there is neither."""
+    if has_payload and data is not None:
+        return None, "both `data` and `payload` are set; give one"
+    if has_payload:
+        return None, None
     try:
         value = None if data is None else from_json(data)
     except ValueError as exc:
-        return b"", f"`data` is not JSON text: {exc}"
+        return None, f"`data` is not JSON text: {exc}"
     try:
         return pack(value), None
     except Exception as exc:  # bson's InvalidDocument, OverflowError, ...
-        return b"", f"`data` cannot be packed as BSON: {exc}"
+        return None, f"`data` cannot be packed as BSON: {exc}"

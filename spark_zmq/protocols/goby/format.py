@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_zmq.options import (
     OptionError,
@@ -23,12 +24,16 @@ from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
     Encoded,
+    EncodedBatch,
     Endpoint,
     SinkProtocol,
     SinkPublisher,
     StateStore,
     StreamProtocol,
+    binary_column,
     column_values,
+    distinct_rows,
+    raw_column,
 )
 from spark_zmq.protocols.goby.discovery import ManagerDiscovery
 from spark_zmq.protocols.goby.manager import (
@@ -187,6 +192,40 @@ class Goby(StreamProtocol, SinkProtocol):
             encoded.add_message([message], message[: message.index(b"\0")])
         return encoded
 
+    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch:
+        """``encode``'s messages column-wise: identifiers (and payloads made from ``text``)
+        once per distinct (group, scheme, type, payload given, text); payloads stay Arrow's."""
+        process, thread = os.getpid(), thread_hash()
+        payload = binary_column(batch, "payload")
+        has_payload = pc.is_valid(payload)
+        rows, keys = distinct_rows(
+            *(raw_column(batch, name) for name in ("group", "scheme", "type")),
+            has_payload,
+            raw_column(batch, "text"),
+        )
+        heads: list[bytes | None] = []
+        bodies: list[bytes | None] = []
+        errors: list[str | None] = []
+        for group, scheme, type_name, given, text_value in keys:
+            try:
+                head, body = message_parts(
+                    group, scheme, type_name, given, text_value, process=process, thread=thread
+                )
+            except (IdentifierError, PayloadError, ValueError) as exc:
+                heads.append(None)
+                bodies.append(None)
+                errors.append(str(exc))
+                continue
+            heads.append(head)
+            bodies.append(body)
+            errors.append(None)
+        of_row = pa.array(rows)
+        topics = pa.array([h[:-1] if h else None for h in heads], pa.binary()).take(of_row)
+        head = pa.array(heads, pa.binary()).take(of_row)
+        body = pc.if_else(has_payload, payload, pa.array(bodies, pa.binary()).take(of_row))
+        frame = pc.binary_join_element_wise(head, body, pa.scalar(b"", pa.binary()))
+        return EncodedBatch([frame], pa.array(errors, pa.string()).take(of_row), topics)
+
 
 def _string_or_integer(data_type: pa.DataType) -> bool:
     return pa.types.is_string(data_type) or pa.types.is_integer(data_type)
@@ -241,6 +280,20 @@ def encode_message(
     group, scheme, type_name, payload, text_value, *, process: int, thread: str
 ) -> bytes:
     """The one frame of a row's message; ValueError (and kin) says why there is none."""
+    head, body = message_parts(
+        group, scheme, type_name, payload is not None, text_value, process=process, thread=thread
+    )
+    if body is not None:
+        return head + body
+    return head + payload
+
+
+def message_parts(
+    group, scheme, type_name, has_payload: bool, text_value, *, process: int, thread: str
+) -> tuple[bytes, bytes | None]:
+    """A row's identifier and its payload made from ``text`` (None: the row's own payload):
+    all of a message that depends on a row but its payload's bytes. ValueError (and kin) says
+    why there is no message."""
     if not group:
         raise ValueError("no group: `group` is null or empty")
     if scheme is None or scheme == "":
@@ -251,15 +304,16 @@ def encode_message(
         type_name = CSTR_TYPE
     if not type_name:
         raise ValueError(f"no type: `type` is null or empty (scheme {scheme_name})")
-    if (payload is None) == (text_value is None):
+    if has_payload == (text_value is not None):
         raise ValueError("give exactly one of `payload` and `text`")
-    if payload is None:
+    body = None
+    if not has_payload:
         if scheme_id == CSTR:
-            payload = cstr_payload(text_value)
+            body = cstr_payload(text_value)
         elif scheme_id == JSON:
-            payload = json_bson(text_value)
+            body = json_bson(text_value)
         else:
             raise ValueError(
                 f"`text` is for CSTR and JSON rows; a {scheme_name} row needs `payload`"
             )
-    return identifier(group, scheme_name, type_name, process, thread) + payload
+    return identifier(group, scheme_name, type_name, process, thread), body

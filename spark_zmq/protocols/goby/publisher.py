@@ -69,11 +69,22 @@ class GobyPublisher(SinkPublisher):
         self._xpub.send([frame])
 
     def send(self, frames: list[bytes]) -> None:
+        self._prepare()
+        self._xpub.send(frames)
+
+    def sending_socket(self) -> zmq.Socket:
+        self._prepare()
+        return self._xpub.socket
+
+    def timeout_error(self) -> Exception:
+        return self._xpub.timeout_error()
+
+    def _prepare(self) -> None:
+        """Before a send: reconnect if the Router connection dropped, wait while gobyd holds."""
         if self._monitor.poll(0):
             self._reconnect()
         if self._hold.held:
             self._hold.wait_lifted(self.hold_timeout)
-        self._xpub.send(frames)
 
     def _reconnect(self) -> None:
         """The Router connection dropped: ask the Manager where the Router is now (if it

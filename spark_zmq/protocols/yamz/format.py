@@ -15,7 +15,9 @@ import json
 import re
 import uuid
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import zmq
 
 from spark_zmq.options import Option, OptionError, Options, comma_list, port, text
@@ -23,12 +25,15 @@ from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
     Encoded,
+    EncodedBatch,
     Endpoint,
     SinkProtocol,
     SinkPublisher,
     StateStore,
     StreamProtocol,
+    binary_column,
     column_values,
+    raw_column,
 )
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery
 from spark_zmq.protocols.yamz.publisher import YamzPublisher
@@ -248,6 +253,65 @@ class Yamz(StreamProtocol, SinkProtocol):
             else:
                 encoded.add_message(message, message[0])
         return encoded
+
+    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch:
+        """``encode``'s messages column-wise: the lists of ``frames`` become one column per
+        frame position, ``topic`` and ``payload`` the first two; no per-row Python."""
+        n = batch.num_rows
+        listed, empty_or_null, given = _frame_columns(raw_column(batch, "frames"))
+        topic, payload = binary_column(batch, "topic"), binary_column(batch, "payload")
+        has_topic = topic.is_valid().to_numpy(zero_copy_only=False)
+        has_payload = payload.is_valid().to_numpy(zero_copy_only=False)
+        no_message = ~given & ~has_payload
+        bad_list = given & empty_or_null
+        both = given & (has_topic | has_payload)
+        errors = np.full(n, None, object)  # the rules in _message, the first one last
+        errors[no_message] = "no message: `frames` and `payload` are null"
+        errors[bad_list] = "`frames` is empty or holds a null frame"
+        errors[both] = "give either `frames` or `topic`/`payload`, not both"
+        unsent = pa.array(no_message | bad_list | both)
+        nothing = pa.scalar(None, pa.binary())
+        with_topic = pa.array(has_topic)
+        first = pc.if_else(with_topic, topic, payload)
+        second = pc.if_else(with_topic, payload, nothing)
+        width = max(len(listed), 2)
+        frames = []
+        for position in range(width):
+            from_list = listed[position] if position < len(listed) else pa.nulls(n, pa.binary())
+            own = (first, second)[position] if position < 2 else pa.nulls(n, pa.binary())
+            frames.append(pc.if_else(pa.array(given), from_list, own))
+        frames[0] = pc.if_else(unsent, nothing, frames[0])
+        return EncodedBatch(frames, pa.array(errors, pa.string()), frames[0])
+
+
+def _frame_columns(frames: pa.Array) -> tuple[list[pa.Array], np.ndarray, np.ndarray]:
+    """The ``frames`` column as one ``binary`` column per frame position (a row is null where
+    its list ends), and per row whether its list is empty or holds a null frame, and whether
+    it is given at all."""
+    if not pa.types.is_list(frames.type):  # a null column, or a large list
+        frames = frames.cast(pa.list_(pa.binary()))
+    n = len(frames)
+    given = frames.is_valid().to_numpy(zero_copy_only=False)
+    lengths = pc.fill_null(pc.list_value_length(frames), 0).to_numpy(zero_copy_only=False)
+    values = frames.flatten()
+    if not pa.types.is_binary(values.type):
+        values = (
+            values.view(pa.binary())
+            if pa.types.is_string(values.type)
+            else values.cast(pa.binary())
+        )
+    null_values = values.is_null().to_numpy(zero_copy_only=False)
+    parents = pc.list_parent_indices(frames).to_numpy(zero_copy_only=False)
+    holds_null = np.bincount(parents[null_values], minlength=n)[:n] > 0
+    empty_or_null = given & ((lengths == 0) | holds_null)
+    offsets = frames.offsets.to_numpy(zero_copy_only=False)
+    starts = offsets[:-1] - offsets[0]
+    columns = []
+    for position in range(int(lengths.max()) if n else 0):
+        present = given & (lengths > position)
+        indices = pa.array(np.where(present, starts + position, 0), mask=~present)
+        columns.append(values.take(indices))
+    return columns, empty_or_null, given
 
 
 def _bytes_or_text(kind: pa.DataType) -> bool:

@@ -9,6 +9,8 @@ headers are fixed once a node starts, so each publisher runs a node of its own.
 
 from __future__ import annotations
 
+import zmq
+
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import SinkPublisher
 from spark_zmq.protocols.xpub import XPubSender
@@ -64,9 +66,19 @@ class YamzPublisher(SinkPublisher):
         self._failure = error
 
     def send(self, frames: list[bytes]) -> None:
+        self._check()
+        self._xpub.send(frames)
+
+    def sending_socket(self) -> zmq.Socket:
+        self._check()
+        return self._xpub.socket
+
+    def timeout_error(self) -> Exception:
+        return self._xpub.timeout_error()
+
+    def _check(self) -> None:
         if self._failure is not None:  # readers can no longer find this port
             raise self._failure
-        self._xpub.send(frames)
 
     def subscribers(self, topic: bytes) -> int:
         return self._xpub.subscribers(topic)

@@ -12,17 +12,22 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import zmq
 
 from spark_zmq.options import OptionError, Options
 from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
     Encoded,
+    EncodedBatch,
     SinkProtocol,
     SinkPublisher,
     StateStore,
     StreamProtocol,
+    binary_column,
     column_values,
+    distinct_rows,
+    string_column,
 )
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.options import READER_OPTIONS, WRITER_OPTIONS, _events_map
@@ -178,29 +183,39 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         events = column_values(batch, "event")
         ids = column_values(batch, "event_id")
         payloads = column_values(batch, "payload")
-        registered = (
-            set(_events_map(options["registeredEvents"])) if options["registeredEvents"] else None
-        )
+        registered = _registered(options)
         wire_of: dict[str, bytes] = {}
         encoded = Encoded()
         for event, hex_id, payload in zip(events, ids, payloads):
-            wire, error = _wire_id(event, hex_id, wire_of)
-            if error is None and registered is not None and wire not in registered:
-                error = (
-                    f"event {event or hex_id!r} is not among registeredEvents; "
-                    f"a publisher sends only registered events"
-                )
-            if error is not None or wire is None:
-                encoded.add_error(error or "no event")
+            wire = _message_head(event, hex_id, registered, wire_of)
+            if isinstance(wire, str):
+                encoded.add_error(wire)
                 continue
-            if event:
-                encoded.names[wire] = event
-            else:
-                encoded.names.setdefault(wire, None)
+            _name(encoded.names, wire, event)
             if isinstance(payload, str):
                 payload = payload.encode("utf-8")
             encoded.add_message([wire, payload] if payload else [wire], wire)
         return encoded
+
+    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch:
+        """``encode``'s messages column-wise: the rules run once per distinct (event,
+        event_id) pair; the payloads stay Arrow's (an empty one sends no second frame)."""
+        rows, pairs = distinct_rows(string_column(batch, "event"), string_column(batch, "event_id"))
+        registered = _registered(options)
+        wire_of: dict[str, bytes] = {}
+        heads = [_message_head(event, hex_id, registered, wire_of) for event, hex_id in pairs]
+        names: dict[bytes, str | None] = {}
+        for (event, _), head in zip(pairs, heads):
+            if isinstance(head, bytes):
+                _name(names, head, event)
+        of_row = pa.array(rows)
+        wires = pa.array([h if isinstance(h, bytes) else None for h in heads], pa.binary())
+        errors = pa.array([h if isinstance(h, str) else None for h in heads], pa.string())
+        wires, errors = wires.take(of_row), errors.take(of_row)
+        payload = binary_column(batch, "payload")
+        has_body = pc.fill_null(pc.greater(pc.binary_length(payload), 0), False)
+        body = pc.if_else(has_body, payload, pa.scalar(None, pa.binary()))
+        return EncodedBatch([wires, body], errors, wires, names)
 
 
 class PublisherSink(SinkPublisher):
@@ -213,6 +228,12 @@ class PublisherSink(SinkPublisher):
     def send(self, frames: list[bytes]) -> None:
         self.publisher.send_frames(frames)
 
+    def sending_socket(self) -> zmq.Socket:
+        return self.publisher.socket
+
+    def timeout_error(self) -> Exception:
+        return self.publisher.timeout_error()
+
     def declare(self, names: dict[bytes, str | None]) -> None:
         for wire, name in names.items():
             self.publisher.register(wire, name)
@@ -222,6 +243,34 @@ class PublisherSink(SinkPublisher):
 
     def close(self) -> None:
         self.publisher.close()
+
+
+def _registered(options: Options) -> set[bytes] | None:
+    """The ids a publisher may send (``registeredEvents``), or None: any."""
+    return set(_events_map(options["registeredEvents"])) if options["registeredEvents"] else None
+
+
+def _message_head(
+    event: str | None, hex_id: str | None, registered: set[bytes] | None, cache: dict[str, bytes]
+) -> bytes | str:
+    """A row's first frame (its wire id), or why the row cannot be sent (text)."""
+    wire, error = _wire_id(event, hex_id, cache)
+    if error is None and registered is not None and wire not in registered:
+        error = (
+            f"event {event or hex_id!r} is not among registeredEvents; "
+            f"a publisher sends only registered events"
+        )
+    if error is not None or wire is None:
+        return error or "no event"
+    return wire
+
+
+def _name(names: dict[bytes, str | None], wire: bytes, event: str | None) -> None:
+    """Note the name of a sent id: the event's, where a row names it."""
+    if event:
+        names[wire] = event
+    else:
+        names.setdefault(wire, None)
 
 
 def _wire_id(

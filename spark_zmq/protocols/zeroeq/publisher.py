@@ -153,10 +153,14 @@ class Publisher:
         try:
             self.socket.send_multipart(frames, copy=sum(map(len, frames)) < 65536)
         except zmq.Again:
-            raise SendTimeout(
-                f"zeroeq publisher {self.instance_name}: a send stayed blocked for "
-                f"{self.send_timeout} s: a subscriber is not taking messages (back-pressure)"
-            ) from None
+            raise self.timeout_error() from None
+
+    def timeout_error(self) -> SendTimeout:
+        """What a send raises when back-pressure outlasted the send timeout."""
+        return SendTimeout(
+            f"zeroeq publisher {self.instance_name}: a send stayed blocked for "
+            f"{self.send_timeout} s: a subscriber is not taking messages (back-pressure)"
+        )
 
     def count_subscribers(self, event: str | bytes | None = None) -> int:
         """Subscriptions matching ``event`` (its id or a prefix of it); without ``event``,

@@ -242,7 +242,7 @@ def test_malformed_broadcasts_follow_mode(spark, tmp_path, mode):
 
 
 @pytest.mark.spark
-def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tmp_path):
+def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tmp_path, send_core):
     relay = BroadcastRelay(pub_port=0, sub_port=0)
     subscriber = zmq.Context.instance().socket(zmq.SUB)
     subscriber.setsockopt(zmq.LINGER, 0)
@@ -267,6 +267,7 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
         spark.readStream.schema("channel STRING, data STRING")
         .json(str(inbox))
         .writeStream.format("ebus")
+        .option("sendCore", send_core)
         .option("pubPort", relay.pub_port)
         .option("waitForSubscribers", "60")
         .option("checkpointLocation", str(tmp_path / "cp-writer"))

@@ -469,3 +469,21 @@ def test_ebus_request_outcomes_from_any_answer_300_examples(status, data, sends)
             assert outcome.data == to_json(unpack(data))
         except EBusPayloadError:
             pass
+
+
+@fuzz(300)
+@given(rows=st.lists(ebus_rows, min_size=1, max_size=12), skip=st.integers(0, 2))
+def test_ebus_encodes_the_same_broadcasts_column_wise_300_examples(rows, skip):
+    """What the compiled send loop sends (``encode_columns``) is what the Python path sends
+    (``encode``), row by row, also for a slice of a batch; requests have no column-wise
+    encoding (the EBUS client sends them)."""
+    schema = pa.schema([("channel", pa.string()), ("data", pa.string()), ("payload", pa.binary())])
+    filler = [{"channel": "filler", "data": None, "payload": b"filler"}] * skip
+    batch = pa.RecordBatch.from_pylist(filler + rows, schema=schema).slice(skip)
+
+    by_columns = ebus.encode_columns(batch, EBUS_BROADCAST)
+
+    assert by_columns is not None
+    assert by_columns.as_encoded() == ebus.encode(batch, EBUS_BROADCAST)
+    assert all(frame.type == pa.binary() for frame in [*by_columns.frames, by_columns.topics])
+    assert ebus.encode_columns(batch, EBUS_REQUESTS) is None

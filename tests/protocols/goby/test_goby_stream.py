@@ -264,7 +264,7 @@ def test_schemes_3_and_4_and_gobyd_internal_groups_are_read_as_goby3_writes_them
     assert sorted(r.group for r in internal if r not in hidden) == ["log", "raw3", "raw4"]
 
 
-def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
+def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path, send_core):
     base = str(tmp_path / "g")
     daemon = GobyDaemon(socket_name=base)
     subscriber = zmq.Context.instance().socket(zmq.SUB)
@@ -306,6 +306,7 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
         .json(str(inbox))
         .selectExpr("group", "scheme", "type", "text", "unhex(payload) AS payload")
         .writeStream.format("goby")
+        .option("sendCore", send_core)
         .option("socketName", base)
         .option("waitForSubscribers", "60")
         .option("checkpointLocation", str(tmp_path / "cp-writer"))
@@ -345,7 +346,9 @@ def test_spark_writes_messages_a_goby_client_parses(spark, tmp_path):
     assert (APP_NAME, pids.pop()) in daemon.clients  # clientName: the application's
 
 
-def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, tmp_path):
+def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(
+    spark, tmp_path, send_core
+):
     base = str(tmp_path / "g")
     daemon = GobyDaemon(socket_name=base, required_clients=["navigator"])
     subscriber = zmq.Context.instance().socket(zmq.SUB)
@@ -362,6 +365,7 @@ def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(spark, 
         .coalesce(1)
         .selectExpr("'held' AS group", "'CSTR' AS scheme", "cast(n AS STRING) AS text")
         .writeStream.format("goby")
+        .option("sendCore", send_core)
         .option("socketName", base)
         .option("waitForSubscribers", "60")
         .option("holdTimeout", "120")

@@ -207,15 +207,16 @@ def test_abstract_addresses_read_matching_ports_as_peers_come_and_go(spark, tmp_
         assert row.error is None
 
 
-def test_spark_writer_is_found_by_an_abstract_address(spark, tmp_path):
+def test_spark_writer_is_found_by_an_abstract_address(spark, tmp_path, send_core):
     beacon = 5672
+    node = f"sparkw_{send_core}"
     reader = memory_query(
         spark,
         tmp_path,
         "yamz",
         "yamz_written",
         beaconPort=str(beacon),
-        address="yamz://sparkw/spark/out?apa=4[0-9]&det=tpc",
+        address=f"yamz://{node}/spark/out?apa=4[0-9]&det=tpc",
     )
     inbox = tmp_path / "in"
     inbox.mkdir()
@@ -236,10 +237,11 @@ def test_spark_writer_is_found_by_an_abstract_address(spark, tmp_path):
         .json(str(inbox))
         .coalesce(1)
         .writeStream.format("yamz")
+        .option("sendCore", send_core)
         .option("beaconPort", str(beacon))
         .option("address", "tcp://127.0.0.1:*?det=tpc&apa=42")
         .option("path", "spark/out")
-        .option("node", "sparkw")
+        .option("node", node)
         .option("waitForSubscribers", "90")
         .option("checkpointLocation", str(tmp_path / "cp-writer"))
         .trigger(availableNow=True)
@@ -262,7 +264,7 @@ def test_spark_writer_is_found_by_an_abstract_address(spark, tmp_path):
         [b"a", b"b", b"three"],
     ]
     assert [bytes(r.payload) for r in rows] == [b"one", b"two", b"three"]
-    assert {(r.node, r.path) for r in rows} == {("sparkw", "spark/out")}
+    assert {(r.node, r.path) for r in rows} == {(node, "spark/out")}
     assert rows[0].params == {"det": "tpc", "apa": "42"}
     assert rows[0].address.startswith("tcp://127.0.0.1:")
 

@@ -102,11 +102,9 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
     assert rows[0].params["det"] == "tpc" and rows[0].params["apa"] == "42"
 
 
-def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path):
-    beacon, count = "5675", 20
-    peer = start_peer(
-        "subscribe", "zjs-reader", REMOTE[0], beacon, "sparkzw", "spark/out", str(count)
-    )
+def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path, send_core):
+    beacon, count, node = "5675", 20, f"sparkzw_{send_core}"
+    peer = start_peer("subscribe", "zjs-reader", REMOTE[0], beacon, node, "spark/out", str(count))
     inbox = tmp_path / "in"
     inbox.mkdir()
     (inbox / "1.json").write_text(
@@ -117,10 +115,11 @@ def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path):
         .json(str(inbox))
         .coalesce(1)
         .writeStream.format("yamz")
+        .option("sendCore", send_core)
         .option("beaconPort", beacon)
         .option("address", "tcp://*:*?det=tpc")
         .option("path", "spark/out")
-        .option("node", "sparkzw")
+        .option("node", node)
         .option("waitForSubscribers", "90")
         .option("checkpointLocation", str(tmp_path / "cp-writer"))
         .trigger(availableNow=True)
@@ -136,4 +135,4 @@ def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path):
     lines = [json.loads(line) for line in out.splitlines()]
     got = [[base64.b64decode(f) for f in line["frames"]] for line in lines]
     assert got == [[b"w/%d" % i] for i in range(count)], err
-    assert "connecting to sparkzw's spark/out at tcp://10.79.0.1:" in err
+    assert f"connecting to {node}'s spark/out at tcp://10.79.0.1:" in err

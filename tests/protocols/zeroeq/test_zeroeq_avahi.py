@@ -134,13 +134,16 @@ def test_a_cxx_style_subscriber_finds_our_publisher_by_session(avahi, host):
 
 @pytest.mark.spark
 def test_the_spark_writer_with_default_options_reaches_a_cxx_style_subscriber(
-    spark, tmp_path, avahi
+    spark, tmp_path, avahi, send_core
 ):
     inbox = tmp_path / "in"
     inbox.mkdir()
-    subscriber = AvahiSubscriber(avahi, "avahi-writer", [ECHO])
+    session = f"avahi-writer-{send_core}"
+    subscriber = AvahiSubscriber(avahi, session, [ECHO])
     write_rows(inbox, "1", [{"event": ECHO, "payload": f"w/{i}"} for i in range(5)])
-    writer = start_writer(spark, tmp_path, inbox, session="avahi-writer", waitForSubscribers="60")
+    writer = start_writer(
+        spark, tmp_path, inbox, session=session, waitForSubscribers="60", sendCore=send_core
+    )
     try:
         got = subscriber.receive(5, timeout=90)
     finally:

@@ -14,10 +14,13 @@ A, B = "spark::test::A", "spark::test::B"
 INPUT_SCHEMA = "event STRING, event_id STRING, payload STRING"
 
 
-def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, tmp_path, zeroconf):
+def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(
+    spark, tmp_path, zeroconf, send_core
+):
     inbox = tmp_path / "in"
     inbox.mkdir()
-    reader = start_query(spark, tmp_path, "written", session="w1")
+    session = f"w1-{send_core}"
+    reader = start_query(spark, tmp_path, "written", session=session)
     write_rows(
         inbox,
         "1",
@@ -28,16 +31,17 @@ def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, t
         spark,
         tmp_path,
         inbox,
-        session="w1",
+        session=session,
         registeredEvents=f"{A},{B}",
         waitForSubscribers="60",
         minSubscribers="2",
+        sendCore=send_core,
     )
     subscriber = None
     try:
         # the writer's task has opened its publisher and waits for a second subscriber
-        records = announced(zeroconf, PUBLISHER_SERVICE, "w1")
-        subscriber = WireSubscriber(zeroconf, "w1", [A, B])  # connects late
+        records = announced(zeroconf, PUBLISHER_SERVICE, session)
+        subscriber = WireSubscriber(zeroconf, session, [A, B])  # connects late
         got = subscriber.receive(7)
         write_rows(inbox, "2", [{"event": B, "payload": "b/1"}])  # a second micro-batch
         got = subscriber.receive(8)
@@ -63,7 +67,7 @@ def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, t
         "vocabulary",
         "vocabulary_request",
     } <= set(record.txt)
-    assert record.txt["type"] == "ZeroEQ" and record.session == "w1"
+    assert record.txt["type"] == "ZeroEQ" and record.session == session
     assert record.vocabulary == {event_id(A), event_id(B)}
     assert record.instance_name.startswith("127.0.0.1:")
     assert sorted((r.event, bytes(r.payload)) for r in rows) == sorted(
@@ -73,10 +77,10 @@ def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(spark, t
 
 
 @pytest.mark.parametrize("mode", ["PERMISSIVE", "FAILFAST"])
-def test_rows_that_cannot_be_sent_follow_mode(spark, tmp_path, zeroconf, mode):
+def test_rows_that_cannot_be_sent_follow_mode(spark, tmp_path, zeroconf, mode, send_core):
     inbox = tmp_path / "in"
     inbox.mkdir()
-    session = f"bad-{mode.lower()}"
+    session = f"bad-{mode.lower()}-{send_core}"
     write_rows(
         inbox,
         "1",
@@ -101,6 +105,7 @@ def test_rows_that_cannot_be_sent_follow_mode(spark, tmp_path, zeroconf, mode):
         registeredEvents=A,
         maxMessageBytes="200",
         waitForSubscribers="60",
+        sendCore=send_core,
     )
     try:
         if mode == "FAILFAST":
@@ -133,7 +138,7 @@ def test_writer_options_and_input_columns_are_checked(spark, tmp_path):
         ).start().awaitTermination(60)
 
 
-def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path):
+def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path, send_core):
     """No subscriber at all: a batch of 5 different events waits `waitForSubscribers` once
     (the publisher's window), not once per event (which took 5 x the option before)."""
     inbox = tmp_path / "in"
@@ -144,8 +149,9 @@ def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path):
         tmp_path,
         inbox,
         {"availableNow": True},
-        session="nobody-listens",
+        session=f"nobody-listens-{send_core}",
         waitForSubscribers="8",
+        sendCore=send_core,
     )
     try:
         writer.awaitTermination(180)
