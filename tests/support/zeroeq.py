@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterable
 
 import zmq
 from zeroconf import ServiceBrowser, ServiceStateChange
@@ -87,9 +88,12 @@ class WireSubscriber:
         self.socket.close(0)
 
 
-def announced(zeroconf, service: str, session: str, timeout: float = 60.0) -> dict:
+def announced(
+    zeroconf, service: str, session: str, timeout: float = 60.0, including: Iterable[str] = ()
+) -> dict:
     """{instance name: Record} of the ``service`` records of ``session`` that a browser sees,
-    once there is at least one."""
+    once there is at least one and every instance named in ``including`` is among them."""
+    wanted = set(including)
     found = {}
 
     def on_change(zeroconf, service_type, name, state_change):
@@ -101,7 +105,11 @@ def announced(zeroconf, service: str, session: str, timeout: float = 60.0) -> di
 
     browser = ServiceBrowser(zeroconf, service, handlers=[on_change])
     try:
-        wait_until(lambda: found, timeout=timeout, what=f"a {service} record of {session}")
+        wait_until(
+            lambda: found and wanted <= found.keys(),
+            timeout=timeout,
+            what=f"{service} records of {session}{' for ' if wanted else ''}{', '.join(wanted)}",
+        )
     finally:
         browser.cancel()
     return found

@@ -46,6 +46,12 @@ def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(
         write_rows(inbox, "2", [{"event": B, "payload": "b/1"}])  # a second micro-batch
         got = subscriber.receive(8)
         rows = wait_for_rows(spark, "written", 8)
+        # a task does not close its publisher: every one that sent is still announced (fails
+        # otherwise). Which publisher sends a batch depends on which idle Python worker Spark
+        # gives the task: each worker has its own, so two batches may come through two.
+        announced(
+            zeroconf, PUBLISHER_SERVICE, session, timeout=15, including={r.publisher for r in rows}
+        )
     finally:
         writer.stop()
         reader.stop()
@@ -73,7 +79,6 @@ def test_spark_writer_reaches_a_spark_reader_and_a_late_wire_subscriber(
     assert sorted((r.event, bytes(r.payload)) for r in rows) == sorted(
         [(A, b"a/%d" % i) for i in range(5)] + [(A, b""), (B, b"b/0"), (B, b"b/1")]
     )
-    assert len({r.publisher for r in rows}) == 1  # the publisher lived on between batches
 
 
 @pytest.mark.parametrize("mode", ["PERMISSIVE", "FAILFAST"])
