@@ -37,15 +37,27 @@ def native():
     return module
 
 
-@pytest.fixture
-def pair():
+def connected(
+    context: zmq.Context,
+    send_hwm: int = 1000,
+    send_timeout: float | None = None,
+    receive_hwm: int | None = None,
+    receive_buffer: int | None = None,
+) -> tuple[XPubSender, zmq.Socket]:
     """An XPUB publisher (the writers' own class) bound on loopback and a SUB subscribed to
-    everything, the subscription seen by the publisher before the test sends."""
+    everything, the subscription seen by the publisher before this returns."""
     publisher = XPubSender(
-        "tcp://127.0.0.1:*", send_hwm=1000, send_timeout=None, bind=True, context=zmq.Context()
+        "tcp://127.0.0.1:*",
+        send_hwm=send_hwm,
+        send_timeout=send_timeout,
+        bind=True,
+        context=context,
     )
-    subscriber = zmq.Context.instance().socket(zmq.SUB)
-    subscriber.setsockopt(zmq.RCVHWM, 0)
+    subscriber = context.socket(zmq.SUB)
+    if receive_hwm is not None:
+        subscriber.setsockopt(zmq.RCVHWM, receive_hwm)
+    if receive_buffer is not None:
+        subscriber.setsockopt(zmq.RCVBUF, receive_buffer)
     subscriber.setsockopt(zmq.LINGER, 0)
     subscriber.setsockopt(zmq.SUBSCRIBE, b"")
     subscriber.connect(publisher.address)
@@ -53,9 +65,18 @@ def pair():
     while publisher.subscribers(b"") < 1:
         assert time.monotonic() < deadline, "the subscription did not arrive"
         time.sleep(0.01)
+    return publisher, subscriber
+
+
+@pytest.fixture
+def pair():
+    """``connected`` with a subscriber that queues without bound."""
+    context = zmq.Context()
+    publisher, subscriber = connected(context, receive_hwm=0)
     yield publisher, subscriber
     subscriber.close(0)
     publisher.socket.close(0)
+    context.term()
 
 
 def receive(subscriber: zmq.Socket, count: int) -> list[list[bytes]]:
@@ -87,16 +108,9 @@ messages = st.lists(st.one_of(st.none(), st.lists(frames, min_size=1, max_size=4
 @fuzz(60)
 @given(rows=messages, skip=st.integers(0, 3))
 def test_what_arrives_is_frame_for_frame_what_the_rows_say_60_examples(native, rows, skip):
-    publisher = XPubSender(
-        "tcp://127.0.0.1:*", send_hwm=1000, send_timeout=None, bind=True, context=zmq.Context()
-    )
-    subscriber = zmq.Context.instance().socket(zmq.SUB)
-    subscriber.setsockopt(zmq.LINGER, 0)
-    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
-    subscriber.connect(publisher.address)
+    context = zmq.Context()
+    publisher, subscriber = connected(context)
     try:
-        while publisher.subscribers(b"") < 1:
-            time.sleep(0.005)
         encoded = batch_of(rows, 4, skip)
         expected = [m for m in rows if m is not None]
         assert list(encoded.messages(0, len(encoded))) == expected
@@ -107,6 +121,7 @@ def test_what_arrives_is_frame_for_frame_what_the_rows_say_60_examples(native, r
     finally:
         subscriber.close(0)
         publisher.socket.close(0)
+        context.term()
 
 
 def test_runs_of_a_large_batch_and_a_part_of_it_arrive_in_order(native, pair):
@@ -121,18 +136,10 @@ def test_runs_of_a_large_batch_and_a_part_of_it_arrive_in_order(native, pair):
 
 def test_back_pressure_beyond_the_send_timeout_raises_the_publishers_timeout_error(native):
     context = zmq.Context()
-    publisher = XPubSender(
-        "tcp://127.0.0.1:*", send_hwm=10, send_timeout=0.3, bind=True, context=context
+    publisher, subscriber = connected(
+        context, send_hwm=10, send_timeout=0.3, receive_hwm=10, receive_buffer=4096
     )
-    subscriber = context.socket(zmq.SUB)
-    subscriber.setsockopt(zmq.RCVHWM, 10)
-    subscriber.setsockopt(zmq.RCVBUF, 4096)
-    subscriber.setsockopt(zmq.LINGER, 0)
-    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
-    subscriber.connect(publisher.address)
     try:
-        while publisher.subscribers(b"") < 1:
-            time.sleep(0.01)
         encoded = batch_of([[TOPIC, bytes(10_000)]] * 5000, 2)
         started = time.monotonic()
         with pytest.raises(SendTimeout, match=r"stayed blocked for 0\.3 s"):
@@ -146,18 +153,7 @@ def test_back_pressure_beyond_the_send_timeout_raises_the_publishers_timeout_err
 
 def blocked_publisher(context: zmq.Context) -> tuple[XPubSender, zmq.Socket]:
     """A publisher whose subscriber does not read: its sends block (no send timeout)."""
-    publisher = XPubSender(
-        "tcp://127.0.0.1:*", send_hwm=10, send_timeout=None, bind=True, context=context
-    )
-    subscriber = context.socket(zmq.SUB)
-    subscriber.setsockopt(zmq.RCVHWM, 10)
-    subscriber.setsockopt(zmq.RCVBUF, 4096)
-    subscriber.setsockopt(zmq.LINGER, 0)
-    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
-    subscriber.connect(publisher.address)
-    while publisher.subscribers(b"") < 1:
-        time.sleep(0.01)
-    return publisher, subscriber
+    return connected(context, send_hwm=10, receive_hwm=10, receive_buffer=4096)
 
 
 class Alarm(Exception):

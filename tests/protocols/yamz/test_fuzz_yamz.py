@@ -434,21 +434,18 @@ YAMZ_WRITER = parse_options("yamz", WRITER_OPTIONS + yamz.writer_options, {})
 maybe_text = st.one_of(st.none(), st.text(max_size=8))
 
 
+def yamz_rows(max_frames: int, max_rows: int) -> st.SearchStrategy:
+    """Writer input rows: ``frames`` (some null), ``topic`` and ``payload``, each maybe null."""
+    frames = st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=max_frames)
+    row = st.fixed_dictionaries(
+        {"frames": st.one_of(st.none(), frames), "topic": maybe_text, "payload": maybe_text}
+    )
+    return st.lists(row, min_size=1, max_size=max_rows)
+
+
 @fuzz(200)
 @given(
-    rows=st.lists(
-        st.fixed_dictionaries(
-            {
-                "frames": st.one_of(
-                    st.none(), st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=3)
-                ),
-                "topic": maybe_text,
-                "payload": maybe_text,
-            }
-        ),
-        min_size=1,
-        max_size=8,
-    ),
+    rows=yamz_rows(max_frames=3, max_rows=8),
     params=st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3),
 )
 def test_yamz_encode_then_decode_keeps_every_frame_200_examples(rows, params):
@@ -483,19 +480,7 @@ def test_yamz_encode_then_decode_keeps_every_frame_200_examples(rows, params):
 
 @fuzz(200)
 @given(
-    rows=st.lists(
-        st.fixed_dictionaries(
-            {
-                "frames": st.one_of(
-                    st.none(), st.lists(st.one_of(st.none(), st.text(max_size=6)), max_size=4)
-                ),
-                "topic": maybe_text,
-                "payload": maybe_text,
-            }
-        ),
-        min_size=1,
-        max_size=12,
-    ),
+    rows=yamz_rows(max_frames=4, max_rows=12),
     binary=st.booleans(),
     skip=st.integers(0, 2),
 )
