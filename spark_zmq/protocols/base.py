@@ -245,10 +245,15 @@ def binary_column(batch: pa.RecordBatch, name: str) -> pa.Array:
     index = batch.schema.get_field_index(name)
     if index < 0:
         return pa.nulls(batch.num_rows, pa.binary())
-    column = batch.column(index)
-    if pa.types.is_string(column.type):
-        return column.view(pa.binary())
-    return column if pa.types.is_binary(column.type) else column.cast(pa.binary())
+    return as_binary(batch.column(index))
+
+
+def as_binary(array: pa.Array) -> pa.Array:
+    """``array`` as ``binary``: text as its UTF-8 bytes (``string`` viewed as ``binary``, no
+    copy), binary as it is, anything else (the large types) cast."""
+    if pa.types.is_string(array.type):
+        return array.view(pa.binary())
+    return array if pa.types.is_binary(array.type) else array.cast(pa.binary())
 
 
 def string_column(batch: pa.RecordBatch, name: str) -> pa.Array:

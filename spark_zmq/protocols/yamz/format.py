@@ -31,6 +31,7 @@ from spark_zmq.protocols.base import (
     SinkPublisher,
     StateStore,
     StreamProtocol,
+    as_binary,
     binary_column,
     column_values,
     raw_column,
@@ -293,13 +294,7 @@ def _frame_columns(frames: pa.Array) -> tuple[list[pa.Array], np.ndarray, np.nda
     n = len(frames)
     given = frames.is_valid().to_numpy(zero_copy_only=False)
     lengths = pc.fill_null(pc.list_value_length(frames), 0).to_numpy(zero_copy_only=False)
-    values = frames.flatten()
-    if not pa.types.is_binary(values.type):
-        values = (
-            values.view(pa.binary())
-            if pa.types.is_string(values.type)
-            else values.cast(pa.binary())
-        )
+    values = as_binary(frames.flatten())
     null_values = values.is_null().to_numpy(zero_copy_only=False)
     parents = pc.list_parent_indices(frames).to_numpy(zero_copy_only=False)
     holds_null = np.bincount(parents[null_values], minlength=n)[:n] > 0
