@@ -19,7 +19,10 @@ is the first thing to give out. A rate counts as reached only when every sequenc
 exactly once *and* the publisher itself kept up (the report says when it did not). The
 publisher counts what its high-water mark drops, so the report tells gaps made at the publisher
 from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
-delivers everything a run's capture received), each trial with a fresh spool and checkpoint.
+delivers everything a run's capture received), each trial with a fresh spool and checkpoint,
+except for ``maxRecordsPerTrigger`` (``--max-records-per-trigger``): the sink collects each
+micro-batch into the driver. The bare loop queues at most what capture queues
+(``--bare-rcvhwm``, capture's ``receiveHighWaterMark``): both fall behind the same way.
 
 Run it as ``python benchmarks/zeroeq_rate.py [--quick]``: it re-executes itself through
 ``scripts/netns.sh``, so every socket lives in a private network namespace that holds only
@@ -57,6 +60,7 @@ from hermetic import ensure_private_network
 
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 from spark_zmq.spark.session import LOOPBACK
+from spark_zmq.stream_options import READER_OPTIONS
 
 TICK_EVENT = "bench::Tick"
 #: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload
@@ -78,6 +82,12 @@ MEMORY_PAYLOAD_BYTES = 1024
 MS = 1e6
 #: the issue's target for the connector's no-gap rate over the bare SUB loop's
 RATIO_TARGET = 1.5
+#: capture's default receive queue per endpoint, from the option's one definition
+CAPTURE_RECEIVE_HWM: int = next(
+    o.parse(o.default) for o in READER_OPTIONS if o.name == "receiveHighWaterMark" and o.default
+)
+#: admission per micro-batch: about 70 MB of 100-byte events in the driver per batch
+MAX_RECORDS_PER_TRIGGER = 500_000
 CORES = ("native", "python")
 
 
@@ -198,8 +208,16 @@ class SearchOutcome:
 
     @property
     def limited_by_publisher(self) -> bool:
+        """The publisher fell behind on its own. One that dropped at its send high-water mark
+        found its queue full for SEND_PATIENCE: the receiving side did not take, and the
+        publisher fell behind waiting on it."""
         bound = self.bound
-        return bound is not None and not bound.error and not bound.publisher_kept_up
+        return (
+            bound is not None
+            and not bound.error
+            and not bound.publisher_kept_up
+            and bound.publisher_dropped == 0
+        )
 
 
 # -- publisher process ----------------------------------------------------------------------------
@@ -293,15 +311,22 @@ def native_sender(sock: zmq.Socket, topic: bytes, body: bytes) -> Callable[[int,
 
 
 def bare_receiver_main(
-    port: int, count: int, timeout: float, conn: multiprocessing.connection.Connection
+    port: int,
+    count: int,
+    timeout: float,
+    receive_hwm: int,
+    conn: multiprocessing.connection.Connection,
 ) -> None:
-    """A plain SUB loop (receive high-water mark 0, as capture uses) that checks sequence
-    numbers: the reference the connector is measured against."""
+    """A plain SUB loop that checks sequence numbers: the reference the connector is measured
+    against. Its receive high-water mark is capture's (``receive_hwm``): with none (0), zmq's
+    I/O thread queues whatever the loop has not taken yet, without bound, and the loop only
+    catches up after the publisher stops, so the trial measures zmq's I/O thread and memory
+    rather than the loop."""
 
     def body() -> None:
         context = zmq.Context()
         sock = context.socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, receive_hwm)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVTIMEO, 500)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -447,6 +472,8 @@ class Bench:
     native_publisher: bool = False  # the publisher sends with the compiled core's loop
     publisher_nice: int = 0  # the publisher process's nice value
     core: str = "auto"  # the connector's captureCore
+    bare_receive_hwm: int = 0  # the bare SUB loop's ZMQ_RCVHWM
+    max_records_per_trigger: int = 0  # the connector query's maxRecordsPerTrigger (0: none)
 
 
 def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
@@ -465,6 +492,7 @@ def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> 
             publisher.port,
             trial.planned,
             SUBSCRIBE_TIMEOUT + 2 * duration + 30,
+            bench.bare_receive_hwm,
         )
         trial.record_publisher(publisher.result(SUBSCRIBE_TIMEOUT + 10 * duration + 30))
         got: ReceiveResult = receiver.expect("received", SUBSCRIBE_TIMEOUT + 2 * duration + 60)
@@ -620,6 +648,7 @@ def run_connector_trial(
             .option("publishers", f"{LOOPBACK}:{publisher.port}")
             .option("spoolPath", str(folder / "spool"))
             .option("captureCore", bench.core)
+            .options(**admission(bench))
             .load()
             .writeStream.foreachBatch(collector)
             .option("checkpointLocation", str(folder / "checkpoint"))
@@ -639,6 +668,13 @@ def run_connector_trial(
         shutil.rmtree(folder, ignore_errors=True)
     record_delivery(trial, collector)
     return trial
+
+
+def admission(bench: Bench) -> dict[str, str]:
+    """The connector query's admission option, if the run sets one."""
+    if bench.max_records_per_trigger <= 0:
+        return {}
+    return {"maxRecordsPerTrigger": str(bench.max_records_per_trigger)}
 
 
 def error_text(exc: Exception) -> str:
@@ -895,6 +931,13 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
         f"x{args.factor:g} per step (max {args.max_steps}), payload {PAYLOAD_BYTES} B, "
         f"SNDHWM {SEND_HWM}, publisher must reach {KEEP_UP:.0%} of the rate"
     )
+    if hasattr(args, "bare_rcvhwm"):
+        cap = args.max_records_per_trigger
+        print(
+            f"  receivers : bare SUB loop RCVHWM {args.bare_rcvhwm:,}; connector "
+            f"receiveHighWaterMark {CAPTURE_RECEIVE_HWM:,} (default), maxRecordsPerTrigger "
+            f"{f'{cap:,}' if cap > 0 else 'none'}"
+        )
     from spark_zmq.capture.cores import native_status
 
     print(
@@ -938,6 +981,13 @@ def describe_limit(outcome: SearchOutcome) -> str:
         return (
             f"the publisher: asked for {bound.rate:,.0f} msg/s it sent "
             f"{bound.publisher_rate:,.0f} msg/s (< {KEEP_UP:.0%}); the receiver lost nothing"
+        )
+    if not bound.publisher_kept_up and bound.publisher_dropped:
+        return (
+            f"the receiving side: at {bound.rate:,.0f} msg/s the publisher's send queue stayed "
+            f"full for {SEND_PATIENCE * 1000:g} ms and dropped {bound.publisher_dropped:,} "
+            f"messages ({bound.gaps:,} lost in all); waiting on it, the publisher sent "
+            f"{bound.publisher_rate:,.0f} msg/s"
         )
     if not bound.publisher_kept_up:
         return (
@@ -1106,6 +1156,23 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=",".join(CORES),
         help="capture's receive loops to measure, in this order (default native,python): one "
         "connector search and one CPU trial each",
+    )
+    parser.add_argument(
+        "--bare-rcvhwm",
+        type=int,
+        default=CAPTURE_RECEIVE_HWM,
+        help=f"receive high-water mark of the bare SUB loop (default {CAPTURE_RECEIVE_HWM:,}, "
+        "capture's receiveHighWaterMark; 0: unbounded, what runs before 2026-11-25 used, "
+        "when zmq's I/O thread queued what the loop had not taken and the loop caught up "
+        "after the publisher stopped)",
+    )
+    parser.add_argument(
+        "--max-records-per-trigger",
+        type=int,
+        default=MAX_RECORDS_PER_TRIGGER,
+        help=f"the connector query's maxRecordsPerTrigger (default {MAX_RECORDS_PER_TRIGGER:,}; "
+        "0: none). The sink collects each micro-batch into the driver: without a bound, the "
+        "batch after a backlog outgrows the driver's default 1 GiB heap",
     )
     parser.add_argument(
         "--cpu-rate",
@@ -1296,6 +1363,8 @@ def main() -> int:
         native_publisher=args.publisher == "native",
         publisher_nice=args.publisher_nice,
         core=args.cores[0] if args.cores else "auto",
+        bare_receive_hwm=args.bare_rcvhwm,
+        max_records_per_trigger=args.max_records_per_trigger,
     )
     try:
         outcomes: list[SearchOutcome] = []
