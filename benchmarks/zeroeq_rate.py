@@ -1314,7 +1314,7 @@ def measure_cpu(args: argparse.Namespace, bench: Bench) -> None:
                 rows.append((f"capture, {core}", 0.0, 0, 0.0, f"failed: {error}"))
                 continue
             split = ", ".join(
-                f"{name} {seconds / result.cpu_messages * 1e6:.2f}"
+                f"{name} {seconds / max(1, result.cpu_messages) * 1e6:.2f}"
                 for name, seconds in result.cpu_by_thread
             )
             note = f"{result.core} loop; us/msg by thread: {split}"

