@@ -280,10 +280,11 @@ def folder_bytes(folder: Path) -> int:
     return total
 
 
-def drain(run: Run, timeout: float) -> None:
+def drain(run: Run, timeout: float) -> bool:
     """Until Spark has committed a batch that ends at or after every offset the spool holds, and
     the spool held the same offsets at the check before: a holder that is still starting (after
-    a kill, say) writes its gap row later, and a check between two writes would miss it."""
+    a kill, say) writes its gap row later, and a check between two writes would miss it.
+    False if that did not happen within ``timeout`` (a query that stopped committing)."""
     from spark_zmq.spool.reader import read_snapshot
 
     deadline = time.monotonic() + timeout
@@ -294,9 +295,10 @@ def drain(run: Run, timeout: float) -> None:
         ends = {k: s.end for k, s in read_snapshot(str(run.spool)).items()}
         done = committed_offsets(run.folder / "checkpoint")
         if ends and ends == before and all(done.get(k, 0) >= end for k, end in ends.items()):
-            return
+            return True
         before = ends
     print(f"  the spool did not drain within {timeout:.0f} s", flush=True)
+    return False
 
 
 def committed_offsets(checkpoint: Path) -> dict[str, int]:
@@ -352,7 +354,7 @@ def count(run: Run, sent: dict[int, int]) -> dict[str, int]:
         "duplicated": (len(sequences) - len(unique)) + (len(rows) - len(offsets)),
         "lost while a peer was down (expected)": total_sent - len(unique),
         "lost after capture": lost,
-        "still in the spool (the next run delivers them)": pending,
+        "left in the spool (next run delivers)": pending,
         "gap rows": gap_rows,
     }
 
@@ -392,7 +394,7 @@ def soak(args: argparse.Namespace) -> dict:
             for i in range(args.publishers)
         }
         print("  publishers stopped; draining the spool into the table", flush=True)
-        drain(run, timeout=180)
+        drained = drain(run, timeout=180)
         run.sample()
     finally:
         run.stop_all()
@@ -403,11 +405,13 @@ def soak(args: argparse.Namespace) -> dict:
         "peak_query_rss": run.peak_query_rss,
         "peak_spool": run.peak_spool,
         "seconds": time.monotonic() - started,
+        "drained": drained,
     }
 
 
 def report(result: dict) -> bool:
-    """Print the result; True if nothing was duplicated and nothing lost after capture."""
+    """Print the result; True if nothing was duplicated, nothing lost after capture, and the
+    query committed everything the spool held before it was stopped."""
     figures = result["figures"]
     mib = 2**20
     lines = [(name, f"{value:>10,}") for name, value in figures.items()]
@@ -422,6 +426,9 @@ def report(result: dict) -> bool:
     for name, value in lines:
         print(f"  {name:<40} {value}")
     ok = figures["duplicated"] == 0 and figures["lost after capture"] == 0
+    if not result["drained"]:
+        print("FAIL: the query did not commit what the spool held within the drain's bound")
+        return False
     print("PASS: nothing duplicated, nothing lost after capture" if ok else "FAIL")
     return ok
 
