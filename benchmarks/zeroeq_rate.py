@@ -58,6 +58,7 @@ import zmq
 from children import Child, report_errors
 from hermetic import ensure_private_network
 
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 from spark_zmq.spark.session import LOOPBACK
 from spark_zmq.stream_options import READER_OPTIONS
@@ -83,9 +84,7 @@ MS = 1e6
 #: the issue's target for the connector's no-gap rate over the bare SUB loop's
 RATIO_TARGET = 1.5
 #: capture's default receive queue per endpoint, from the option's one definition
-CAPTURE_RECEIVE_HWM: int = next(
-    o.parse(o.default) for o in READER_OPTIONS if o.name == "receiveHighWaterMark" and o.default
-)
+CAPTURE_RECEIVE_HWM: int = parse_options("zeroeq", READER_OPTIONS, {})["receiveHighWaterMark"]
 #: admission per micro-batch: about 70 MB of 100-byte events in the driver per batch
 MAX_RECORDS_PER_TRIGGER = 500_000
 CORES = ("native", "python")
@@ -472,8 +471,9 @@ class Bench:
     native_publisher: bool = False  # the publisher sends with the compiled core's loop
     publisher_nice: int = 0  # the publisher process's nice value
     core: str = "auto"  # the connector's captureCore
-    bare_receive_hwm: int = 0  # the bare SUB loop's ZMQ_RCVHWM
-    max_records_per_trigger: int = 0  # the connector query's maxRecordsPerTrigger (0: none)
+    bare_receive_hwm: int = CAPTURE_RECEIVE_HWM  # the bare SUB loop's ZMQ_RCVHWM
+    #: the connector query's maxRecordsPerTrigger (0: none)
+    max_records_per_trigger: int = MAX_RECORDS_PER_TRIGGER
 
 
 def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
