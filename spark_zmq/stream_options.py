@@ -203,6 +203,16 @@ READER_OPTIONS: tuple[Option, ...] = (
         "(see `failOnDataLoss`).",
     ),
     Option(
+        "maxEndpoints",
+        positive_int,
+        "a positive integer",
+        "1000",
+        "Most endpoints (partitions) a query reads at once. Discovery takes what peers "
+        "announce, unauthenticated: beyond this bound a new endpoint waits (logged, with "
+        "counts) until one that is read leaves, so that no peer can make capture open "
+        "sockets, spool folders or capture processes without end.",
+    ),
+    Option(
         "receiveHighWaterMark",
         non_negative_int,
         "a non-negative integer (messages)",

@@ -33,6 +33,7 @@ class Connection:
     drops: DropEpisode
     buffer: MessageBuffer
     leave_by: float | None = None  # set when discovery reported it gone
+    reopen_failing: bool = False  # zmq refused to reopen it (retried; logged once)
 
     @property
     def received(self) -> int:
@@ -76,9 +77,12 @@ class Sockets:
         return conn
 
     def reopen(self, conn: Connection) -> None:
-        """New sockets for a connection zmq gave up (its buffer and episodes stay)."""
+        """New sockets for a connection zmq gave up (its buffer and episodes stay). If zmq
+        refuses the new connection (a host name that no longer resolves), the old sockets
+        stay and the error goes to the caller."""
+        sockets = self._open(conn.endpoint)
         self.close(conn)
-        conn.socket, conn.monitor = self._open(conn.endpoint)
+        conn.socket, conn.monitor = sockets
         self.core.watch(conn)
 
     def close(self, conn: Connection) -> None:
@@ -111,5 +115,11 @@ class Sockets:
             for prefix in endpoint.subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
         monitor = sock.get_monitor_socket(MONITORED)
-        sock.connect(endpoint.address)
+        try:
+            sock.connect(endpoint.address)
+        except Exception:  # zmq refused the address (a name that does not resolve, ...)
+            sock.disable_monitor()
+            monitor.close(0)
+            sock.close(0)
+            raise
         return sock, monitor

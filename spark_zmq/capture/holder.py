@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 from dataclasses import asdict
 
 from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, Claim
@@ -35,7 +34,13 @@ from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Endpoint
-from spark_zmq.spool.layout import JsonState, LeaseLost, SpoolError, partition_keys
+from spark_zmq.spool.layout import (
+    JsonState,
+    LeaseLost,
+    SpoolError,
+    folder_name,
+    partition_keys,
+)
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.spool.writer import Spool
 
@@ -95,7 +100,7 @@ def register_executor(root: str, executor: str, gone: bool = False) -> None:
     _registered[(root, executor)] = now
     folder = os.path.join(root, EXECUTORS)
     os.makedirs(folder, exist_ok=True)
-    JsonState(os.path.join(folder, urllib.parse.quote(executor, safe="") + ".json")).save(
+    JsonState(os.path.join(folder, folder_name(executor) + ".json")).save(
         {"executor": executor, "at": now, "gone": gone}
     )
 
@@ -190,7 +195,7 @@ def holder_log(spool_path: str, key: str) -> str:
     the spool. An executor's own log goes away with the executor; the spool stays."""
     folder = os.path.join(spool_path, HOLDER_LOGS)
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, urllib.parse.quote(key, safe="") + ".log")
+    return os.path.join(folder, folder_name(key) + ".log")
 
 
 def _tail(path: str, size: int = 3000) -> str:

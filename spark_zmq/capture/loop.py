@@ -45,6 +45,9 @@ from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 
+#: seconds before capture tries again to reopen a connection that zmq refused to reopen
+REOPEN_RETRY_SECONDS = 5.0
+
 if TYPE_CHECKING:  # (assignment imports pyspark, which capture alone does not need)
     from spark_zmq.capture.assignment import CaptureSettings
 
@@ -235,7 +238,29 @@ class Capture:
         now = time.monotonic()
         for conn in self._members:
             if conn.health.abandoned(now, self.max_message_bytes):
-                self._sockets.reopen(conn)
+                self._reopen(conn, now)
+
+    def _reopen(self, conn: Connection, now: float) -> None:
+        """New sockets for ``conn``; if zmq refuses, this endpoint alone waits and tries
+        again (one log line per episode), and the others keep flowing."""
+        try:
+            self._sockets.reopen(conn)
+        except Exception as exc:
+            conn.health.recheck_at = now + REOPEN_RETRY_SECONDS
+            if not conn.reopen_failing:
+                logger.warning(
+                    "%s: cannot reconnect to %s (partition %s): %s; trying again every %g s",
+                    self.name,
+                    conn.endpoint.address,
+                    conn.endpoint.key,
+                    exc,
+                    REOPEN_RETRY_SECONDS,
+                )
+            conn.reopen_failing = True
+            return
+        if conn.reopen_failing:
+            logger.info("%s: reconnecting to %s again", self.name, conn.endpoint.address)
+        conn.reopen_failing = False
 
     def _next_recheck(self) -> float:
         times = [c.health.recheck_at for c in self._members if c.health.recheck_at is not None]

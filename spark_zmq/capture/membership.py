@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.base import Endpoint, brief
+from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 
 #: seconds an endpoint that discovery reports gone is still read, for what it sent before going
@@ -41,6 +42,9 @@ class Membership:
         self._sockets = sockets
         self._drain = drain
         self._connections: dict[str, Connection] = {}
+        #: endpoints that could not be opened -> why (logged once each); bounded by the
+        #: endpoints discovery reports (the driver's guard bounds those, ``planning.guard``)
+        self._refused: dict[str, str] = {}
 
     def __iter__(self) -> Iterator[Connection]:
         return iter(list(self._connections.values()))
@@ -65,9 +69,43 @@ class Membership:
                 self._update(old, endpoint)
                 return
             self.retire(old)
-        self._spool.open_partition(endpoint.key)
-        self._connections[endpoint.key] = self._sockets.connect(endpoint)
+        self._open(endpoint)
+
+    def _open(self, endpoint: Endpoint) -> None:
+        """A new endpoint's partition and connection; one that cannot be opened is refused
+        alone (one log line naming it and why), so that the others keep flowing. Losing the
+        partition's lease still stops capture (another holder writes it now)."""
+        problem = endpoint.problem()
+        if problem is None:
+            try:
+                self._spool.open_partition(endpoint.key)
+            except LeaseLost:
+                raise
+            except Exception as exc:  # its folder cannot be made: a name the storage refuses
+                problem = f"its spool partition cannot be opened ({_text(exc)})"
+        if problem is None:
+            try:
+                self._connections[endpoint.key] = self._sockets.connect(endpoint)
+            except Exception as exc:  # zmq refused the address
+                self._spool.retire(endpoint.key)
+                problem = f"capture cannot connect to it ({_text(exc)})"
+        if problem is not None:
+            self._refuse(endpoint, problem)
+            return
+        self._refused.pop(endpoint.key, None)
         logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
+
+    def _refuse(self, endpoint: Endpoint, problem: str) -> None:
+        """One line per endpoint and problem, however often discovery reports it again."""
+        if self._refused.get(endpoint.key) == problem:
+            return
+        self._refused[endpoint.key] = problem
+        logger.warning(
+            "%s: endpoint %s refused: %s; the other endpoints are read as usual",
+            self.name,
+            endpoint.describe(),
+            problem,
+        )
 
     def _update(self, conn: Connection, endpoint: Endpoint) -> None:
         """Same address and socket type, new metadata or subscriptions: keep the socket."""
@@ -129,6 +167,10 @@ class Membership:
                 last_words(conn)
             self._sockets.close(conn)
         self._connections.clear()
+
+
+def _text(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {brief(str(exc))}"
 
 
 def _same_socket(old: Endpoint, new: Endpoint) -> bool:

@@ -8,6 +8,7 @@ from spark_zmq.capture.assignment import CaptureSettings
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
+from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery
 from spark_zmq.spool.layout import PartitionState
@@ -43,7 +44,7 @@ class DriverCapture(Placement):
             "%s: capturing on the driver, spooling to %s", self.protocol.name, self.spool_path
         )
         self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
-        self._discovery.start(self._capture)
+        self._discovery.start(guarded(self._capture, self.protocol.name, self.options))
 
     def _running(self) -> tuple[Spool, Capture, Discovery]:
         if self._spool is None or self._capture is None or self._discovery is None:

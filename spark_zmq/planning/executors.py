@@ -25,6 +25,7 @@ import uuid
 from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, Claim
 from spark_zmq.log import logger
 from spark_zmq.options import Options
+from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.holders import HolderWatch
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol
@@ -90,7 +91,7 @@ class ExecutorCapture(Placement):
         self._discovery = discovery = self.protocol.discovery(
             self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json"))
         )
-        discovery.start(self)
+        discovery.start(guarded(self, self.protocol.name, self.options))
 
     def _carry_over(self, previous: dict) -> None:
         """Start from the endpoints the previous run assigned, as unconfirmed (module doc)."""

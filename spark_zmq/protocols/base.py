@@ -7,6 +7,7 @@ Spark's streaming machinery. The generic reader (``spark_zmq.spark.reader``) and
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -20,6 +21,66 @@ import zmq
 
 from spark_zmq.options import Option, Options
 from spark_zmq.spool.layout import Source
+
+#: the longest partition key accepted (a key is a folder name, a column value in every row and
+#: an entry in every offset Spark checkpoints; discovery makes it from what peers announce)
+MAX_KEY_BYTES = 1024
+#: transports capture connects to; the others (pgm, epgm, tipc, vmci, ws) no format uses, and a
+#: peer must not make capture join a multicast group or open a transport the user never chose
+TRANSPORTS = ("tcp", "ipc", "inproc")
+#: a tcp address's ``host:port`` (host: a name, IPv4, or IPv6 in brackets), as zmq_connect
+#: takes it; an optional ``source;`` before it is zmq's source address
+_TCP_PLACE = re.compile(r"(?:[^;\s]+;)?(\[[0-9A-Fa-f:.%]+\]|[A-Za-z0-9._-]+):(\d{1,5})")
+#: the longest path of a Unix socket (sun_path holds 108 bytes with the final NUL)
+MAX_IPC_PATH_BYTES = 107
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shown(text: str, limit: int = 120) -> str:
+    """``text`` as a log line may show it when a peer chose it: quoted, control characters
+    escaped (no forged log lines), cut at ``limit`` characters."""
+    if len(text) > limit:
+        return repr(text[:limit]) + f"... ({len(text)} characters)"
+    return repr(text)
+
+
+def brief(text: str, limit: int = 200) -> str:
+    """``text`` (an exception's, say) cut at ``limit`` characters for a log line or an error."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def address_problem(address: str) -> str | None:
+    """Why capture must not connect to ``address`` (a zmq endpoint, from a peer or a user), or
+    None: the transport is one of TRANSPORTS, and its place is well formed."""
+    transport, separator, place = address.partition("://")
+    if not separator or transport not in TRANSPORTS:
+        return "not a zmq address capture connects to (tcp://host:port, ipc://path, inproc://name)"
+    if not place or _CONTROL.search(place):
+        return "its address is empty or holds control characters"
+    if transport == "ipc" and len(place.encode("utf-8", "replace")) > MAX_IPC_PATH_BYTES:
+        return f"its ipc path is longer than a Unix socket's can be ({MAX_IPC_PATH_BYTES} bytes)"
+    if transport == "tcp":
+        match = _TCP_PLACE.fullmatch(place)
+        if match is None:
+            return "not tcp://host:port"
+        if not 0 < int(match.group(2)) <= 65535:
+            return f"port {match.group(2)} is not between 1 and 65535"
+    return None
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot name a partition, or None (see MAX_KEY_BYTES)."""
+    if not key:
+        return "its partition key is empty"
+    if _CONTROL.search(key):
+        return "its partition key holds control characters"
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "its partition key is not valid Unicode"
+    if size > MAX_KEY_BYTES:
+        return f"its partition key has {size} bytes (at most {MAX_KEY_BYTES})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,6 +101,18 @@ class Endpoint:
     @property
     def source(self) -> Source:
         return Source(self.address, self.metadata)
+
+    def problem(self) -> str | None:
+        """Why capture must refuse this endpoint, or None. Discovery builds endpoints from
+        what peers announce: a key becomes a folder name and an address a connection, so
+        both are checked before either is used (``key_problem``, ``address_problem``)."""
+        return key_problem(self.key) or address_problem(self.address)
+
+    def describe(self) -> str:
+        """The endpoint for a log line, safe whatever a peer put in it."""
+        if self.key == self.address:
+            return shown(self.key)
+        return f"{shown(self.key)} at {shown(self.address)}"
 
     def to_json(self) -> dict:
         """A JSON-able form, for handing the endpoint to a capture process elsewhere."""

@@ -31,7 +31,7 @@ from spark_zmq.spool.layout import (
     SpoolError,
     epoch_name,
     epochs,
-    partition_dir,
+    make_partition_dir,
 )
 from spark_zmq.spool.leases import Lease, lease_of
 
@@ -115,8 +115,7 @@ def claim_epoch(root: str, key: str, expect_epoch: int | None) -> tuple[int, Lea
     """Claim the partition's next epoch: (the epoch claimed, the previous holder's lease if
     there was one). ``expect_epoch``: claim only if the highest epoch is still that one (0:
     never claimed); LeaseLost otherwise, or when another claimant won the same epoch."""
-    folder = partition_dir(root, key)
-    os.makedirs(folder, exist_ok=True)
+    folder = make_partition_dir(root, key)
     claimed = epochs(folder)
     current = claimed[-1][0] if claimed else 0
     if expect_epoch is not None and current != expect_epoch:

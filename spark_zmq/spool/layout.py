@@ -4,7 +4,8 @@ Layout of a spool folder::
 
     LOCK                         held (flock) by a capture on the driver (capture=driver)
     discovery.json ...           small JSON documents of the driver (see ``state``)
-    <quoted partition key>/
+    <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
+        KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
         e00000004/               the current holder's folder
             index.json           replaced atomically after every change
@@ -19,6 +20,7 @@ endpoint's metadata (schema metadata), so rows decode the same way whenever they
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -46,6 +48,14 @@ BATCH_ROWS = 4096
 INDEX_NAME = "index.json"
 LEASE_NAME = "lease.json"
 LOCK_NAME = "LOCK"
+#: the file that holds a partition's key where its folder's name is a digest
+KEY_NAME = "KEY"
+#: the longest folder name a key becomes as it is (quoted); longer keys get a digest
+MAX_NAME_BYTES = 200
+#: how much of a long key's quoted text starts its digest folder's name (for people)
+HASHED_PREFIX = 64
+#: what separates that start from the digest (``quote`` never leaves a ``+``)
+HASHED_MARK = "+"
 SEALED = ".sealed"
 #: the layout of the JSON files of a spool (index.json, lease.json, the driver's documents) that
 #: this release writes and reads; a file without one predates versions (the same layout)
@@ -161,8 +171,36 @@ def checked_version(doc: dict, where: str) -> dict:
     return doc
 
 
+def folder_name(key: str) -> str:
+    """The name of the folder (or file) that stands for ``key`` in a spool: one path component
+    that is never ``.`` or ``..``, whatever a peer announced as the key.
+
+    Keys come from discovery, so from peers: the key quoted (no ``/`` survives quoting), and
+    where that is empty, ``.``, ``..`` or longer than MAX_NAME_BYTES (most file systems refuse
+    names over 255 bytes), a readable start of it, ``+`` (which quoting never leaves) and a
+    digest of the key; such a folder keeps the key in its KEY file (``partition_keys``).
+    """
+    quoted = urllib.parse.quote(key, safe="", errors="surrogatepass")
+    if quoted not in ("", ".", "..") and len(quoted) <= MAX_NAME_BYTES:
+        return quoted  # quoted text is ASCII: its length is its size in bytes
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{quoted[:HASHED_PREFIX].lstrip('.')}{HASHED_MARK}{digest}"
+
+
 def partition_dir(root: str, key: str) -> str:
-    return os.path.join(root, urllib.parse.quote(key, safe=""))
+    return os.path.join(root, folder_name(key))
+
+
+def make_partition_dir(root: str, key: str) -> str:
+    """The partition's folder, made if it does not exist, with the key beside it where the
+    folder's name does not give it back (``folder_name``)."""
+    folder = partition_dir(root, key)
+    os.makedirs(folder, exist_ok=True)
+    if HASHED_MARK in os.path.basename(folder) and not os.path.exists(
+        os.path.join(folder, KEY_NAME)
+    ):
+        write_atomically(os.path.join(folder, KEY_NAME), key.encode("utf-8", "surrogatepass"))
+    return folder
 
 
 def partition_keys(root: str) -> list[str]:
@@ -171,11 +209,25 @@ def partition_keys(root: str) -> list[str]:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
         return []
-    return [
-        urllib.parse.unquote(n)
-        for n in names
-        if os.path.isdir(os.path.join(root, n)) and epochs(os.path.join(root, n))
-    ]
+    keys = []
+    for name in names:
+        folder = os.path.join(root, name)
+        if os.path.isdir(folder) and epochs(folder):
+            key = _key_of(folder, name)
+            if key is not None:
+                keys.append(key)
+    return keys
+
+
+def _key_of(folder: str, name: str) -> str | None:
+    """The key a partition folder stands for (None: a digest folder that lost its KEY)."""
+    if HASHED_MARK not in name:
+        return urllib.parse.unquote(name, errors="surrogatepass")
+    try:
+        with open(os.path.join(folder, KEY_NAME), "rb") as f:
+            return f.read().decode("utf-8", "surrogatepass")
+    except OSError:
+        return None
 
 
 def epochs(folder: str) -> list[tuple[int, bool]]:

@@ -194,3 +194,40 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     (tmp_path / "spool" / "assignment.json").write_text('{"format_version": 7, "beat": 2}')
     with pytest.raises(SpoolError, match=r"assignment\.json has spool format version 7"):
         state.load()
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["..", ".", "a/../../b", "x" * 1000, "\u00e9" * 300, "ok:1", "+not-hashed", "%2E%2E"],
+)
+def test_a_key_peers_chose_names_one_folder_inside_the_spool(tmp_path, key):
+    """Keys come from what peers announce: '..' once made '<spool>/..'s children, and a key
+    that quotes to over 255 bytes failed with 'File name too long'. Each key is one folder
+    inside the spool, whatever it holds, and is found again by its key."""
+    from spark_zmq.spool.layout import folder_name, partition_keys
+
+    root = tmp_path / "spool"
+    spool = Spool(str(root), 1 << 30)
+    spool.append(key, SOURCE, messages(0, 3))
+    spool.close()
+    name = folder_name(key)
+    assert name not in ("", ".", "..") and "/" not in name and len(name.encode()) <= 255
+    assert os.path.dirname(partition_dir(str(root), key)) == str(root)
+    assert sorted(os.listdir(tmp_path)) == ["spool"]  # nothing beside the spool
+    assert partition_keys(str(root)) == [key]
+    assert read_all(str(root), key, 0, 3) == ["m0", "m1", "m2"]
+    again = Spool(str(root), 1 << 30)  # a restart finds the partition by its key
+    assert again.snapshot()[key].end == 3
+    again.close()
+
+
+def test_long_keys_that_share_a_beginning_are_different_folders(tmp_path):
+    from spark_zmq.spool.layout import partition_keys
+
+    keys = ["p" * 400 + "1", "p" * 400 + "2"]
+    spool = Spool(str(tmp_path), 1 << 30)
+    for n, key in enumerate(keys):
+        spool.append(key, SOURCE, messages(n, 1))
+    spool.close()
+    assert sorted(partition_keys(str(tmp_path))) == sorted(keys)
+    assert read_all(str(tmp_path), keys[1], 0, 1) == ["m1"]

@@ -6,6 +6,10 @@
 //     binds an XPUB on IFACE's address at PORT, describes it in a YAMZ header (LAYOUT: tree or
 //     flat), joins, and once a subscription arrives sends COUNT messages NAME/0 .. NAME/COUNT-1;
 //     prints "sent COUNT" when done and stays until killed.
+//   node yamz_node.js announce NAME IFACE BEACON_PORT PORT COUNT HEADER
+//     as publish, with the YAMZ header the test gives (any JSON text: a layout of another
+//     implementation, or one a hostile peer might send), in which @ENDPOINT@ stands for the
+//     bound port's address.
 //   node yamz_node.js subscribe NAME IFACE BEACON_PORT TARGET PATH COUNT
 //     joins, waits for node TARGET, reads its YAMZ header (either layout), connects a SUB to the
 //     port at PATH and prints each message as a JSON line {"frames": [base64, ...]}; exits after
@@ -62,7 +66,7 @@ function header(layout, address) {
   };
 }
 
-function publish(address, layout, port, count) {
+function publish(address, headerOf, port, count) {
   const sock = zmq.socket('xpub');
   const endpoint = `tcp://${address}:${port}`;
   sock.bindSync(endpoint);
@@ -74,9 +78,9 @@ function publish(address, layout, port, count) {
     for (let i = 0; i < count; i += 1) sock.send(Buffer.from(`${name}/${i}`));
     process.stdout.write(`sent ${count}\n`);
   });
-  const yamz = JSON.stringify(header(layout, endpoint));
+  const yamz = headerOf(endpoint);
   const zyre = new Zyre({ name, iface, headers: { YAMZ: yamz }, bport: Number(beaconPort) });
-  zyre.start().then(() => log(`joined as ${layout} publisher at ${endpoint}`));
+  zyre.start().then(() => log(`joined as a publisher at ${endpoint}`));
 }
 
 // The concrete address of port PATH in a YAMZ header of either layout.
@@ -126,9 +130,14 @@ function subscribe(target, path, count) {
 }
 
 waitForAddress(iface, (address) => {
-  if (mode === 'publish') publish(address, rest[0], Number(rest[1]), Number(rest[2]));
-  else if (mode === 'subscribe') subscribe(rest[0], rest[1], Number(rest[2]));
-  else {
+  if (mode === 'publish') {
+    const layout = rest[0];
+    publish(address, (e) => JSON.stringify(header(layout, e)), Number(rest[1]), Number(rest[2]));
+  } else if (mode === 'announce') {
+    publish(address, (e) => rest[2].split('@ENDPOINT@').join(e), Number(rest[0]), Number(rest[1]));
+  } else if (mode === 'subscribe') {
+    subscribe(rest[0], rest[1], Number(rest[2]));
+  } else {
     log(`unknown mode ${mode}`);
     process.exit(2);
   }

@@ -3,67 +3,20 @@ scripts/peers-node.sh, which scripts/setup.sh runs): a zyre.js node describing i
 YAMZ header (the seed's tree and the public code's flat layout) is read through an abstract
 address, and a zyre.js node finds the yamz writer's port in its header and reads it.
 
-The zyre.js node runs in a network namespace of its own joined to the test's by a veth pair,
-as on two hosts: both Zyre implementations beacon to the subnet's broadcast address there.
-The peer's code is tests/peers/node/yamz_node.js, written from the fact sheet."""
+The zyre.js node runs in a network namespace of its own (``support.zyrejs``)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import subprocess
 
 import pytest
 
-from support.common import ROOT, wait_until
+from support.common import wait_until
 from support.queries import memory_query, payloads
+from support.zyrejs import REMOTE, start_peer, stop_peer
 
 pytestmark = pytest.mark.spark
-NODE_PEER = ROOT / "tests" / "peers" / "node" / "yamz_node.js"
-LOCAL, REMOTE = ("szmqzj0", "10.79.0.1"), ("szmqzj1", "10.79.0.2")
-
-
-def ip(*args: str, netns_of: int | None = None) -> None:
-    prefix = ["nsenter", "-t", str(netns_of), "-n"] if netns_of else []
-    subprocess.run(prefix + ["ip", *args], check=True, capture_output=True)
-
-
-def start_peer(*args: str) -> subprocess.Popen:
-    """yamz_node.js in a namespace of its own, joined to ours by a veth pair."""
-    node = shutil.which("node")
-    if node is None or not (NODE_PEER.parent / "node_modules" / "zyre.js").is_dir():
-        pytest.fail("zyre.js is not installed: run scripts/peers-node.sh (scripts/setup.sh does)")
-    peer = subprocess.Popen(
-        ["unshare", "--net", node, str(NODE_PEER), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    wait_until(
-        lambda: os.readlink(f"/proc/{peer.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
-        timeout=30,
-        what="the peer's namespace",
-    )
-    ip("link", "add", LOCAL[0], "type", "veth", "peer", "name", REMOTE[0], "netns", str(peer.pid))
-    ip("addr", "add", f"{LOCAL[1]}/24", "brd", "+", "dev", LOCAL[0])
-    ip("link", "set", LOCAL[0], "up")
-    for command in (
-        ("link", "set", "lo", "up"),
-        ("addr", "add", f"{REMOTE[1]}/24", "brd", "+", "dev", REMOTE[0]),
-        ("link", "set", REMOTE[0], "up"),
-    ):
-        ip(*command, netns_of=peer.pid)
-    return peer
-
-
-def stop_peer(peer: subprocess.Popen) -> tuple[str, str]:
-    if peer.poll() is None:
-        peer.terminate()
-    out, err = peer.communicate(timeout=30)
-    subprocess.run(["ip", "link", "del", LOCAL[0]], capture_output=True)
-    return out, err
 
 
 @pytest.mark.parametrize(("layout", "port"), [("tree", "45678"), ("flat", "45679")])

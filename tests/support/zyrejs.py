@@ -1,0 +1,60 @@
+"""zyre.js, an independent Zyre implementation (npm; scripts/peers-node.sh installs it), as a yamz
+peer in a network namespace of its own joined to the test's by a veth pair, as on two hosts:
+both Zyre implementations beacon to the subnet's broadcast address there. The peer's code is
+tests/peers/node/yamz_node.js, written from the fact sheet."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from support.common import ROOT, wait_until
+
+NODE_PEER = ROOT / "tests" / "peers" / "node" / "yamz_node.js"
+#: (veth name, address) of the test's side and of the peer's
+LOCAL, REMOTE = ("szmqzj0", "10.79.0.1"), ("szmqzj1", "10.79.0.2")
+
+
+def ip(*args: str, netns_of: int | None = None) -> None:
+    prefix = ["nsenter", "-t", str(netns_of), "-n"] if netns_of else []
+    subprocess.run(prefix + ["ip", *args], check=True, capture_output=True)
+
+
+def start_peer(*args: str) -> subprocess.Popen:
+    """yamz_node.js with ``args`` in a namespace of its own, joined to ours by a veth pair."""
+    node = shutil.which("node")
+    if node is None or not (NODE_PEER.parent / "node_modules" / "zyre.js").is_dir():
+        pytest.fail("zyre.js is not installed: run scripts/peers-node.sh (scripts/setup.sh does)")
+    peer = subprocess.Popen(
+        ["unshare", "--net", node, str(NODE_PEER), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(
+        lambda: os.readlink(f"/proc/{peer.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
+        timeout=30,
+        what="the peer's namespace",
+    )
+    ip("link", "add", LOCAL[0], "type", "veth", "peer", "name", REMOTE[0], "netns", str(peer.pid))
+    ip("addr", "add", f"{LOCAL[1]}/24", "brd", "+", "dev", LOCAL[0])
+    ip("link", "set", LOCAL[0], "up")
+    for command in (
+        ("link", "set", "lo", "up"),
+        ("addr", "add", f"{REMOTE[1]}/24", "brd", "+", "dev", REMOTE[0]),
+        ("link", "set", REMOTE[0], "up"),
+    ):
+        ip(*command, netns_of=peer.pid)
+    return peer
+
+
+def stop_peer(peer: subprocess.Popen) -> tuple[str, str]:
+    """Stop the peer and remove its veth pair: what it printed (stdout, stderr)."""
+    if peer.poll() is None:
+        peer.terminate()
+    out, err = peer.communicate(timeout=30)
+    subprocess.run(["ip", "link", "del", LOCAL[0]], capture_output=True)
+    return out, err
