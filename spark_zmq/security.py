@@ -26,6 +26,8 @@ import zmq.auth
 from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils import z85
 
+from spark_zmq.log import logger
+
 
 def _key_or_file(value: str, part: str) -> bytes:
     """A Z85 key, or the ``part`` ("public" or "secret") key of a zmq.auth key file."""
@@ -53,7 +55,30 @@ def public_key(value: str) -> bytes:
 
 
 def secret_key(value: str) -> bytes:
-    return _key_or_file(value, "secret")
+    key = _key_or_file(value, "secret")
+    if os.path.isfile(value.strip()):
+        _warn_if_others_can_read(value.strip())
+    return key
+
+
+#: secret key files already warned about in this process
+_warned: set[str] = set()
+
+
+def _warn_if_others_can_read(path: str) -> None:
+    """A secret key file that its group or others may read is as good as published: say so
+    once per file and process, as ssh does of a private key (it refuses; a query goes on)."""
+    mode = os.stat(path).st_mode & 0o777
+    if mode & 0o077 and path not in _warned:
+        _warned.add(path)
+        logger.warning(
+            "curveSecretKey: the key file %s can be read by %s (mode %o): anyone who reads "
+            "it can pose as this side. Run: chmod 600 %s",
+            path,
+            "others" if mode & 0o007 else "its group",
+            mode,
+            path,
+        )
 
 
 def public_keys(value: str) -> tuple[bytes, ...]:

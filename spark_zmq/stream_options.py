@@ -316,7 +316,9 @@ WRITER_OPTIONS: tuple[Option, ...] = (
         "through XPUB), but only until this many seconds after its first send; then it "
         "sends anyway, with a warning. The bound is per publisher (one per executor Python "
         "worker), so however many events, tasks and batches it sends, it waits no longer "
-        "than this in all.",
+        "than this in all. Sending anyway is deliberate: a publisher cannot tell a late "
+        "subscriber from one that never comes, and those that are there keep the batch; the "
+        "driver's line for the batch is then a warning naming the topics.",
     ),
     Option(
         "minSubscribers",

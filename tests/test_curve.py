@@ -372,3 +372,20 @@ def test_capture_logs_a_refused_curve_handshake_once_however_often_zmq_retries(t
     refused = [line for line in warnings if "refused our CURVE handshake" in line]
     assert len(refused) == 1 and address in refused[0], warnings
     assert not any("gap" in line or "reconnected" in line for line in warnings), warnings
+
+
+def test_a_secret_key_file_others_can_read_is_warned_about_once(tmp_path):
+    """As ssh does of a private key: a secret key file readable by its group or by others is
+    named in one warning per process, with the command that fixes it; 0600 is quiet."""
+    zmq.auth.create_certificates(str(tmp_path), "side")
+    secret = tmp_path / "side.key_secret"
+    secret.chmod(0o600)
+    with logged_warnings() as quiet:
+        parse_options("zeroeq", READER_OPTIONS, {"curveSecretKey": str(secret)})
+    assert quiet == []
+    secret.chmod(0o644)
+    with logged_warnings() as lines:
+        for _ in range(3):
+            parse_options("zeroeq", READER_OPTIONS, {"curveSecretKey": str(secret)})
+    assert len(lines) == 1, lines
+    assert "can be read by others (mode 644)" in lines[0] and f"chmod 600 {secret}" in lines[0]

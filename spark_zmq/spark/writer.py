@@ -21,6 +21,7 @@ partition and row, so a retried task sends the same ids again.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 import time
@@ -79,6 +80,8 @@ class SendCounts(WriterCommitMessage):
     unanswered: int = 0
     #: how the task's batches were sent: COMPILED, PYTHON or both (in that order)
     send_loops: tuple[str, ...] = ()
+    #: topics sent while fewer than minSubscribers matched them (waitForSubscribers ran out)
+    short_of_subscribers: tuple[str, ...] = ()
 
     def sent_by(self, loop: str) -> None:
         if loop not in self.send_loops:
@@ -202,7 +205,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
                 continue
             if topic not in checked:
                 checked.add(topic)
-                self._wait_for_subscribers(publisher, topic, encoded.names)
+                self._wait_for_subscribers(publisher, topic, encoded.names, counts)
             publisher.send(message)
             counts.sent += 1
 
@@ -223,7 +226,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         start = 0
         for first, topic in self._first_sends(encoded, checked):
             counts.sent += sender.send(publisher, start, first)
-            self._wait_for_subscribers(publisher, topic, encoded.names)
+            self._wait_for_subscribers(publisher, topic, encoded.names, counts)
             start = first
         counts.sent += sender.send(publisher, start, len(encoded))
 
@@ -345,12 +348,21 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         return new
 
     def _wait_for_subscribers(
-        self, publisher: SinkPublisher, topic: bytes, names: dict[bytes, str | None]
+        self,
+        publisher: SinkPublisher,
+        topic: bytes,
+        names: dict[bytes, str | None],
+        counts: SendCounts,
     ) -> None:
         """Wait until ``minSubscribers`` subscriptions match ``topic``, but only within the
         publisher's window: ``waitForSubscribers`` seconds from its first wait. Subscribers
         get that long to connect after a publisher appears; however many events, tasks and
-        batches follow, a publisher waits no longer than that in all."""
+        batches follow, a publisher waits no longer than that in all.
+
+        When the window ends short of them the rows are sent anyway: a publisher cannot tell
+        a subscriber that is late from one that never comes, and the subscribers that are
+        there must not lose the batch. The task warns, and the driver's line for the batch
+        names the topic (``counts``)."""
         wait, wanted = self.settings.wait_for_subscribers, self.settings.min_subscribers
         if not wait:
             return
@@ -358,6 +370,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         while publisher.subscribers(topic) < wanted:
             if time.monotonic() >= deadline:
                 shown = names.get(topic) or topic.hex()
+                counts.short_of_subscribers += (shown,)
                 logger.warning(
                     "%s writer: %s: fewer than %d subscribers to %s when its "
                     "waitForSubscribers window (%g s from its first send) ended; "
@@ -394,7 +407,14 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         if skipped:
             first = next(m.first_error for m in done if m.first_error)
             line += f"; skipped {skipped} rows that cannot be sent (first: {first})"
-        logger.info(line)
+        short = sorted({topic for m in done for topic in m.short_of_subscribers})
+        if short:
+            line += (
+                f"; sent to fewer than minSubscribers ({self.settings.min_subscribers}) "
+                f"subscribers after waitForSubscribers ran out: {', '.join(short[:5])}"
+                + (f" and {len(short) - 5} more" if len(short) > 5 else "")
+            )
+        logger.log(logging.WARNING if short else logging.INFO, line)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         configure_spark_worker_logging()

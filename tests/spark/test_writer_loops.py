@@ -5,6 +5,7 @@ queries through Spark run both loops in tests/protocols/*/."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -166,3 +167,24 @@ def test_a_new_event_in_the_middle_of_a_batch_waits_for_its_subscriber(core):
         close_publishers()
     assert got == [[event_id(r["event"]), r["payload"]] for r in rows]
     assert done and done[0].sent == 4
+
+
+@pytest.mark.parametrize("core", ["python", "native"])
+def test_rows_sent_short_of_min_subscribers_are_named_on_the_driver(core, caplog):
+    """When waitForSubscribers runs out below minSubscribers the rows are sent anyway (a
+    publisher cannot tell a late subscriber from one that never comes, and those that are
+    there must not lose the batch); the task's counts name the topic, and the driver's line
+    for the batch is a warning that names it."""
+    made = writer(f"loops-short-{core}", sendCore=core, waitForSubscribers="0.3")
+    rows = [{"event": A, "payload": b"a0"}, {"event": B, "payload": b"b0"}]
+    try:
+        counts = made.write(iter([pa.RecordBatch.from_pylist(rows, SCHEMA)]))
+    finally:
+        close_publishers()
+    assert counts.sent == 2 and set(counts.short_of_subscribers) == {A, B}
+    with caplog.at_level(logging.INFO, logger="spark_zmq"):
+        made.commit([counts], 7)
+    (line,) = [r for r in caplog.records if "batch 7" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    assert "fewer than minSubscribers (1) subscribers" in line.getMessage()
+    assert A in line.getMessage() and B in line.getMessage()

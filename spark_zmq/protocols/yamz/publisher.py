@@ -3,21 +3,51 @@
 The socket is bound first, since the announcement holds the concrete address that binding an
 ephemeral one yields (``tcp://*:*`` gives ``tcp://0.0.0.0:port``, which readers reach at the
 host of this node's Zyre address). Then a Zyre node starts with a ``YAMZ`` header: the seed's
-tree with the port at ``path`` and the bind address's query as the port's parameters. Zyre
-headers are fixed once a node starts, so each publisher runs a node of its own.
+tree with the port at ``path`` and the bind address's query as the port's parameters, and the
+flat layout of the yamz C++ library beside it (``port_header``). Zyre headers are fixed once a
+node starts, so each publisher runs a node of its own.
 """
 
 from __future__ import annotations
+
+import json
 
 import zmq
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import SinkPublisher
 from spark_zmq.protocols.xpub import XPubSender
-from spark_zmq.protocols.yamz.discovery import HEADER, own_header
+from spark_zmq.protocols.yamz.discovery import HEADER
 from spark_zmq.protocols.yamz.uri import Address
 from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
 from spark_zmq.security import NO_CURVE, Curve
+
+
+def port_header(node: str, path: tuple[str, ...], address: str, params: dict[str, str]) -> str:
+    """The ``YAMZ`` header of a node with one PUB port at ``path``: the seed's tree, and for a
+    path of two elements (``client/port``) the flat layout of the yamz C++ library beside it,
+    in the same JSON object. The C++ library reads only ``clients`` and ``idparms`` and sees a
+    header with the tree alone as a node without ports, so its clients would never find the
+    port; each parser ignores the other's keys. Compact JSON with sorted keys, as that library
+    writes its own."""
+    header: dict = {"name": node, "children": port_tree(path, address, params)}
+    if len(path) == 2:
+        header["clients"] = [
+            {
+                "clientid": path[0],
+                "idparms": [],
+                "ports": [
+                    {
+                        "addresses": [address],
+                        "idparms": [{"key": k, "val": v} for k, v in sorted(params.items())],
+                        "portid": path[1],
+                        "ztype": "PUB",
+                    }
+                ],
+            }
+        ]
+        header["idparms"] = []
+    return json.dumps(header, sort_keys=True, separators=(",", ":"))
 
 
 def port_tree(path: tuple[str, ...], address: str, params: dict[str, str]) -> list[dict]:
@@ -51,7 +81,13 @@ class YamzPublisher(SinkPublisher):
         self.address = self._xpub.address
         self.name = f"yamz://{node}/{'/'.join(path)} ({self.address})"
         self._failure: ZyreError | None = None
-        header = own_header(node, port_tree(path, self.address, address.attributes))
+        header = port_header(node, path, self.address, address.attributes)
+        if len(path) != 2:
+            logger.info(
+                "yamz writer: path %s is not client/port: clients of the yamz C++ library, "
+                "which name ports so, cannot find it (readers of the seed's tree can)",
+                "/".join(path),
+            )
         try:
             self._node = ZyreNode(
                 node, {HEADER: header}, beacon_port, _ignore_peer, _ignore_exit, self._failed

@@ -8,7 +8,12 @@ Two header layouts are understood (``shared/protocols/yamz.md``):
   descendants, and the nearest vertex that names a parameter wins;
 - **the flat variant** of the public yamz code: ``{clients: [{clientid, idparms, ports:
   [{portid, addresses, idparms, ztype}]}], idparms}``, paths ``client/port``, parameters as
-  ``{key, val}`` lists in which a key may repeat.
+  ``{key, val}`` lists in which a key may repeat. The yamz C++ library announces a port that
+  only connects (a SUB beside a node's PUB) with an empty address list: it is skipped, not a
+  fault, so the node's bound ports are read.
+
+A node may announce both layouts in one header (each parser ignores the other's keys; the yamz
+writer does, so that C++ clients find its port); the flat one is read then.
 
 Either way a port's effective parameters map each key to the values of the nearest level that
 names it (one value in the seed's tree). A pattern holds when the key exists and its regex fully
@@ -106,8 +111,8 @@ def _flat_ports(node: str, data: dict) -> Iterator[Port]:
         for port in client.get("ports") or []:
             params = {**client_params, **_idparms(port.get("idparms"))}
             addresses = tuple(_text(a, "port address") for a in port["addresses"])
-            if not addresses:
-                raise TypeError(f"port {port.get('portid')!r} has no addresses")
+            if not addresses:  # a port that only connects: not an endpoint (module doc)
+                continue
             yield Port(
                 node,
                 (str(client["clientid"]), str(port["portid"])),

@@ -10,10 +10,11 @@
 //     as publish, with the YAMZ header the test gives (any JSON text: a layout of another
 //     implementation, or one a hostile peer might send), in which @ENDPOINT@ stands for the
 //     bound port's address.
-//   node yamz_node.js subscribe NAME IFACE BEACON_PORT TARGET PATH COUNT
-//     joins, waits for node TARGET, reads its YAMZ header (either layout), connects a SUB to the
-//     port at PATH and prints each message as a JSON line {"frames": [base64, ...]}; exits after
-//     COUNT messages.
+//   node yamz_node.js subscribe NAME IFACE BEACON_PORT TARGET PATH COUNT LAYOUT
+//     joins, waits for node TARGET, reads its YAMZ header as a parser of LAYOUT does (flat: only
+//     `clients` and `idparms`, as the yamz C++ library; tree: only the seed's tree), connects a
+//     SUB to the port at PATH and prints each message as a JSON line {"frames": [base64, ...]};
+//     exits after COUNT messages.
 'use strict';
 
 const os = require('os');
@@ -83,10 +84,11 @@ function publish(address, headerOf, port, count) {
   zyre.start().then(() => log(`joined as a publisher at ${endpoint}`));
 }
 
-// The concrete address of port PATH in a YAMZ header of either layout.
-function portAddress(yamz, path) {
+// The concrete address of port PATH in a YAMZ header, read in one layout only.
+function portAddress(yamz, path, layout) {
   const parts = path.split('/');
-  if (Array.isArray(yamz.clients)) {
+  if (layout === 'flat') {
+    if (!Array.isArray(yamz.clients)) return undefined;
     const client = yamz.clients.find((c) => c.clientid === parts[0]);
     const port = client && client.ports.find((p) => p.portid === parts[1]);
     return port && port.addresses[0];
@@ -99,7 +101,7 @@ function portAddress(yamz, path) {
   return vertex.port && vertex.port.address;
 }
 
-function subscribe(target, path, count) {
+function subscribe(target, path, count, layout) {
   const zyre = new Zyre({ name, iface, headers: { YAMZ: JSON.stringify({ name }) },
     bport: Number(beaconPort) });
   const sock = zmq.socket('sub');
@@ -115,9 +117,9 @@ function subscribe(target, path, count) {
   });
   zyre.on('connect', (id, peerName, headers) => {
     if (peerName !== target) return;
-    let address = portAddress(JSON.parse(headers.YAMZ), path);
+    let address = portAddress(JSON.parse(headers.YAMZ), path, layout);
     if (!address) {
-      log(`node ${target} has no port ${path} in its YAMZ header`);
+      log(`node ${target} has no port ${path} in the ${layout} layout of its YAMZ header`);
       process.exit(3);
     }
     // a port bound on every interface is reached at the peer's own Zyre address
@@ -136,7 +138,7 @@ waitForAddress(iface, (address) => {
   } else if (mode === 'announce') {
     publish(address, (e) => rest[2].split('@ENDPOINT@').join(e), Number(rest[0]), Number(rest[1]));
   } else if (mode === 'subscribe') {
-    subscribe(rest[0], rest[1], Number(rest[2]));
+    subscribe(rest[0], rest[1], Number(rest[2]), rest[3]);
   } else {
     log(`unknown mode ${mode}`);
     process.exit(2);

@@ -1,7 +1,9 @@
 """`format("yamz")` against zyre.js, an independent Zyre implementation (npm; installed by
 scripts/peers-node.sh, which scripts/setup.sh runs): a zyre.js node describing its port in a
 YAMZ header (the seed's tree and the public code's flat layout) is read through an abstract
-address, and a zyre.js node finds the yamz writer's port in its header and reads it.
+address, so is a node that announces a connect-only port beside its PUB port as the yamz C++
+library does, and a zyre.js node finds the yamz writer's port in its header and reads it,
+through either layout.
 
 The zyre.js node runs in a network namespace of its own (``support.zyrejs``)."""
 
@@ -56,8 +58,14 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
 
 
 def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path, send_core):
+    """The zyre.js reader finds the port reading one layout of the writer's header only: the
+    flat one as the yamz C++ library does (it ignores the seed's tree), or the tree (each send
+    loop takes one, so both layouts are covered without a third query)."""
     beacon, count, node = "5675", 20, f"sparkzw_{send_core}"
-    peer = start_peer("subscribe", "zjs-reader", REMOTE[0], beacon, node, "spark/out", str(count))
+    layout = {"native": "flat", "python": "tree"}[send_core]
+    peer = start_peer(
+        "subscribe", "zjs-reader", REMOTE[0], beacon, node, "spark/out", str(count), layout
+    )
     inbox = tmp_path / "in"
     inbox.mkdir()
     (inbox / "1.json").write_text(
@@ -89,3 +97,44 @@ def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path, send_core):
     got = [[base64.b64decode(f) for f in line["frames"]] for line in lines]
     assert got == [[b"w/%d" % i] for i in range(count)], err
     assert f"connecting to {node}'s spark/out at tcp://10.79.0.1:" in err
+
+
+#: the YAMZ header of a yamz C++ application that publishes on ``daq/tps`` and subscribes on
+#: ``daq/ctl`` (shared/protocols/yamz.md, "Observed from the yamz C++ library itself"): the
+#: connect-only port is announced with no addresses, next to the bound one
+CONNECT_ONLY_HEADER = (
+    '{"clients":[{"clientid":"daq","idparms":[{"key":"apa","val":"42"}],"ports":['
+    '{"addresses":[],"idparms":[],"portid":"ctl","ztype":"SUB"},'
+    '{"addresses":["@ENDPOINT@"],"idparms":[],"portid":"tps","ztype":"PUB"}]}],'
+    '"idparms":[{"key":"det","val":"tpc"}]}'
+)
+
+
+def test_a_node_with_a_connect_only_port_is_read(spark, tmp_path):
+    """Such a node was refused whole ('port ctl has no addresses'): 0 of 100 rows."""
+    beacon, node, port, count = "5677", "zjs-cxx", "45681", 100
+    peer = start_peer("announce", node, REMOTE[0], beacon, port, str(count), CONNECT_ONLY_HEADER)
+    query = None
+    try:
+        query = memory_query(
+            spark,
+            tmp_path,
+            "yamz",
+            "yamz_connect_only",
+            beaconPort=beacon,
+            address="yamz://*/daq/tps?det=tpc&apa=4[12]",
+        )
+        wait_until(
+            lambda: len(payloads(spark, "yamz_connect_only")) >= count,
+            timeout=120,
+            what=f"{count} messages from the node's PUB port",
+        )
+        query.processAllAvailable()
+        rows = spark.sql("select * from yamz_connect_only order by offset").collect()
+    finally:
+        if query is not None:
+            query.stop()
+        out, err = stop_peer(peer)
+    assert f"sent {count}" in out, err
+    assert [bytes(r.payload).decode() for r in rows] == [f"{node}/{i}" for i in range(count)]
+    assert {(r.path, r.address) for r in rows} == {("daq/tps", f"tcp://{REMOTE[1]}:{port}")}
