@@ -227,3 +227,34 @@ def test_a_malformed_header_is_an_error_naming_the_node(header, fault):
     with pytest.raises(HeaderError, match=fault) as failure:
         ports_of("badnode", header)
     assert "'badnode'" in str(failure.value)
+
+
+def test_the_writers_header_is_what_the_yamz_cpp_library_parses():
+    """The C++ library reads only ``clients`` and ``idparms`` of compact, key-sorted JSON
+    (shared/protocols/yamz.md); the tree stays beside them for readers of the seed's design."""
+    from spark_zmq.protocols.yamz.publisher import port_header
+
+    text = port_header("w", ("spark", "out"), "tcp://10.0.0.5:4242", {"det": "tpc", "apa": "4"})
+    doc = json.loads(text)
+    assert text == json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    assert {"clients": doc["clients"], "idparms": doc["idparms"]} == {
+        "clients": [
+            {
+                "clientid": "spark",
+                "idparms": [],
+                "ports": [
+                    {
+                        "addresses": ["tcp://10.0.0.5:4242"],
+                        "idparms": [{"key": "apa", "val": "4"}, {"key": "det", "val": "tpc"}],
+                        "portid": "out",
+                        "ztype": "PUB",
+                    }
+                ],
+            }
+        ],
+        "idparms": [],
+    }
+    (tree_port,) = ports_of("w", json.dumps({"name": doc["name"], "children": doc["children"]}))
+    (flat_port,) = ports_of("w", text)
+    assert tree_port == flat_port
+    assert "clients" not in port_header("w", ("a", "b", "c"), "tcp://10.0.0.5:1", {})
