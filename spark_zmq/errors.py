@@ -8,6 +8,18 @@ fault and say what to do; the classes let a caller tell the kinds apart without 
 
 from __future__ import annotations
 
+#: characters of a peer's text (a name, an identifier) that an error message shows
+SHOWN_CHARS = 200
+
+
+def shown(text: str) -> str:
+    """A peer's text as an error message shows it: quoted, and cut after SHOWN_CHARS characters
+    with its length (a peer makes a name as long as a message may be), so that the message's
+    own words after it are not lost to a bound on its length."""
+    if len(text) <= SHOWN_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
+
 
 class SparkZmqError(Exception):
     """Every error spark_zmq raises on purpose."""

@@ -16,6 +16,7 @@ from spark_zmq.capture.loop import Capture
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
+from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, ManagerUnreachable, request_router
 from spark_zmq.protocols.zeroeq import Publisher, event_id
 from spark_zmq.protocols.zeroeq.management import LIST, ManagementPort
@@ -223,13 +224,15 @@ def test_a_curve_broker_serves_keyed_readers_requesters_and_workers_only(
     )
     try:
         wait_until(
-            lambda: ask(frontend, "SERVICES", curve=client) == ["echo"],
+            lambda: (
+                ask(frontend, "SERVICES", curve=client, max_bytes=DEFAULT_MAX_BYTES) == ["echo"]
+            ),
             what="the keyed worker's registration",
         )
         with pytest.raises(BrokerError, match="no SERVICES answer"):
-            ask(frontend, "SERVICES", timeout=1.0)
+            ask(frontend, "SERVICES", timeout=1.0, max_bytes=DEFAULT_MAX_BYTES)
         with pytest.raises(BrokerError, match="no SERVICES answer"):
-            ask(frontend, "SERVICES", timeout=1.0, curve=stranger)
+            ask(frontend, "SERVICES", timeout=1.0, curve=stranger, max_bytes=DEFAULT_MAX_BYTES)
 
         def keyed_broadcast_arrived():
             plain.send_multipart([b"echo", pack("plain")])

@@ -62,4 +62,4 @@ def test_one_payload_error_for_every_protocol():
 
     assert wire.PayloadError is payloads.PayloadError is PayloadError
     with pytest.raises(PayloadError, match="not zlib-deflated"):
-        wire.unpack(b"garbage")
+        wire.unpack(b"garbage", 1024)

@@ -90,7 +90,7 @@ def test_a_missing_library_is_not_taken_for_a_malformed_payload():
         from spark_zmq.errors import MissingDependency
         from spark_zmq.protocols.ebus.wire import unpack
         try:
-            unpack(zlib.compress(b"not read"))
+            unpack(zlib.compress(b"not read"), 1024)
         except MissingDependency as exc:
             print("missing:", exc)
         """,

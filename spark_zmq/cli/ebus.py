@@ -28,6 +28,7 @@ from spark_zmq.protocols.ebus.wire import (
     from_json,
     pack,
 )
+from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 
 
 def add_ebus_parser(commands: argparse._SubParsersAction) -> None:
@@ -135,6 +136,7 @@ def run_question(args: argparse.Namespace) -> int:
         args.action.upper(),
         args.timeout,
         curve_of(args),
+        max_bytes=DEFAULT_MAX_BYTES,
     )
     print(json.dumps(answer, sort_keys=True))
     return 0
@@ -148,7 +150,7 @@ def run_call(args: argparse.Namespace) -> int:
         raise BrokerError(f"--data is not JSON text: {exc}") from None
     with Client(f"tcp://{args.broker}:{args.frontend_port}", curve=curve_of(args)) as client:
         answer = client.request(args.service, data, stales_ms=args.stales_ms).result()
-    reply = None if answer.data is None else answer_json(answer.data)
+    reply = None if answer.data is None else answer_json(answer.data, DEFAULT_MAX_BYTES)
     print(
         json.dumps(
             {

@@ -194,6 +194,26 @@ class Decoded:
     keep: pa.Array | None = None
 
 
+#: frame sizes that ``frame_sizes`` lists before it only counts the rest
+SIZES_SHOWN = 8
+
+
+def frame_sizes(sizes: Sequence[int]) -> str:
+    """``3 frames of 16, 1, 1 bytes``: how a malformed message's error describes its frames,
+    listing the first SIZES_SHOWN sizes only, so that a message of a million frames does not
+    make a text of megabytes."""
+    shown = ", ".join(str(size) for size in sizes[:SIZES_SHOWN])
+    more = f", ... ({len(sizes) - SIZES_SHOWN} more)" if len(sizes) > SIZES_SHOWN else ""
+    return f"{len(sizes)} frames of {shown}{more} bytes"
+
+
+def joined_frames(frames: pa.ListArray) -> pa.Array:
+    """Each message's frames concatenated (``binary``, null for a null message): what the
+    ``payload`` of a malformed message holds when its frames cannot be told apart. One copy of
+    the message, no more (Arrow's join, not a Python list per message)."""
+    return pc.binary_join(frames, pa.scalar(b"", pa.binary()))
+
+
 class StreamProtocol(ABC):
     """A wire format as seen by the generic stream reader."""
 
@@ -213,7 +233,14 @@ class StreamProtocol(ABC):
 
     @abstractmethod
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
-        """Decode captured messages (list of frames each) that came from ``source``."""
+        """Decode captured messages (list of frames each) that came from ``source``.
+
+        A malformed message is an entry with ``error`` set, not an exception. Raise
+        OptionError for a fault of the options (a file they name cannot be read), which no
+        message causes and which fails the read task. Anything else decode raises is taken for
+        a fault of the messages: the generic reader finds the messages that make decode raise
+        and makes each a malformed row, so a decoder bug never fails a read task.
+        """
 
 
 # -- writing -------------------------------------------------------------------------------------

@@ -13,11 +13,14 @@ json_util = optional("bson.json_util")
 
 def to_json(value: Any) -> str:
     """JSON text of an unpacked value (BSON types such as binary or dates as extended JSON);
-    PayloadError for a value nested too deeply to be shown."""
+    PayloadError for a value nested too deeply to be shown, or that has no JSON form."""
+    dumps = json_util.dumps  # outside the try: a missing bson is not a malformed payload
     try:
-        return json_util.dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
+        return dumps(value, json_options=json_util.RELAXED_JSON_OPTIONS)
     except RecursionError:
         raise PayloadError("the value is nested too deeply to be shown as JSON") from None
+    except Exception as exc:  # a value a peer's bytes made that json_util cannot show
+        raise PayloadError(f"the value has no JSON form: {type(exc).__name__}: {exc}") from None
 
 
 def from_json(text: str) -> Any:

@@ -4,14 +4,16 @@ micro-batches and a batch read of a spool).
 
 The contract, row by row:
 
-- A *malformed* message (the protocol could not decode it) is handled per ``mode``: kept as a row
-  with ``error`` set and its raw bytes in ``payload`` (PERMISSIVE), dropped, counted and logged
-  (DROPMALFORMED), or it fails the query (FAILFAST).
+- A *malformed* message (the protocol could not decode it, or its decoder raised on it:
+  ``decoding``) is handled per ``mode``: kept as a row with ``error`` set and its raw bytes in
+  ``payload`` (PERMISSIVE), dropped, counted and logged (DROPMALFORMED), or it fails the query
+  (FAILFAST). No message can fail a read task otherwise.
 - A *gap* row says that messages were lost before they reached the spool (a connection zmq
   dropped, messages dropped at the spool's bound, a partition without a holder, a damaged
   segment). Its ``error`` starts with ``gap:`` and its ``payload`` is null. ``mode`` does not
   touch it: a gap row is always delivered, unless ``failOnDataLoss=true``, which fails the query
   at the first one with the partition, the offset and the gap's own text (what, when, why).
+- No row's ``error`` is longer than ``decoding.MAX_ERROR_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from spark_zmq.extras import require
 from spark_zmq.log import logger
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.spark.decoding import DecodeFailures, bounded_errors, decode_isolating
 from spark_zmq.spool.layout import Source
 from spark_zmq.spool.reader import read_range
 
@@ -98,22 +101,47 @@ def read_rows(
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
     dropped = 0
-    for first, source, table in read_range(part.spool_path, part.key, part.start, part.end):
-        batch = _decode(protocol, options, part.key, first, source, table, schema)
-        batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
-        dropped += malformed
-        if batch.num_rows:
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            pending_bytes += batch.nbytes
-        if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
-            yield from _rebatch(pending, schema, max_bytes)
-            pending, pending_rows, pending_bytes = [], 0, 0
-    yield from _rebatch(pending, schema, max_bytes)
+    failures = DecodeFailures()
+    try:
+        for first, source, table in read_range(part.spool_path, part.key, part.start, part.end):
+            batch = _decode(protocol, options, part.key, first, source, table, schema, failures)
+            batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
+            dropped += malformed
+            if batch.num_rows:
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                pending_bytes += batch.nbytes
+            if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
+                yield from _rebatch(pending, schema, max_bytes)
+                pending, pending_rows, pending_bytes = [], 0, 0
+        yield from _rebatch(pending, schema, max_bytes)
+    finally:
+        _log_task(protocol.name, part, settings, failures, dropped)
+
+
+def _log_task(
+    name: str, part: SpoolRange, settings: ReadSettings, failures: DecodeFailures, dropped: int
+) -> None:
+    """A read task's one line per thing that went wrong with its messages (not one per
+    message): decoder failures, malformed messages dropped."""
+    if failures.first is not None:
+        offset, text = failures.first
+        logger.warning(
+            "%s: the decoder raised on %d messages of partition %s in offsets [%d, %d), "
+            "which became malformed rows (mode=%s); the first, at offset %d: %s",
+            name,
+            failures.count,
+            part.key,
+            part.start,
+            part.end,
+            settings.mode,
+            offset,
+            text,
+        )
     if dropped:
         logger.warning(
             "%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
-            protocol.name,
+            name,
             dropped,
             part.key,
             part.start,
@@ -129,14 +157,19 @@ def _decode(
     source: Source,
     table: pa.Table,
     schema: pa.Schema,
+    failures: DecodeFailures,
 ) -> pa.RecordBatch:
     """Rows of one spool slice in the output schema: gap rows carry the spool's fault text,
-    other rows what the protocol decoded (``error`` set when malformed)."""
+    other rows what the protocol decoded (``error`` set when malformed, or when the decoder
+    raised on the message: ``decode_isolating``); no error text over MAX_ERROR_CHARS."""
     n = table.num_rows
     frames = table.column("frames").combine_chunks()
-    decoded = protocol.decode(frames, source, options)
     fault = table.column("fault").combine_chunks()
-    error = pc.if_else(pc.is_null(fault), decoded.error, fault)
+    gaps = fault.is_valid().to_numpy(zero_copy_only=False)
+    decoded, failed = decode_isolating(protocol, frames, source, options, gaps)
+    for index, text in failed.items():
+        failures.add(first + index, text)
+    error = bounded_errors(pc.if_else(pc.is_null(fault), decoded.error, fault))
     columns = {
         "partition": pa.repeat(pa.scalar(key, pa.string()), n),
         "offset": pa.array(np.arange(first, first + n, dtype=np.int64)),

@@ -1,7 +1,8 @@
-"""Property-based tests (hypothesis) of every decoder and parser of the four protocols.
+"""Property-based tests (hypothesis) of every decoder and parser of the four protocols, and of
+the whole read path.
 
-Pure functions only: no Spark, and no socket is opened (where a function talks to a socket, a
-stand-in object is handed to it). Three kinds of property:
+No Spark, and no socket is opened (where a function talks to a socket, a stand-in object is
+handed to it). Four kinds of property:
 
 - **classified**: on arbitrary input a parser returns a value of its contract or raises the
   module's documented error class (IdentifierError, AddressError, HeaderError, PayloadError,
@@ -10,7 +11,12 @@ stand-in object is handed to it). Three kinds of property:
   error text;
 - **no hang**: every example must finish within the deadline (and each test within the pytest
   timeout);
-- **round trip**: valid input goes through the matching encoder and back unchanged.
+- **round trip**: valid input goes through the matching encoder and back unchanged;
+- **read path** (``check_read_path``): messages and gap rows written into a real spool as
+  capture writes them, then read by ``read_rows`` under every ``mode``, with and without
+  ``failOnDataLoss``, keep the delivery contract: every offset delivered (or dropped and
+  counted), gap rows unchanged, error texts within their bound, nothing raised but the
+  contract's own errors. A decoder bug is a malformed row by construction.
 
 Each test's name ends in the number of examples it runs (``..._300_examples``), which its
 settings use (``fuzz`` checks that the two agree). Runs are derandomized: the examples depend
@@ -22,14 +28,37 @@ recursion limit, strategies, comparisons."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import logging
 import math
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pyarrow as pa
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+
+from spark_zmq.capture.buffer import spool_table
+from spark_zmq.log import logger
+from spark_zmq.options import parse_options
+from spark_zmq.protocols.base import SIZES_SHOWN
+from spark_zmq.spark.decoding import MAX_ERROR_CHARS, bounded_text
+from spark_zmq.spark.rows import (
+    DataLossError,
+    MalformedMessageError,
+    SpoolRange,
+    output_schema,
+    read_rows,
+)
+from spark_zmq.spool.layout import Source
+from spark_zmq.spool.writer import Spool
+from spark_zmq.stream_options import READER_OPTIONS
 
 #: no example may take longer than this (generous: the machine is small and shared)
 DEADLINE = timedelta(seconds=2)
@@ -255,3 +284,200 @@ bson_keys = st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_s
     lambda k: not k.startswith("$")
 )
 bson_objects = st.dictionaries(bson_keys, bson_values, max_size=4)
+
+
+# -- the whole read path: capture's rows -> a spool -> read_rows under each mode -----------------
+
+#: what a fault row's text is made of: capture's kind, a long one, and any text after "gap:"
+fault_texts = st.one_of(
+    st.just("gap: 3 messages lost: zmq dropped the connection to tcp://127.0.0.1:1"),
+    st.text(max_size=30).map(lambda text: "gap: " + text),
+    st.integers(MAX_ERROR_CHARS - 8, 3 * MAX_ERROR_CHARS).map(lambda n: "gap: " + "x" * n),
+)
+#: frame lists of any shape a zmq message has (one frame at least): a few of any bytes, many
+#: (long errors), large ones
+any_frames = st.one_of(
+    st.lists(st.binary(max_size=24), min_size=1, max_size=4),
+    st.integers(SIZES_SHOWN, 3000).map(lambda n: [b"f"] * n),
+    st.integers(1, 3).map(lambda n: [b"\0" * 40_000] * n),
+)
+
+
+@dataclass(frozen=True)
+class Captured:
+    """What an example writes into a spool, as capture writes it: each row a message's frames
+    or a gap (its fault text, no frames), cut into segments at ``cuts``; then the offsets
+    [start, end) that a read task is given."""
+
+    rows: tuple[list[bytes] | str, ...]
+    cuts: tuple[int, ...]
+    start: int
+    end: int
+
+    def faults(self) -> dict[int, str]:
+        return {i: row for i, row in enumerate(self.rows) if isinstance(row, str)}
+
+    def segments(self) -> Iterator[list[list[bytes] | str]]:
+        edges = [0, *self.cuts, len(self.rows)]
+        for first, end in itertools.pairwise(edges):
+            if end > first:
+                yield list(self.rows[first:end])
+
+
+@st.composite
+def captured(draw, messages: st.SearchStrategy, max_rows: int = 12) -> Captured:
+    """Rows of ``messages`` (frame lists), random frame lists and gap rows, in segments."""
+    one = st.one_of(messages, messages, any_frames, fault_texts)
+    rows = tuple(draw(st.lists(one, min_size=1, max_size=max_rows), "rows"))
+    cuts = tuple(sorted(draw(st.sets(st.integers(1, len(rows)), max_size=2), "cuts")))
+    start = draw(st.integers(0, len(rows) - 1), "start")
+    end = draw(st.integers(start + 1, len(rows)), "end")
+    return Captured(rows, cuts, start, end)
+
+
+def write_spool(root: str, key: str, source: Source, rows: Captured) -> None:
+    """``rows`` written into a new spool at ``root`` as capture writes them (``spool_table``,
+    one ``Spool.append`` per segment)."""
+    spool = Spool(root, 1 << 30)
+    try:
+        for segment in rows.segments():
+            frames = [[] if isinstance(row, str) else row for row in segment]
+            faults = {i: row for i, row in enumerate(segment) if isinstance(row, str)}
+            times = [10**18 + i for i in range(len(segment))]
+            spool.append(key, source, spool_table(frames, times, faults))
+    finally:
+        spool.close()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@dataclass
+class ReadOutcome:
+    """What ``read_rows`` gave: its rows (or the RowError it raised) and its log records."""
+
+    rows: list[dict] | None
+    error: Exception | None
+    records: list[logging.LogRecord]
+
+    def dropped(self) -> int:
+        """The count of malformed messages its one DROPMALFORMED log line reports (0: none)."""
+        found = [r for r in self.records if "dropped %d malformed" in str(r.msg)]
+        assert len(found) <= 1, "one line per read task"
+        return found[0].args[1] if found else 0
+
+    def decoder_failures(self) -> int:
+        """The count of messages its one decoder-failure log line reports (0: none)."""
+        found = [r for r in self.records if "the decoder raised on" in str(r.msg)]
+        assert len(found) <= 1, "one line per read task"
+        return found[0].args[1] if found else 0
+
+
+def read_outcome(protocol, raw: dict[str, str], part: SpoolRange) -> ReadOutcome:
+    """``read_rows`` of ``part`` with reader options ``raw``: its rows, or the RowError
+    (MalformedMessageError, DataLossError) it raised; any other exception fails the test."""
+    options = parse_options(protocol.name, READER_OPTIONS + protocol.reader_options, raw)
+    handler = _Records()
+    logger.addHandler(handler)
+    try:
+        batches = list(read_rows(protocol, options, part))
+        schema = output_schema(protocol)
+        for batch in batches:
+            assert batch.schema == schema
+        rows = pa.Table.from_batches(batches, schema).to_pylist()
+        return ReadOutcome(rows, None, handler.records)
+    except (MalformedMessageError, DataLossError) as exc:
+        return ReadOutcome(None, exc, handler.records)
+    finally:
+        logger.removeHandler(handler)
+
+
+def check_read_path(
+    protocol, raw: dict[str, str], source: Source, rows: Captured, *, sound: bool = True
+) -> list[dict]:
+    """Write ``rows`` into a spool and read them back under each ``mode``, with and without
+    ``failOnDataLoss``; check the delivery contract whatever the messages hold:
+
+    - PERMISSIVE (``raw`` must keep every message: no events filtered out): one row per offset
+      of [start, end), in order; gap rows carry their fault text unchanged (cut only if over
+      MAX_ERROR_CHARS) and no payload; malformed rows carry a payload; no error text is over
+      MAX_ERROR_CHARS; the decoder-failure log line, if any, counts no gap; with ``sound``
+      (a real protocol), the decoder raised on no message: it marks malformed ones itself;
+    - DROPMALFORMED: the same rows without the malformed ones, which its log line counts;
+    - FAILFAST: MalformedMessageError naming the first malformed offset, or the same rows;
+    - failOnDataLoss=true: DataLossError naming the first gap's offset (FAILFAST may fail on a
+      malformed row first), or the same rows as without it.
+
+    Returns the PERMISSIVE rows, for the caller's own checks."""
+    with spooled(source, rows) as part:
+        return check_contract(protocol, raw, source, rows, part, sound=sound)
+
+
+@contextmanager
+def spooled(source: Source, rows: Captured) -> Iterator[SpoolRange]:
+    """``rows`` in a new spool (partition ``k``) for the time of the block: the range a read
+    task of [start, end) is given."""
+    root = tempfile.mkdtemp(prefix="fuzz-spool-")
+    try:
+        write_spool(root, "k", source, rows)
+        yield SpoolRange(root, "k", rows.start, rows.end)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def check_contract(
+    protocol, raw, source: Source, rows: Captured, part: SpoolRange, *, sound: bool = True
+) -> list[dict]:
+    """``check_read_path`` on a spool already written."""
+    faults = rows.faults()
+    permissive = read_outcome(protocol, {**raw, "mode": "PERMISSIVE"}, part)
+    assert permissive.rows is not None, permissive.error
+    delivered = permissive.rows
+    assert [r["offset"] for r in delivered] == list(range(rows.start, rows.end))
+    malformed = []
+    for row in delivered:
+        assert row["partition"] == "k" and row["endpoint"] == source.endpoint
+        error = row["error"]
+        assert error is None or len(error) <= MAX_ERROR_CHARS
+        if row["offset"] in faults:
+            assert error == bounded_text(faults[row["offset"]]) and row["payload"] is None
+        elif error is not None:
+            assert not error.startswith("gap:") and row["payload"] is not None, row
+            malformed.append(row)
+    assert permissive.decoder_failures() <= len(malformed)
+    if sound:
+        assert permissive.decoder_failures() == 0, permissive.records
+
+    dropping = read_outcome(protocol, {**raw, "mode": "DROPMALFORMED"}, part)
+    assert dropping.rows == [r for r in delivered if r not in malformed]
+    assert dropping.dropped() == len(malformed)
+
+    failing = read_outcome(protocol, {**raw, "mode": "FAILFAST"}, part)
+    if malformed:
+        assert isinstance(failing.error, MalformedMessageError)
+        assert f"at offset {malformed[0]['offset']} " in str(failing.error)
+    else:
+        assert failing.rows == delivered
+
+    gaps = [r for r in delivered if r["offset"] in faults]
+    for mode, without in (("PERMISSIVE", delivered), ("DROPMALFORMED", dropping.rows)):
+        lossless = read_outcome(protocol, {**raw, "mode": mode, "failOnDataLoss": "true"}, part)
+        if gaps:
+            assert isinstance(lossless.error, DataLossError)
+            assert f"at offset {gaps[0]['offset']} " in str(lossless.error)
+        else:
+            assert lossless.rows == without
+    strict = read_outcome(protocol, {**raw, "mode": "FAILFAST", "failOnDataLoss": "true"}, part)
+    if isinstance(strict.error, DataLossError):
+        assert gaps and f"at offset {gaps[0]['offset']} " in str(strict.error)
+    elif isinstance(strict.error, MalformedMessageError):
+        assert malformed and f"at offset {malformed[0]['offset']} " in str(strict.error)
+    else:
+        assert not gaps and not malformed and strict.rows == delivered
+    return delivered

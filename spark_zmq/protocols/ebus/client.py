@@ -119,8 +119,9 @@ class Client:
         )
         return future
 
-    def ask(self, kind: str, timeout: float = 3.0) -> Any:
-        """The broker's unpacked answer to ``SERVICES`` or ``WORKERS``."""
+    def ask(self, kind: str, timeout: float = 3.0, *, max_bytes: int) -> Any:
+        """The broker's unpacked answer to ``SERVICES`` or ``WORKERS``, which may inflate to
+        ``max_bytes`` (the caller's maxMessageBytes) at most."""
         future: Future = Future()
         request_id = uuid.uuid4().hex.encode()
         self._command("ask", (kind.encode(), request_id, future))
@@ -132,7 +133,7 @@ class Client:
                 f"no {kind} answer from the EBUS broker at {self.address} within {timeout} s"
             ) from None
         try:
-            return unpack(frame)
+            return unpack(frame, max_bytes)
         except PayloadError as exc:
             raise BrokerError(
                 f"the EBUS broker at {self.address} sent a malformed {kind} answer: {exc}"
@@ -160,7 +161,10 @@ class Client:
         self._mailbox.post((kind, argument))
 
 
-def ask(address: str, kind: str, timeout: float = 3.0, curve: Curve = NO_CURVE) -> Any:
-    """Ask the broker at ``address`` (its frontend) ``SERVICES`` or ``WORKERS`` once."""
+def ask(
+    address: str, kind: str, timeout: float = 3.0, curve: Curve = NO_CURVE, *, max_bytes: int
+) -> Any:
+    """Ask the broker at ``address`` (its frontend) ``SERVICES`` or ``WORKERS`` once (an
+    answer inflating to ``max_bytes`` at most)."""
     with Client(address, curve=curve) as client:
-        return client.ask(kind, timeout)
+        return client.ask(kind, timeout, max_bytes=max_bytes)

@@ -32,7 +32,10 @@ class ServiceChannels(Discovery):
         sub: str,
         endpoint_of: Callable[[str], Endpoint],
         curve: Curve = NO_CURVE,
+        *,
+        max_bytes: int,
     ) -> None:
+        self.max_bytes = max_bytes  # maxMessageBytes: what a packed answer may inflate to
         self.frontend = frontend
         self.curve = curve
         self.sub = sub
@@ -66,7 +69,7 @@ class ServiceChannels(Discovery):
 
     def _ask(self, client: Client) -> None:
         try:
-            services = client.ask("SERVICES")
+            services = client.ask("SERVICES", max_bytes=self.max_bytes)
         except BrokerError as exc:
             if not self._unanswered:
                 logger.warning("ebus: %s; retrying", exc)
@@ -88,7 +91,7 @@ class ServiceChannels(Discovery):
             if len(frames) != 2 or frames[0] != WORKERS_CHANNEL.encode():
                 continue
             try:
-                message = unpack(frames[1])
+                message = unpack(frames[1], self.max_bytes)
             except PayloadError:
                 continue
             if isinstance(message, dict) and "workers" in message:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_zmq.errors import shown
 from spark_zmq.options import (
     Option,
     Options,
@@ -37,6 +38,7 @@ from spark_zmq.protocols.base import (
     binary_column,
     column_values,
     distinct_rows,
+    frame_sizes,
     string_column,
 )
 from spark_zmq.protocols.ebus.discovery import ServiceChannels
@@ -184,15 +186,20 @@ class EBus(StreamProtocol, SinkProtocol):
         prefixes = options["channels"] or ("",)
         if prefixes == ("services",):
             return ServiceChannels(
-                frontend_address(options), address, endpoint_of, Curve.of(options)
+                frontend_address(options),
+                address,
+                endpoint_of,
+                Curve.of(options),
+                max_bytes=options["maxMessageBytes"],
             )
         return StaticDiscovery([endpoint_of(prefix) for prefix in prefixes])
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
         channels, data, payloads, errors, keep = [], [], [], [], []
         broker_events = options["includeBrokerEvents"]
+        max_bytes = options["maxMessageBytes"]
         for message in frames.to_pylist():
-            channel, value, payload, error = _decode_message(message)
+            channel, value, payload, error = _decode_message(message, max_bytes)
             channels.append(channel)
             data.append(value)
             payloads.append(payload)
@@ -237,6 +244,7 @@ class EBus(StreamProtocol, SinkProtocol):
                 options["service"],
                 options["stalesMs"],
                 Curve.of(options),
+                max_bytes=options["maxMessageBytes"],
             )
         address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
         return XPubSender(
@@ -283,15 +291,17 @@ class EBus(StreamProtocol, SinkProtocol):
         return EncodedBatch([channel, body], errors, channel)
 
 
-def _decode_message(frames: list[bytes]) -> tuple[str | None, str | None, bytes, str | None]:
-    """(channel, data as JSON text, raw payload, error) of one captured broadcast."""
+def _decode_message(
+    frames: list[bytes], max_bytes: int
+) -> tuple[str | None, str | None, bytes, str | None]:
+    """(channel, data as JSON text, raw payload, error) of one captured broadcast, whose data
+    may inflate to ``max_bytes`` (maxMessageBytes) at most."""
     if len(frames) != 2:
-        sizes = ", ".join(str(len(f)) for f in frames)
         return (
             None,
             None,
             b"".join(frames),
-            f"malformed EBUS broadcast: {len(frames)} frames of {sizes} bytes; expected "
+            f"malformed EBUS broadcast: {frame_sizes([len(f) for f in frames])}; expected "
             f"[channel, packed data]. payload holds the frames concatenated",
         )
     channel_bytes, payload = frames
@@ -300,9 +310,9 @@ def _decode_message(frames: list[bytes]) -> tuple[str | None, str | None, bytes,
     except UnicodeDecodeError:
         return None, None, payload, "malformed EBUS broadcast: the channel is not UTF-8"
     try:
-        return channel, to_json(unpack(payload)), payload, None
+        return channel, to_json(unpack(payload, max_bytes)), payload, None
     except PayloadError as exc:
-        return channel, None, payload, f"malformed EBUS payload on channel {channel!r}: {exc}"
+        return channel, None, payload, f"malformed EBUS payload on channel {shown(channel)}: {exc}"
 
 
 def _broadcast(

@@ -24,9 +24,16 @@ class ServiceRequester(Requester):
     """Sends packed rows to ``service`` through the broker frontend at ``frontend``."""
 
     def __init__(
-        self, frontend: str, service: str, stales_ms: int, curve: Curve = NO_CURVE
+        self,
+        frontend: str,
+        service: str,
+        stales_ms: int,
+        curve: Curve = NO_CURVE,
+        *,
+        max_bytes: int,
     ) -> None:
         self.name = f"service {service!r} at {frontend}"
+        self.max_bytes = max_bytes  # the writer's maxMessageBytes: what an answer may inflate to
         self.frontend = frontend
         self.service = service
         self.stales_ms = stales_ms
@@ -48,7 +55,7 @@ class ServiceRequester(Requester):
             outcome.set_result(self.outcome_of(done.result()))
 
     def outcome_of(self, answer: Answer) -> Outcome:
-        data = None if answer.data is None else answer_json(answer.data)
+        data = None if answer.data is None else answer_json(answer.data, self.max_bytes)
         about = f"request {answer.request_id} to service {self.service!r} at {self.frontend}"
         if answer.status == "REJECT":
             detail = f"{about} was refused by its worker (REJECT)"

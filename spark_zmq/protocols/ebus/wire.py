@@ -55,17 +55,14 @@ def pack(value: Any) -> bytes:
     return zlib.compress(bson.encode({"l": value}))
 
 
-def unpack(frame: bytes) -> Any:
-    """The value of a packed frame; PayloadError says which layer is wrong."""
+def unpack(frame: bytes, max_bytes: int) -> Any:
+    """The value of a packed frame; PayloadError says which layer is wrong. The BSON document
+    may inflate to ``max_bytes`` at most (the side's ``maxMessageBytes``): deflate packs a
+    gigabyte of zeros into a megabyte, and a peer's frame must not make us hold more than a
+    message's worth of bytes."""
     if frame == NULL:
         return None
-    try:
-        document = zlib.decompress(frame)
-    except zlib.error:
-        try:  # a raw deflate stream, without zlib's header
-            document = zlib.decompress(frame, -zlib.MAX_WBITS)
-        except zlib.error:
-            raise PayloadError(f"not zlib-deflated ({len(frame)} bytes)") from None
+    document = inflate(frame, max_bytes)
     decode = bson.decode  # outside the try: a missing bson is not a malformed payload
     try:
         decoded = decode(document)
@@ -76,11 +73,31 @@ def unpack(frame: bytes) -> Any:
     return decoded["l"]
 
 
-def answer_json(frame: bytes) -> str | None:
-    """JSON text of the data frame of a reply: packed as the reference peers pack it, or JSON
-    text as the spec writes it; None when it is neither."""
+def inflate(frame: bytes, max_bytes: int) -> bytes:
+    """The bytes a zlib stream (or a raw deflate stream, without zlib's header) inflates to,
+    at most ``max_bytes`` of them; PayloadError when the frame is neither, or inflates to
+    more. Data after the end of the stream is ignored, as zlib.decompress ignores it."""
+    for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS):
+        inflater = zlib.decompressobj(wbits)
+        try:
+            document = inflater.decompress(frame, max_bytes + 1)
+        except zlib.error:
+            continue
+        if len(document) > max_bytes:
+            raise PayloadError(
+                f"{len(frame)} bytes of deflated data inflate to more than {max_bytes} bytes "
+                f"(maxMessageBytes); raise maxMessageBytes if such messages are expected"
+            )
+        if inflater.eof:
+            return document
+    raise PayloadError(f"not zlib-deflated ({len(frame)} bytes)")
+
+
+def answer_json(frame: bytes, max_bytes: int) -> str | None:
+    """JSON text of the data frame of a reply: packed as the reference peers pack it (inflating
+    to ``max_bytes`` at most), or JSON text as the spec writes it; None when it is neither."""
     try:
-        return to_json(unpack(frame))
+        return to_json(unpack(frame, max_bytes))
     except PayloadError:
         pass
     try:

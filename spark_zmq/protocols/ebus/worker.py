@@ -15,19 +15,33 @@ from typing import Any
 import zmq
 
 from spark_zmq.log import logger
+from spark_zmq.options import parse_options
 from spark_zmq.protocols.ebus.wire import HEARTBEAT_SECONDS, WORKER, pack, unpack
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.stream_options import WRITER_OPTIONS
 from spark_zmq.units import milliseconds
+
+#: what a request (or, for the CLI, an answer) may inflate to at most, where no query's options
+#: say: the default maxMessageBytes
+DEFAULT_MAX_BYTES: int = parse_options("ebus", WRITER_OPTIONS, {})["maxMessageBytes"]
 
 
 class Worker:
     """Serves ``service`` on the broker backend at ``address`` with ``handler(data) -> result``
-    (unpacked values) on a daemon thread; a handler that raises makes a REJECT."""
+    (unpacked values) on a daemon thread; a handler that raises makes a REJECT, and so does a
+    request whose data inflates to more than ``max_bytes``."""
 
     def __init__(
-        self, address: str, service: str, handler: Callable[[Any], Any], *, curve: Curve = NO_CURVE
+        self,
+        address: str,
+        service: str,
+        handler: Callable[[Any], Any],
+        *,
+        curve: Curve = NO_CURVE,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.service = service
+        self.max_bytes = max_bytes
         self.handler = handler
         self.identity = b"W/%s/%s" % (service.encode(), uuid.uuid4().hex.encode())
         self._socket = curve.as_client(zmq.Context.instance().socket(zmq.DEALER))
@@ -56,7 +70,11 @@ class Worker:
         if kind == b"REQ" and len(frames) >= 4:
             request_id = frames[2]
             try:
-                answer = [b"REPLY", request_id, pack(self.handler(unpack(frames[3])))]
+                answer = [
+                    b"REPLY",
+                    request_id,
+                    pack(self.handler(unpack(frames[3], self.max_bytes))),
+                ]
             except Exception as exc:  # the client gets a REJECT, the worker goes on
                 logger.warning(
                     "ebus worker %s: request %r failed: %s", self.service, request_id, exc

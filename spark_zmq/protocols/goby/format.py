@@ -16,6 +16,7 @@ import os
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_zmq.errors import shown
 from spark_zmq.options import (
     OptionError,
     Options,
@@ -33,6 +34,7 @@ from spark_zmq.protocols.base import (
     binary_column,
     column_values,
     distinct_rows,
+    frame_sizes,
     raw_column,
 )
 from spark_zmq.protocols.goby.discovery import ManagerDiscovery
@@ -47,6 +49,7 @@ from spark_zmq.protocols.goby.options import (
     spark_application_name,
 )
 from spark_zmq.protocols.goby.payloads import (
+    DescriptorSet,
     PayloadError,
     bson_json,
     cstr_payload,
@@ -93,12 +96,7 @@ class Goby(StreamProtocol, SinkProtocol):
 
     def check_options(self, options: Options) -> None:
         manager_address(options)
-        path = options["protobufDescriptorSet"]
-        if path is not None:
-            try:
-                descriptor_set(path)
-            except ValueError as exc:
-                raise OptionError(f"goby: option 'protobufDescriptorSet': {exc}") from None
+        _message_types(options)
 
     def discovery(self, options: Options, state: StateStore) -> Discovery:
         manager = manager_address(options)
@@ -122,8 +120,7 @@ class Goby(StreamProtocol, SinkProtocol):
         )
 
     def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
-        path = options["protobufDescriptorSet"]
-        types = descriptor_set(path) if path is not None else None
+        types = _message_types(options)
         rows = [_decode_message(message, types) for message in frames.to_pylist()]
         names = ("payload", "error") + tuple(self.columns.names)
         values = dict(zip(names, zip(*rows))) if rows else {name: () for name in names}
@@ -231,6 +228,19 @@ def _string_or_integer(data_type: pa.DataType) -> bool:
     return pa.types.is_string(data_type) or pa.types.is_integer(data_type)
 
 
+def _message_types(options: Options) -> DescriptorSet | None:
+    """The types of option ``protobufDescriptorSet``, if set; OptionError if the file cannot
+    be read or loaded (on the driver when the query starts, on an executor if it changed
+    since: no message is at fault then, so the task fails, naming the option)."""
+    path = options["protobufDescriptorSet"]
+    if path is None:
+        return None
+    try:
+        return descriptor_set(path)
+    except ValueError as exc:
+        raise OptionError(f"goby: option 'protobufDescriptorSet': {exc}") from None
+
+
 def _malformed(payload: bytes, error: str) -> tuple:
     """A message whose identifier cannot be read: no part of it is known."""
     return (payload, error) + (None,) * 8
@@ -240,11 +250,10 @@ def _decode_message(frames: list[bytes], types) -> tuple:
     """(payload, error, group, scheme, scheme_id, type, process, thread, text, json) of one
     captured message."""
     if len(frames) != 1:
-        sizes = ", ".join(str(len(f)) for f in frames)
         return _malformed(
             b"".join(frames),
-            f"malformed Goby message: {len(frames)} frames of {sizes} "
-            f"bytes; expected one. payload holds the frames concatenated",
+            f"malformed Goby message: {frame_sizes([len(f) for f in frames])}; expected "
+            f"one. payload holds the frames concatenated",
         )
     try:
         ident, payload = split_message(frames[0])
@@ -261,7 +270,7 @@ def _decode_message(frames: list[bytes], types) -> tuple:
         elif ident.scheme_id == PROTOBUF and types is not None:
             json_value = types.to_json(ident.type, payload)
     except PayloadError as exc:
-        error = f"malformed payload of {ident.group}/{ident.type}: {exc}"
+        error = f"malformed payload of {shown(ident.group + '/' + ident.type)}: {exc}"
     return (
         payload,
         error,

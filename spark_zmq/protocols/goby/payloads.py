@@ -97,7 +97,7 @@ class DescriptorSet:
         if type_name not in self._classes:
             try:
                 descriptor = self.pool.FindMessageTypeByName(type_name)
-            except KeyError:
+            except (KeyError, TypeError):  # a name the pool does not hold, or cannot take
                 descriptor = None
             self._classes[type_name] = (
                 None if descriptor is None else message_factory.GetMessageClass(descriptor)
@@ -113,7 +113,12 @@ class DescriptorSet:
             message = cls.FromString(payload)
         except Exception as exc:
             raise PayloadError(f"PROTOBUF payload does not parse as {type_name}: {exc}") from None
-        return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=None)
+        try:  # well-known types refuse some values that parse: a Timestamp out of range, NaN
+            return json_format.MessageToJson(message, preserving_proto_field_name=True, indent=None)
+        except Exception as exc:  # ValueError, OverflowError, RecursionError, ...
+            raise PayloadError(
+                f"PROTOBUF payload of {type_name} has no JSON form: {type(exc).__name__}: {exc}"
+            ) from None
 
 
 _sets: dict[tuple[str, int, int], DescriptorSet] = {}

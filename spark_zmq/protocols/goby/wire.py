@@ -25,7 +25,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from spark_zmq.errors import ProtocolError
+from spark_zmq.errors import ProtocolError, shown
 
 #: marshalling schemes that goby3 3.x writes by name; any other scheme is its decimal number
 SCHEMES: dict[str, int] = {
@@ -142,18 +142,19 @@ def parse_identifier(head: bytes) -> Identifier:
     except UnicodeDecodeError:
         raise IdentifierError("identifier is not UTF-8") from None
     if not (text.startswith("/") and text.endswith("/")):
-        raise IdentifierError(f"identifier {text!r} does not start and end with '/'")
+        raise IdentifierError(f"identifier {shown(text)} does not start and end with '/'")
     parts = text[1:-1].split("/")
     if len(parts) < 5:
         raise IdentifierError(
-            f"identifier {text!r} has {len(parts)} parts; expected five "
+            f"identifier {shown(text)} has {len(parts)} parts; expected five "
             f"(/group/scheme/type/pid/thread/)"
         )
     group, scheme_part_text, type_name = _name_parts(parts[:-2])
     pid, thread = parts[-2:]
     if not pid.isdecimal() or not pid.isascii() or len(pid) > 10 or int(pid) > MAX_PID:
         raise IdentifierError(
-            f"identifier {text!r}: process id {pid!r} is not a decimal number (of at most 32 bits)"
+            f"identifier {shown(text)}: process id {shown(pid)} is not a decimal number (of "
+            f"at most 32 bits)"
         )
     scheme, scheme_id = scheme_of(scheme_part_text)
     return Identifier(group, scheme, scheme_id, type_name, int(pid), thread)

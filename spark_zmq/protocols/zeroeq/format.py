@@ -27,6 +27,8 @@ from spark_zmq.protocols.base import (
     binary_column,
     column_values,
     distinct_rows,
+    frame_sizes,
+    joined_frames,
     string_column,
 )
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
@@ -311,16 +313,21 @@ def _wanted(event_ids: pa.Array, metadata) -> pa.Array | None:
 def _mark_malformed(
     frames: pa.ListArray, bad: np.ndarray, payload: pa.Array
 ) -> tuple[pa.Array, pa.Array]:
-    """Malformed messages (rare): error text, and their raw frames concatenated as payload."""
-    payload_values = payload.to_pylist()
-    errors: list[str | None] = [None] * len(frames)
-    for row in bad:
-        parts = frames[int(row)].as_py()
-        sizes = ", ".join(str(len(p)) for p in parts)
-        errors[row] = (
-            f"malformed ZeroEQ message: {len(parts)} frames of {sizes} bytes; "
-            f"expected a 16-byte event id, then at most one payload frame. "
-            f"payload holds the frames concatenated"
-        )
-        payload_values[row] = b"".join(parts)
-    return pa.array(payload_values, pa.binary()), pa.array(errors, pa.string())
+    """Malformed messages (rare): error text, and their raw frames concatenated as payload
+    (one copy of each malformed message; the other payloads stay as they are)."""
+    mask = np.zeros(len(frames), bool)
+    mask[bad] = True
+    malformed = frames.take(pa.array(bad))
+    counts = pc.list_value_length(malformed).to_numpy(zero_copy_only=False)
+    lengths = pc.binary_length(malformed.flatten()).to_numpy(zero_copy_only=False)
+    ends = np.cumsum(counts)
+    texts = [
+        f"malformed ZeroEQ message: {frame_sizes(lengths[end - count : end].tolist())}; "
+        f"expected a 16-byte event id, then at most one payload frame. "
+        f"payload holds the frames concatenated"
+        for count, end in zip(counts, ends)
+    ]
+    errors = pc.replace_with_mask(
+        pa.nulls(len(frames), pa.string()), pa.array(mask), pa.array(texts, pa.string())
+    )
+    return pc.replace_with_mask(payload, pa.array(mask), joined_frames(malformed)), errors

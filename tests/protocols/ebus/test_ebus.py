@@ -4,7 +4,10 @@ and `format("ebus")` on channel prefixes through the broker's broadcast relay.""
 from __future__ import annotations
 
 import json
+import os
+import struct
 import time
+import tracemalloc
 import zlib
 
 import pyarrow as pa
@@ -12,6 +15,7 @@ import pytest
 import zmq
 
 from spark_zmq.options import parse_options
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.ebus import (
     BroadcastRelay,
     Broker,
@@ -21,9 +25,14 @@ from spark_zmq.protocols.ebus import (
     pack,
     unpack,
 )
+from spark_zmq.protocols.ebus.discovery import ServiceChannels
+from spark_zmq.protocols.ebus.wire import WORKER
+from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
+from spark_zmq.spark.rows import read_rows
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from support.common import wait_until
+from support.fuzzing import Captured, spooled
 from support.queries import memory_query
 
 #: BSON of {"l": 42} (int32) and {"l": "hi"} (string), written out from the BSON spec
@@ -32,14 +41,14 @@ BSON_L_HI = bytes.fromhex("0f000000026c000300000068690000")
 
 
 def test_unpack_hand_built_frames_and_null():
-    assert unpack(zlib.compress(BSON_L_42)) == 42
-    assert unpack(zlib.compress(BSON_L_HI)) == "hi"
+    assert unpack(zlib.compress(BSON_L_42), DEFAULT_MAX_BYTES) == 42
+    assert unpack(zlib.compress(BSON_L_HI), DEFAULT_MAX_BYTES) == "hi"
     raw_deflate = zlib.compressobj(wbits=-zlib.MAX_WBITS)
-    assert unpack(raw_deflate.compress(BSON_L_42) + raw_deflate.flush()) == 42
-    assert unpack(b"null") is None and pack(None) == b"null"
+    assert unpack(raw_deflate.compress(BSON_L_42) + raw_deflate.flush(), DEFAULT_MAX_BYTES) == 42
+    assert unpack(b"null", DEFAULT_MAX_BYTES) is None and pack(None) == b"null"
     assert zlib.decompress(pack(42)) == BSON_L_42
     value = {"temperature": 21.5, "tags": ["a", "b"], "ok": True}
-    assert unpack(pack(value)) == value
+    assert unpack(pack(value), DEFAULT_MAX_BYTES) == value
 
 
 @pytest.mark.parametrize(
@@ -52,7 +61,7 @@ def test_unpack_hand_built_frames_and_null():
 )
 def test_unpack_names_the_layer_at_fault(frame, fault):
     with pytest.raises(PayloadError, match=fault):
-        unpack(frame)
+        unpack(frame, DEFAULT_MAX_BYTES)
 
 
 def decode(messages, **raw):
@@ -284,7 +293,7 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
         writer.stop()
         subscriber.close(0)
         relay.close()
-    assert [(channel, unpack(packed)) for channel, packed in received] == [
+    assert [(channel, unpack(packed, DEFAULT_MAX_BYTES)) for channel, packed in received] == [
         (b"out/a", {"x": 1}),
         (b"out/b", None),
         (b"out/d", [1, "two"]),
@@ -434,3 +443,185 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing_captured(spark, 
     numbers = [v for v in got if isinstance(v, int)]
     assert sorted(numbers) == list(range(200)), "each value exactly once"
     assert any("gap" in error and "dropped" in error for error in errors), errors
+
+
+def packed_by_hand(value_element: bytes) -> bytes:
+    """zlib(BSON {"l": <element>}) from the BSON spec: ``value_element`` is the element's type
+    byte, then ``l\\0``, then its value."""
+    body = value_element + b"\0"
+    return zlib.compress(struct.pack("<i", len(body) + 4) + body)
+
+
+def binary_bomb(size: int) -> bytes:
+    """zlib(BSON {"l": <binary of ``size`` zero bytes>}), deflated a megabyte at a time: a
+    valid packed frame of about size / 1000 bytes."""
+    element = b"\x05l\0" + struct.pack("<i", size) + b"\x00"
+    deflate = zlib.compressobj()
+    out = [deflate.compress(struct.pack("<i", 4 + len(element) + size + 1) + element)]
+    for _ in range(size >> 20):
+        out.append(deflate.compress(bytes(1 << 20)))
+    out.append(deflate.compress(bytes(size & ((1 << 20) - 1)) + b"\0"))
+    return b"".join(out) + deflate.flush()
+
+
+@pytest.mark.spark
+def test_a_decompression_bomb_is_a_malformed_row_and_inflates_no_further(spark, tmp_path):
+    """A ~100 KB frame of valid BSON holding 100 MB of zeros, between good broadcasts, with
+    maxMessageBytes=1m: a malformed row with a short error and the frame as payload; every good
+    row delivered; reading the spool's rows again takes a few megabytes of Python memory."""
+    relay = BroadcastRelay(pub_port=0, sub_port=0)
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.connect(f"tcp://127.0.0.1:{relay.pub_port}")
+    spool = str(tmp_path / "spool")
+    bomb = binary_bomb(100 << 20)
+    query = memory_query(
+        spark,
+        tmp_path,
+        "ebus",
+        "ebus_bomb",
+        subPort=str(relay.sub_port),
+        channels="A",
+        maxMessageBytes="1m",
+        spoolPath=spool,
+    )
+
+    def good(n: int) -> bytes:  # {"l": n} (int32)
+        return packed_by_hand(b"\x10l\0" + struct.pack("<i", n))
+
+    def rows(where: str = "true") -> list:
+        return spark.sql(f"select * from ebus_bomb where {where} order by offset").collect()
+
+    try:
+
+        def warm() -> bool:
+            publisher.send_multipart([b"A/warm", good(0)])
+            return bool(rows())
+
+        wait_until(warm, timeout=90, interval=0.5, what="the subscription to settle")
+        for frames in ([b"A", good(1)], [b"A", bomb], [b"A", good(2)]):
+            publisher.send_multipart(frames)
+        wait_until(lambda: len(rows("channel = 'A'")) == 3, timeout=60, what="three broadcasts")
+        query.processAllAvailable()
+        result = rows("channel = 'A'")
+    finally:
+        query.stop()
+        publisher.close(0)
+        relay.close()
+        print(f"Python workers' peak RSS (VmHWM): {worker_peaks_mb()} MB")
+    assert [(r.data, r.error is None) for r in result] == [("1", True), (None, False), ("2", True)]
+    malformed = result[1]
+    assert "inflate to more than 1048576 bytes (maxMessageBytes)" in malformed.error
+    assert len(malformed.error) < 300 and bytes(malformed.payload) == bomb
+    print(f"bomb frame {len(bomb)} bytes; error {len(malformed.error)} characters")
+
+
+def worker_peaks_mb() -> list[int]:
+    """The peak resident memory (VmHWM, MB) of each Python worker of the local Spark session
+    (the processes of pyspark.daemon and the workers it forked)."""
+    peaks = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"pyspark.daemon" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        peaks.append(int(status["VmHWM"].split()[0]) // 1024)
+    return sorted(peaks)
+
+
+def test_reading_a_bomb_takes_the_memory_of_max_message_bytes_not_of_the_bomb():
+    """read_rows of a spooled frame that inflates to 100 MB, with maxMessageBytes=1m: the
+    Python memory it takes at its peak stays within a few MB (tracemalloc)."""
+    bomb = binary_bomb(100 << 20)
+    source = Source("tcp://127.0.0.1:5003", {"prefix": ""})
+    rows = Captured(
+        ([b"A", bomb], [b"A", packed_by_hand(b"\x10l\0" + struct.pack("<i", 7))]), (), 0, 2
+    )
+    options = parse_options("ebus", READER_OPTIONS + EBus.reader_options, {"maxMessageBytes": "1m"})
+    with spooled(source, rows) as part:
+        tracemalloc.start()
+        try:
+            batches = list(read_rows(EBus(), options, part))
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    print(f"bomb frame {len(bomb)} bytes: peak Python memory {peak / 1e6:.1f} MB")
+    assert peak < 8 << 20, "inflating stopped at maxMessageBytes (1 MB), not at 100 MB"
+    bombed, good = pa.Table.from_batches(batches).to_pylist()
+    assert "inflate to more than 1048576 bytes" in bombed["error"] and good["data"] == "7"
+
+
+def test_service_discovery_inflates_no_answer_or_announcement_past_max_message_bytes():
+    """The driver's side: a broker (raw ROUTER) that answers SERVICES with a bomb, and
+    announcements on ``ebus/workers`` (raw PUB) that are bombs, then a good one. Discovery
+    ignores the bombs, takes the good announcement, and its Python memory stays within a few
+    MB (tracemalloc) with maxMessageBytes=1m."""
+    bomb = binary_bomb(100 << 20)
+    announcement = packed_by_hand(  # {"l": {"workers": ["svc"]}}
+        b"\x03l\0"
+        + bson_document(b"\x04workers\0" + bson_document(b"\x020\0" + bson_string("svc")))
+    )
+    context = zmq.Context.instance()
+    frontend, sub = context.socket(zmq.ROUTER), context.socket(zmq.PUB)
+    for sock in (frontend, sub):
+        sock.setsockopt(zmq.LINGER, 0)
+    frontend_port = frontend.bind_to_random_port("tcp://127.0.0.1")
+    sub_port = sub.bind_to_random_port("tcp://127.0.0.1")
+    joined: list[str] = []
+    listener = type(
+        "Listener",
+        (),
+        {
+            "endpoint_joined": lambda self, e: joined.append(e.key),
+            "endpoint_left": lambda self, k: None,
+        },
+    )()
+    discovery = ServiceChannels(
+        f"tcp://127.0.0.1:{frontend_port}",
+        f"tcp://127.0.0.1:{sub_port}",
+        lambda service: Endpoint(service, "tcp://127.0.0.1:1"),
+        max_bytes=1 << 20,
+    )
+    asked = []
+
+    def answer_services():  # ['', 'EBW01', 'SERVICES', requestId, pack([...])]: a bomb
+        while frontend.poll(50):
+            identity, *frames = frontend.recv_multipart()
+            if frames[2:3] == [b"SERVICES"]:
+                request_id = frames[4] if len(frames) > 4 else b""
+                frontend.send_multipart([identity, b"", WORKER, b"SERVICES", request_id, bomb])
+                asked.append(request_id)
+
+    tracemalloc.start()
+    try:
+        discovery.start(listener)
+
+        def announced() -> bool:
+            answer_services()
+            sub.send_multipart([b"ebus/workers", bomb])
+            sub.send_multipart([b"ebus/workers", announcement])
+            return "svc" in joined
+
+        wait_until(announced, timeout=30, interval=0.2, what="the good announcement")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        discovery.close()
+        frontend.close(0)
+        sub.close(0)
+    print(f"bomb frame {len(bomb)} bytes: discovery's peak Python memory {peak / 1e6:.1f} MB")
+    assert asked, "the bomb answered a SERVICES question"
+    assert joined == ["svc"] and peak < 16 << 20
+
+
+def bson_document(elements: bytes) -> bytes:
+    return struct.pack("<i", len(elements) + 5) + elements + b"\0"
+
+
+def bson_string(text: str) -> bytes:
+    data = text.encode() + b"\0"
+    return struct.pack("<i", len(data)) + data

@@ -12,6 +12,7 @@ import pytest
 import zmq
 
 from spark_zmq.protocols.ebus import Broker, pack, unpack
+from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from support.common import wait_until
 
 CLIENT, WORKER = b"EBC01", b"EBW01"
@@ -62,7 +63,7 @@ def announcement(sock: zmq.Socket, channel: bytes) -> dict:
         frames = receive(sock)
         if frames[0] == channel:
             assert len(frames) == 2, frames
-            return unpack(frames[1])
+            return unpack(frames[1], DEFAULT_MAX_BYTES)
 
 
 def announced_workers(sock: zmq.Socket) -> dict:
@@ -109,17 +110,21 @@ def test_requests_go_to_a_worker_and_back(broker):
         def services():  # as the reference client asks: no id at all
             client.send_multipart([b"", CLIENT, b"SERVICES"])
             frames = receive(client)
-            return frames[2:4] == [b"SERVICES", b""] and unpack(frames[4]) == ["echo"]
+            return frames[2:4] == [b"SERVICES", b""] and unpack(frames[4], DEFAULT_MAX_BYTES) == [
+                "echo"
+            ]
 
         wait_until(services, timeout=10, what="the worker to register")
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack({"x": 1}), b"3000"])
         reply = receive(client)
-        assert reply[:4] == [b"", WORKER, b"REPLY", b"r1"] and unpack(reply[4]) == {"x": 1}
+        assert reply[:4] == [b"", WORKER, b"REPLY", b"r1"] and unpack(
+            reply[4], DEFAULT_MAX_BYTES
+        ) == {"x": 1}
         # a resend with the same id is answered from the reply cache
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack({"x": 2}), b"3000"])
-        assert unpack(receive(client)[4]) == {"x": 1}
+        assert unpack(receive(client)[4], DEFAULT_MAX_BYTES) == {"x": 1}
         client.send_multipart([b"", CLIENT, b"WORKERS"])
-        [listed] = unpack(receive(client)[4])
+        [listed] = unpack(receive(client)[4], DEFAULT_MAX_BYTES)
         assert listed["service"] == "echo" and listed["load"] == 0
         client.send_multipart([b"", CLIENT, b"PING"])
         assert receive(client)[2] == b"HEARTBEAT"
@@ -143,13 +148,15 @@ def test_frontend_messages_are_read_by_position_as_the_reference_broker_reads_th
         def listed():
             client.send_multipart([b"", CLIENT, b"SERVICES", b"", b"q1"])
             frames = receive(client)
-            return frames[:4] == [b"", WORKER, b"SERVICES", b"q1"] and unpack(frames[4])
+            return frames[:4] == [b"", WORKER, b"SERVICES", b"q1"] and unpack(
+                frames[4], DEFAULT_MAX_BYTES
+            )
 
         assert wait_until(listed, timeout=10, what="the worker to register") == ["echo"]
         client.send_multipart([b"", CLIENT, b"WORKERS", b"ignored service", b"q2"])
         frames = receive(client)
         assert frames[:4] == [b"", WORKER, b"WORKERS", b"q2"]
-        assert [w["service"] for w in unpack(frames[4])] == ["echo"]
+        assert [w["service"] for w in unpack(frames[4], DEFAULT_MAX_BYTES)] == ["echo"]
         client.send_multipart([b"", CLIENT, b"WORKERS"])
         assert receive(client)[3] == b""
     finally:
@@ -165,7 +172,10 @@ def test_a_request_for_a_service_with_no_worker_is_held_until_one_registers(brok
         assert not client.poll(1500), "the broker answered before the service had a worker"
         worker = EchoWorker(broker.backend_port, "late")
         reply = receive(client, timeout=10)
-        assert reply[:4] == [b"", WORKER, b"REPLY", b"r1"] and unpack(reply[4]) == "early"
+        assert (
+            reply[:4] == [b"", WORKER, b"REPLY", b"r1"]
+            and unpack(reply[4], DEFAULT_MAX_BYTES) == "early"
+        )
     finally:
         if worker is not None:
             worker.close()
@@ -210,7 +220,7 @@ def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
 
         def registered():
             client.send_multipart([b"", CLIENT, b"SERVICES", b"s"])
-            return unpack(receive(client)[4]) == ["slow"]
+            return unpack(receive(client)[4], DEFAULT_MAX_BYTES) == ["slow"]
 
         wait_until(registered, timeout=10, what="the silent worker to register")
         client.send_multipart([b"", CLIENT, b"REQ", b"slow", b"r1", b"null", b"300"])
@@ -219,7 +229,7 @@ def test_silent_workers_expire_and_unregistered_ones_are_disconnected(broker):
 
         def gone():
             client.send_multipart([b"", CLIENT, b"SERVICES", b"s"])
-            return unpack(receive(client)[4]) == []
+            return unpack(receive(client)[4], DEFAULT_MAX_BYTES) == []
 
         wait_until(gone, timeout=10, what="the silent worker to be dropped")
     finally:
@@ -240,12 +250,14 @@ def test_worker_replies_and_rejects_when_its_handler_fails(broker):
     frontend = f"tcp://127.0.0.1:{broker.frontend_port}"
     try:
         wait_until(
-            lambda: ask(frontend, "SERVICES") == ["echo"], timeout=10, what="the worker to register"
+            lambda: ask(frontend, "SERVICES", max_bytes=DEFAULT_MAX_BYTES) == ["echo"],
+            timeout=10,
+            what="the worker to register",
         )
-        [listed] = ask(frontend, "WORKERS")
+        [listed] = ask(frontend, "WORKERS", max_bytes=DEFAULT_MAX_BYTES)
         assert listed["id"] == worker.identity.decode() and listed["service"] == "echo"
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r1", pack([1, 2]), b"3000"])
-        assert unpack(receive(client)[4]) == {"echo": [1, 2]}
+        assert unpack(receive(client)[4], DEFAULT_MAX_BYTES) == {"echo": [1, 2]}
         client.send_multipart([b"", CLIENT, b"REQ", b"echo", b"r2", pack("boom"), b"3000"])
         assert receive(client)[2:4] == [b"REJECT", b"r2"]
     finally:

@@ -14,6 +14,7 @@ import zmq
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.ebus import Broker, Client, Worker, pack, unpack
+from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from support.common import wait_until
 
 CLIENT, BROKER_SIDE = b"EBC01", b"EBW01"
@@ -171,7 +172,11 @@ def test_unanswered_request_is_resent_with_its_id_also_after_a_reconnect(fake_br
         fake_broker.send(renewed, b"REPLY", b"someone-else", pack("not ours"))  # discarded
         fake_broker.send(renewed, b"REPLY", b"r-1", pack({"y": 2}))
         result = answer.result(10)
-    assert (result.request_id, result.status, unpack(result.data)) == ("r-1", "REPLY", {"y": 2})
+    assert (result.request_id, result.status, unpack(result.data, DEFAULT_MAX_BYTES)) == (
+        "r-1",
+        "REPLY",
+        {"y": 2},
+    )
     assert result.sends >= 3
 
 
@@ -194,7 +199,10 @@ def test_services_and_workers_are_asked_as_the_reference_broker_reads_them(fake_
     with Client(fake_broker.address) as client:
         services = Future()
         threading.Thread(
-            target=lambda: services.set_result(client.ask("SERVICES", 10)), daemon=True
+            target=lambda: services.set_result(
+                client.ask("SERVICES", 10, max_bytes=DEFAULT_MAX_BYTES)
+            ),
+            daemon=True,
         ).start()
         wait_until(lambda: fake_broker.messages(b"SERVICES"), timeout=10, what="SERVICES")
         identity, args = fake_broker.messages(b"SERVICES")[0]
@@ -203,7 +211,10 @@ def test_services_and_workers_are_asked_as_the_reference_broker_reads_them(fake_
         assert services.result(10) == ["echo", "double"]
         workers = Future()
         threading.Thread(
-            target=lambda: workers.set_result(client.ask("WORKERS", 10)), daemon=True
+            target=lambda: workers.set_result(
+                client.ask("WORKERS", 10, max_bytes=DEFAULT_MAX_BYTES)
+            ),
+            daemon=True,
         ).start()
         wait_until(lambda: fake_broker.messages(b"WORKERS"), timeout=10, what="WORKERS")
         identity, args = fake_broker.messages(b"WORKERS")[0]
@@ -229,20 +240,22 @@ def test_client_against_the_package_broker_stays_connected_and_gets_answers():
     try:
         with Client(f"tcp://127.0.0.1:{broker.frontend_port}") as client:
             wait_until(
-                lambda: client.ask("SERVICES") == ["double"],
+                lambda: client.ask("SERVICES", max_bytes=DEFAULT_MAX_BYTES) == ["double"],
                 timeout=10,
                 what="the worker to register",
             )
             time.sleep(3.5)  # longer than 5 heartbeats of silence
             assert client.reconnects == 0, "the broker answers PINGs"
             answers = [client.request("double", pack(n)) for n in range(20)]
-            assert [unpack(a.result(10).data) for a in answers] == [2 * n for n in range(20)]
+            assert [unpack(a.result(10).data, DEFAULT_MAX_BYTES) for a in answers] == [
+                2 * n for n in range(20)
+            ]
             # no worker: the broker holds the request, then expires it (REJECT without data)
             held = client.request("nobody", pack(1), stales_ms=1000).result(10)
             assert (held.status, held.data) == ("EXPIRED", None)
             # the same id again while the broker caches its reply: answered from the cache
             again = client.request("double", pack(99), request_id=answers[0].result().request_id)
-            assert unpack(again.result(10).data) == 0
+            assert unpack(again.result(10).data, DEFAULT_MAX_BYTES) == 0
     finally:
         worker.close()
         broker.close()

@@ -22,14 +22,17 @@ from spark_zmq.protocols.ebus.requests import ServiceRequester
 from spark_zmq.protocols.ebus.routing import RequestRouter
 from spark_zmq.protocols.ebus.wire import CLIENT, WORKER, pack, unpack
 from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError
-from spark_zmq.protocols.ebus.worker import Worker
+from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES, Worker
 from spark_zmq.protocols.extjson import from_json, to_json
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import (
+    Captured,
     bson_documents,
     bson_objects,
     bson_values,
+    captured,
+    check_read_path,
     fuzz,
     json_texts,
     list_array,
@@ -56,7 +59,7 @@ ebus_values = st.one_of(
 @fuzz(300)
 @given(value=ebus_values)
 def test_ebus_pack_then_unpack_round_trips_300_examples(value):
-    assert same(unpack(pack(value)), value)
+    assert same(unpack(pack(value), DEFAULT_MAX_BYTES), value)
 
 
 def nested_packed(depth: int) -> bytes:
@@ -97,7 +100,7 @@ def packed_frames(draw) -> bytes:
 @given(frame=packed_frames())
 def test_ebus_unpack_gives_a_value_or_a_payload_error_300_examples(frame):
     try:
-        value = unpack(frame)
+        value = unpack(frame, DEFAULT_MAX_BYTES)
     except EBusPayloadError:
         return
     try:
@@ -189,13 +192,80 @@ def test_ebus_decode_classifies_every_broadcast_300_examples(data, include_broke
         assert channels[i] == channel
         assert keep[i] is (include_broker or channel != "ebus")
         try:
-            expected = unpack(frames[1])
+            expected = unpack(frames[1], DEFAULT_MAX_BYTES)
         except EBusPayloadError:
             assert errors[i].startswith("malformed EBUS payload") and values[i] is None
             continue
         check_shown(values[i], errors[i], shown_or_none(expected))
         if frames[1] in value_of:
-            assert same(unpack(frames[1]), value_of[frames[1]])
+            assert same(unpack(frames[1], DEFAULT_MAX_BYTES), value_of[frames[1]])
+
+
+#: maxMessageBytes of the read path's target: small, so that frames inflating past it are cheap
+READ_PATH_MAX_BYTES = 4096
+
+
+@st.composite
+def ebus_broadcasts(draw) -> list[bytes]:
+    """A broadcast as peers send it ([channel, packed]), its packed frame of any kind (mangled,
+    raw deflate, no BSON, ...), inflating to about maxMessageBytes or far beyond, or with a
+    frame too many or too few."""
+    channel = draw(channel_frames)
+    how = draw(st.integers(0, 4))
+    if how == 0:
+        packed = pack(draw(ebus_values))
+    elif how == 1:  # around the bound: a BSON document of about that many bytes
+        size = draw(st.integers(READ_PATH_MAX_BYTES - 24, READ_PATH_MAX_BYTES + 24))
+        packed = zlib.compress(bson.encode({"l": b"\0" * max(0, size - 20)}))
+    elif how == 2:  # a bomb: a small frame of zeros inflating to a megabyte
+        packed = zlib.compress(b"\0" * draw(st.sampled_from([1 << 16, 1 << 20])))
+    else:
+        packed = draw(packed_frames())
+    frames = [channel, packed]
+    if draw(st.integers(0, 5)) == 0:
+        frames = draw(st.sampled_from([frames[:1], frames + [b"extra"]]))
+    return frames
+
+
+def inflated_size(frame: bytes) -> int:
+    """How many bytes a zlib or raw deflate stream inflates to (no bound: the test's own)."""
+    try:
+        return len(zlib.decompress(frame))
+    except zlib.error:
+        return len(zlib.decompress(frame, -zlib.MAX_WBITS))
+
+
+def bson_of_size(size: int) -> bytes:
+    """zlib(BSON {"l": <zero bytes>}) whose BSON document has exactly ``size`` bytes."""
+    return zlib.compress(bson.encode({"l": b"\0" * (size - 13)}))
+
+
+@fuzz(100)
+@example(  # BSON documents at the bound and one byte over it, between good broadcasts
+    rows=Captured(
+        tuple(
+            [b"A", frame]
+            for frame in (
+                pack(1),
+                bson_of_size(READ_PATH_MAX_BYTES),
+                bson_of_size(READ_PATH_MAX_BYTES + 1),
+                pack(2),
+            )
+        ),
+        (),
+        0,
+        4,
+    )
+)
+@given(rows=captured(ebus_broadcasts()))
+def test_ebus_read_path_keeps_the_delivery_contract_100_examples(rows):
+    raw = {"includeBrokerEvents": "true", "maxMessageBytes": str(READ_PATH_MAX_BYTES)}
+    delivered = check_read_path(ebus, raw, Source("tcp://127.0.0.1:5003", {"prefix": ""}), rows)
+    for row in delivered:
+        if row["data"] is not None and row["payload"] != b"null":
+            assert inflated_size(row["payload"]) <= READ_PATH_MAX_BYTES
+        if row["error"] and "inflate to more than" in row["error"]:
+            assert f"more than {READ_PATH_MAX_BYTES} bytes (maxMessageBytes)" in row["error"]
 
 
 ebus_rows = st.fixed_dictionaries(
@@ -245,7 +315,7 @@ def test_ebus_encode_then_decode_round_trips_300_examples(rows, requests):
             assert packed == row["payload"]
         else:
             expected = data_shown(row["data"])
-            assert expected is None or shown_or_none(unpack(packed)) == expected
+            assert expected is None or shown_or_none(unpack(packed, DEFAULT_MAX_BYTES)) == expected
         if not requests:
             assert message[0] == row["channel"].encode()
             broadcasts.append((row, message))
@@ -264,7 +334,7 @@ def test_ebus_encode_then_decode_round_trips_300_examples(rows, requests):
         if row["payload"] is None:
             check_shown(value, error, data_shown(row["data"]))
             if error is None:
-                assert value == shown_or_none(unpack(message[1]))
+                assert value == shown_or_none(unpack(message[1], DEFAULT_MAX_BYTES))
 
 
 # -- the broker, the client and the worker: parsing of what peers send ---------------------------
@@ -379,7 +449,7 @@ def test_ebus_broker_takes_any_client_and_worker_message_300_examples(events):
         assert frames[1:3] == [b"", WORKER]
         assert frames[3] in (b"HEARTBEAT", b"SERVICES", b"WORKERS", b"REJECT", b"REPLY", b"EXPIRED")
         if frames[3] in (b"SERVICES", b"WORKERS"):
-            assert isinstance(unpack(frames[5]), list)
+            assert isinstance(unpack(frames[5], DEFAULT_MAX_BYTES), list)
     for frames in backend.sent:
         assert frames[1] == CLIENT
         assert frames[2] in (b"DISCONNECT", b"REQ", b"HEARTBEAT", b"CANCEL")
@@ -439,7 +509,7 @@ def test_ebus_worker_answers_any_request_300_examples(messages):
     for frames in worker._socket.sent:
         assert frames[0] == WORKER and frames[1] in (b"REPLY", b"REJECT")
         if frames[1] == b"REPLY":
-            unpack(frames[3])
+            unpack(frames[3], DEFAULT_MAX_BYTES)
 
 
 @fuzz(300)
@@ -457,6 +527,7 @@ def test_ebus_worker_answers_any_request_300_examples(messages):
 def test_ebus_request_outcomes_from_any_answer_300_examples(status, data, sends):
     requester = object.__new__(ServiceRequester)
     requester.service, requester.frontend, requester.stales_ms = "echo", "tcp://h:5000", 3000
+    requester.max_bytes = DEFAULT_MAX_BYTES
     outcome = requester.outcome_of(Answer("q/1/0/0", status, data, sends))
     assert outcome.status == status and outcome.request_id == "q/1/0/0"
     assert (
@@ -466,7 +537,7 @@ def test_ebus_request_outcomes_from_any_answer_300_examples(status, data, sends)
         from_json(outcome.data)
     if data is not None:
         try:
-            assert outcome.data == to_json(unpack(data))
+            assert outcome.data == to_json(unpack(data, DEFAULT_MAX_BYTES))
         except EBusPayloadError:
             pass
 

@@ -9,7 +9,7 @@ import json
 import bson
 import pyarrow as pa
 import pytest
-from google.protobuf import descriptor_pb2, json_format
+from google.protobuf import descriptor_pb2, duration_pb2, json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import DecodeError
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -46,8 +46,11 @@ from spark_zmq.protocols.goby.wire import (
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import (
+    Captured,
     bson_documents,
     bson_objects,
+    captured,
+    check_read_path,
     fuzz,
     json_texts,
     list_array,
@@ -557,6 +560,105 @@ def test_goby_decode_classifies_every_message_300_examples(descriptor_file, data
             assert columns["text"][i] == cstr_text(payload)
         elif ident.scheme_id == 7:
             assert columns["text"][i] == bson_json(payload)
+
+
+def stamped_descriptor_set() -> bytes:
+    """A FileDescriptorSet (as ``protoc --include_imports`` builds one) of ``fuzz.Stamped``
+    {Timestamp at = 1; Value v = 2; Duration d = 3}, with the well-known types' files: their
+    JSON forms refuse values that parse (a Timestamp out of range, a NaN Value)."""
+    F = descriptor_pb2.FieldDescriptorProto
+    imports = []
+    for module in (timestamp_pb2, struct_pb2, duration_pb2):
+        imports.append(descriptor_pb2.FileDescriptorProto())
+        module.DESCRIPTOR.CopyToProto(imports[-1])
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="fuzz/stamped.proto",
+        package="fuzz",
+        syntax="proto3",
+        dependency=[file.name for file in imports],
+    )
+    stamped = proto.message_type.add(name="Stamped")
+    for name, number, kind in (("at", 1, "Timestamp"), ("v", 2, "Value"), ("d", 3, "Duration")):
+        stamped.field.add(
+            name=name,
+            number=number,
+            label=F.LABEL_OPTIONAL,
+            type=F.TYPE_MESSAGE,
+            type_name=f".google.protobuf.{kind}",
+        )
+    return descriptor_pb2.FileDescriptorSet(file=[proto, *imports]).SerializeToString()
+
+
+STAMPED_SET = stamped_descriptor_set()
+Stamped = DescriptorSet(STAMPED_SET, "stamped.pb").message_class("fuzz.Stamped")
+#: int64 seconds around and far outside the range the JSON forms take
+seconds = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from([2**62, 253402300799, 253402300800, -62135596801, 315576000001]),
+    st.integers(-(10**9), 10**9),
+)
+
+
+@st.composite
+def stamped_payloads(draw) -> bytes:
+    """fuzz.Stamped payloads: in range, out of range (seconds, nanos), NaN and infinite
+    Values."""
+    message = Stamped()
+    message.at.seconds = draw(seconds)
+    message.at.nanos = draw(int32s)
+    message.d.seconds = draw(seconds)
+    message.v.number_value = draw(st.floats())
+    return message.SerializeToString()
+
+
+@st.composite
+def goby_read_path_messages(draw) -> list[bytes]:
+    """A Goby message as publishers send it (one frame), with payloads of every scheme the
+    reader shows (PROTOBUF of well-known types, BSON, CSTR), well-formed or mangled."""
+    scheme, type_name, payload = draw(
+        st.one_of(
+            st.tuples(st.just("PROTOBUF"), st.just("fuzz.Stamped"), stamped_payloads()),
+            st.tuples(st.just("JSON"), st.just("nlohmann::json"), bson_documents()),
+            st.tuples(st.just("CSTR"), st.just("CSTR"), st.binary(max_size=12)),
+        )
+    )
+    if draw(st.integers(0, 3)) == 0:
+        payload = draw(mangled(payload))
+    group = draw(st.sampled_from(["nav", "goby::zeromq::_internal_x", "g"]))
+    frames = [identifier(group, scheme, type_name, 1, "ab") + payload]
+    if draw(st.integers(0, 5)) == 0:
+        frames = draw(st.sampled_from([frames + [b"extra"], [draw(goby_messages_bytes())]]))
+    return frames
+
+
+@pytest.fixture(scope="module")
+def stamped_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz") / "stamped.pb"
+    path.write_bytes(STAMPED_SET)
+    return str(path)
+
+
+@fuzz(100)
+@example(
+    rows=Captured(
+        (
+            [
+                identifier("nav", "PROTOBUF", "fuzz.Stamped", 1, "ab")
+                + bytes.fromhex("0a0a08808080808080808040")
+            ],
+        ),
+        (),
+        0,
+        1,
+    )
+)  # the issue's poison message: a Timestamp of seconds 2**62
+@given(rows=captured(goby_read_path_messages()))
+def test_goby_read_path_keeps_the_delivery_contract_100_examples(stamped_file, rows):
+    raw = {"protobufDescriptorSet": stamped_file, "includeInternalGroups": "true"}
+    delivered = check_read_path(goby, raw, Source("ipc:///tmp/fuzz.xpub", {}), rows)
+    for row in delivered:
+        if row["json"] is not None:
+            assert isinstance(json.loads(row["json"]), dict)
 
 
 #: names with the bytes that matter on the wire: '/' (refused), 0x1a and the NUL

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
 
 import pytest
 import zmq
+from google.protobuf import descriptor_pb2, timestamp_pb2
 from pyspark.errors import StreamingQueryException
 
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, identifier, request_router
@@ -467,3 +469,124 @@ def test_unreachable_manager_fails_the_query_naming_the_address(spark, tmp_path)
         rf"within 2 s \(managerTimeout\)",
         str(error),
     )
+
+
+def varint(n: int) -> bytes:
+    """A protobuf base-128 varint (two's complement for a negative int64), from the encoding
+    spec."""
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def fix_payload(seconds: int) -> bytes:
+    """``test.Fix{at: Timestamp{seconds}, x: 1.5}`` in the protobuf encoding, by hand: field 1
+    (length-delimited) holding field 1 (varint), then field 2 (64-bit)."""
+    timestamp = b"\x08" + varint(seconds)
+    return b"\x0a" + varint(len(timestamp)) + timestamp + b"\x11" + struct.pack("<d", 1.5)
+
+
+def write_fix_descriptor_set(path) -> str:
+    """A FileDescriptorSet as ``protoc --include_imports`` builds it for ``test.Fix
+    {google.protobuf.Timestamp at = 1; double x = 2;}``: with google/protobuf/timestamp.proto."""
+    F = descriptor_pb2.FieldDescriptorProto
+    timestamp = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="test/fix.proto", package="test", syntax="proto3", dependency=[timestamp.name]
+    )
+    fix = proto.message_type.add(name="Fix")
+    fix.field.add(
+        name="at",
+        number=1,
+        label=F.LABEL_OPTIONAL,
+        type=F.TYPE_MESSAGE,
+        type_name=".google.protobuf.Timestamp",
+    )
+    fix.field.add(name="x", number=2, label=F.LABEL_OPTIONAL, type=F.TYPE_DOUBLE)
+    path.write_bytes(descriptor_pb2.FileDescriptorSet(file=[proto, timestamp]).SerializeToString())
+    return str(path)
+
+
+def test_a_poison_message_is_a_malformed_row_that_a_restart_gets_past(spark, tmp_path):
+    """A Timestamp of seconds 2**62 (valid protobuf, no JSON form) between good messages:
+    FAILFAST fails naming it; the same query restarted from its checkpoint with PERMISSIVE
+    delivers it as a malformed row naming the error, and every good row once."""
+    base = str(tmp_path / "g")
+    daemon = GobyDaemon(socket_name=base)
+    descriptors = write_fix_descriptor_set(tmp_path / "fix.pb")
+    sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    peer = RawClient(f"ipc://{base}.manager", "poisoner", 4321)
+
+    def start(mode: str):
+        return (
+            spark.readStream.format("goby")
+            .option("socketName", base)
+            .option("subscribe", "/nav/")
+            .option("protobufDescriptorSet", descriptors)
+            .option("mode", mode)
+            .option("spoolPath", str(tmp_path / "spool"))
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+
+    def sink_rows() -> list:
+        try:
+            return spark.read.parquet(str(sink)).orderBy("offset").collect()
+        except Exception:  # no file written yet
+            return []
+
+    def fix(seconds: int) -> bytes:
+        return identifier("nav", "PROTOBUF", "test.Fix", 4321, "9af3") + fix_payload(seconds)
+
+    failing = start("FAILFAST")
+    try:
+
+        def warm() -> bool:  # subscriptions travel SUB -> XPUB -> XSUB -> PUB
+            peer.pub.send(fix(0))
+            return bool(sink_rows())
+
+        wait_until(warm, timeout=120, interval=0.5, what="a first row in the sink")
+        peer.pub.send(fix(1))
+        peer.pub.send(fix(2**62))  # the poison
+        peer.pub.send(fix(2))
+        with pytest.raises(StreamingQueryException) as failure:
+            failing.awaitTermination(90)
+    finally:
+        failing.stop()
+    message = str(failure.value)
+    assert "mode=FAILFAST" in message and "Timestamp is not valid" in message
+    poison_offset = int(re.search(r"at offset (\d+)", message).group(1))
+
+    restarted = start("PERMISSIVE")
+    try:
+        wait_until(lambda: any(r.error for r in sink_rows()), timeout=90, what="the restart's rows")
+        peer.pub.send(fix(3))  # and the query goes on past it
+        wait_until(
+            lambda: any(r.json and '"1970-01-01T00:00:03Z"' in r.json for r in sink_rows()),
+            timeout=60,
+            what="a row after the poison",
+        )
+        restarted.processAllAvailable()
+        result = sink_rows()
+    finally:
+        restarted.stop()
+        peer.close()
+        daemon.close()
+    [poison] = [r for r in result if r.error is not None]
+    assert poison.offset == poison_offset
+    assert poison.error.startswith("malformed payload of 'nav/test.Fix': PROTOBUF payload")
+    assert "Timestamp is not valid" in poison.error and len(poison.error) < 400
+    assert bytes(poison.payload) == fix_payload(2**62) and poison.group == "nav"
+    shown = [json.loads(r.json)["at"] for r in result if r.error is None]
+    assert shown[-3:] == ["1970-01-01T00:00:01Z", "1970-01-01T00:00:02Z", "1970-01-01T00:00:03Z"]
+    assert set(shown[:-3]) == {"1970-01-01T00:00:00Z"}, "warm-ups only before them"
+    assert [r.offset for r in result] == list(range(len(result))), "each offset once"

@@ -18,7 +18,7 @@ from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
 from spark_zmq.protocols.yamz.uri import AddressError, Category, for_bind, for_connect, parse
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
-from support.fuzzing import fuzz, json_texts, json_values, list_array
+from support.fuzzing import captured, check_read_path, fuzz, json_texts, json_values, list_array
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -510,3 +510,17 @@ def test_yamz_encodes_the_same_messages_column_wise_200_examples(rows, binary, s
 
 def _utf8(text):
     return None if text is None else text.encode("utf-8")
+
+
+@fuzz(100)
+@given(
+    rows=captured(st.lists(st.binary(max_size=16), min_size=1, max_size=3)),
+    params=st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=3),
+)
+def test_yamz_read_path_keeps_the_delivery_contract_100_examples(rows, params):
+    metadata = {"node": "n", "path": "a/b", "address": "tcp://h:1", "params": json.dumps(params)}
+    delivered = check_read_path(yamz, {}, Source("tcp://h:1", metadata), rows)
+    for row in delivered:
+        if row["offset"] not in rows.faults():
+            assert row["frames"] == rows.rows[row["offset"]] and row["error"] is None
+            assert row["payload"] == row["frames"][-1] and dict(row["params"]) == params

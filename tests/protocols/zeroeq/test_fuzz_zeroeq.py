@@ -29,7 +29,15 @@ from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVIC
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.common import MemoryState
-from support.fuzzing import deeply_nested_json, fuzz, json_texts, json_values, list_array
+from support.fuzzing import (
+    captured,
+    check_read_path,
+    deeply_nested_json,
+    fuzz,
+    json_texts,
+    json_values,
+    list_array,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -116,6 +124,31 @@ def test_zeroeq_decode_classifies_every_message_300_examples(data):
             assert errors[i] and errors[i].startswith("malformed ZeroEQ message")
             assert payloads[i] == b"".join(frames)
             assert columns["event_id"][i] is None and columns["event"][i] is None
+
+
+@st.composite
+def zeroeq_messages(draw) -> list[bytes]:
+    """A ZeroEQ message ([16-byte event id, payload] or [event id]) as publishers send it, or
+    mutated: a frame cut, added, dropped, or its id a byte short."""
+    frames = [draw(ids16)] + draw(st.lists(st.binary(max_size=30), max_size=1))
+    how = draw(st.integers(0, 4))
+    if how == 1:
+        frames[0] = frames[0][: draw(st.integers(0, 15))]
+    elif how == 2:
+        frames.append(draw(st.binary(max_size=8)))
+    elif how == 3:
+        frames = frames[1:]
+    return frames
+
+
+@fuzz(100)
+@given(rows=captured(zeroeq_messages()))
+def test_zeroeq_read_path_keeps_the_delivery_contract_100_examples(rows):
+    source = Source("tcp://127.0.0.1:1", {"publisher": "127.0.0.1:1", "application": "fuzz"})
+    delivered = check_read_path(zeroeq, {}, source, rows)
+    for row in delivered:
+        if row["error"] is None:
+            assert row["event_id"] is not None and row["publisher"] == "127.0.0.1:1"
 
 
 zeroeq_payloads = st.one_of(st.none(), st.binary(max_size=30))
