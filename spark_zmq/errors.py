@@ -13,12 +13,19 @@ SHOWN_CHARS = 200
 
 
 def shown(text: str) -> str:
-    """A peer's text as an error message shows it: quoted, and cut after SHOWN_CHARS characters
-    with its length (a peer makes a name as long as a message may be), so that the message's
-    own words after it are not lost to a bound on its length."""
+    """A peer's text as an error message or a log line shows it: quoted (control characters
+    escaped: a peer cannot forge log lines), and cut after SHOWN_CHARS characters with its
+    length (a peer makes a name as long as a message may be), so that the message's own words
+    after it are not lost to a bound on its length."""
     if len(text) <= SHOWN_CHARS:
         return repr(text)
     return f"{text[:SHOWN_CHARS]!r}... ({len(text)} characters)"
+
+
+def brief(text: str) -> str:
+    """``text`` (an exception's, say) cut after SHOWN_CHARS characters, for a log line or an
+    error message, with its length."""
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
 
 
 class SparkZmqError(Exception):

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Iterator
 
 from spark_zmq.capture.connections import Connection, Sockets
+from spark_zmq.errors import brief
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Endpoint, brief
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import threading
 import time
 
+from spark_zmq.errors import shown
 from spark_zmq.log import logger
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import Endpoint, EndpointListener, shown
+from spark_zmq.protocols.base import Endpoint, EndpointListener
 
 #: seconds between two log lines about endpoints held back at maxEndpoints
 HELD_BACK_LOG_SECONDS = 60.0

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import zmq
 
+from spark_zmq.errors import shown
 from spark_zmq.options import Option, Options
 from spark_zmq.spool.layout import Source
 
@@ -34,19 +35,6 @@ _TCP_PLACE = re.compile(r"(?:[^;\s]+;)?(\[[0-9A-Fa-f:.%]+\]|[A-Za-z0-9._-]+):(\d
 #: the longest path of a Unix socket (sun_path holds 108 bytes with the final NUL)
 MAX_IPC_PATH_BYTES = 107
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def shown(text: str, limit: int = 120) -> str:
-    """``text`` as a log line may show it when a peer chose it: quoted, control characters
-    escaped (no forged log lines), cut at ``limit`` characters."""
-    if len(text) > limit:
-        return repr(text[:limit]) + f"... ({len(text)} characters)"
-    return repr(text)
-
-
-def brief(text: str, limit: int = 200) -> str:
-    """``text`` (an exception's, say) cut at ``limit`` characters for a log line or an error."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def address_problem(address: str) -> str | None:
