@@ -198,9 +198,21 @@ READER_OPTIONS: tuple[Option, ...] = (
         byte_size,
         "a size such as 64m or 1048576",
         "64m",
-        "Largest message accepted, enforced by the zmq socket (ZMQ_MAXMSGSIZE): zmq drops the "
-        "connection on a larger one; capture reconnects and reports the drop as a gap row "
-        "(see `failOnDataLoss`).",
+        "Largest message accepted, all its frames together. A larger message is dropped "
+        "whole (nothing of it is stored, the next one is read as usual) and reported as a gap "
+        "row that counts consecutive such messages (see `failOnDataLoss`), logged once and "
+        "then at most once a minute per endpoint. A single frame over it is caught earlier by "
+        "zmq (ZMQ_MAXMSGSIZE), which drops the connection; capture reconnects and reports "
+        "the drop as a gap row.",
+    ),
+    Option(
+        "maxMessageParts",
+        positive_int,
+        "a positive integer (frames)",
+        "1000",
+        "Most frames in one message accepted. A message with more is dropped whole and "
+        "reported like one over `maxMessageBytes`: it bounds what capture spends on a message "
+        "of many small or empty frames, which `maxMessageBytes` alone does not.",
     ),
     Option(
         "maxEndpoints",

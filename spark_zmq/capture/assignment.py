@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS
 from spark_zmq.options import Options
 from spark_zmq.security import Curve
 
@@ -32,6 +33,8 @@ class CaptureSettings:
     curve: tuple[str | None, str | None, str | None] = (None, None, None)
     #: the receive loop (``cores``): "auto", "native", "python", or None for the environment's
     core: str | None = None
+    #: frames in one message at most (``maxMessageParts``; ``max_message_bytes`` bounds its bytes)
+    max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS
 
     @classmethod
     def of(cls, options: Options) -> CaptureSettings:
@@ -52,6 +55,7 @@ class CaptureSettings:
             options["receiveHighWaterMark"],
             keys,
             options["captureCore"],
+            options["maxMessageParts"],
         )
 
     def curve_keys(self) -> Curve:

@@ -16,6 +16,7 @@ from spark_zmq.capture.cores import Core
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
 from spark_zmq.capture.pushback import PushBack
+from spark_zmq.capture.refusals import ReceiveFailures, Refusals
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import Curve
 
@@ -31,6 +32,7 @@ class Connection:
     health: Health
     load: PushBack
     drops: DropEpisode
+    failures: ReceiveFailures
     buffer: MessageBuffer
     leave_by: float | None = None  # set when discovery reported it gone
     reopen_failing: bool = False  # zmq refused to reopen it (retried; logged once)
@@ -43,7 +45,9 @@ class Connection:
 
 class Sockets:
     """Opens and closes the sockets of the connections (CURVE, bounds, subscriptions), and has
-    ``core`` watch them while they are open."""
+    ``core`` watch them while they are open. ``max_message_bytes`` and ``max_message_parts``
+    bound one message (``refusals``); zmq is given the first as ZMQ_MAXMSGSIZE too, which
+    catches a single frame over it before it is queued."""
 
     def __init__(
         self,
@@ -53,11 +57,13 @@ class Sockets:
         curve: Curve,
         receive_hwm: int,
         max_message_bytes: int,
+        max_message_parts: int,
     ) -> None:
         self.name = name
         self.curve = curve
         self.receive_hwm = receive_hwm
         self.max_message_bytes = max_message_bytes
+        self.max_message_parts = max_message_parts
         self._context: zmq.Context = zmq.Context.instance()
         self.core = core
 
@@ -65,21 +71,23 @@ class Sockets:
         """A new connection to ``endpoint``, polled from now on."""
         key, address = endpoint.key, endpoint.address
         load = PushBack(self.name, address, key, self.receive_hwm)
+        refusals = Refusals(self.name, address, key, self.max_message_bytes, self.max_message_parts)
         conn = Connection(
             endpoint,
             *self._open(endpoint),
             health=Health(self.name, address, key),
             load=load,
             drops=DropEpisode(self.name, key),
-            buffer=self.core.new_buffer(load.full_run),
+            failures=ReceiveFailures(self.name, address, key),
+            buffer=self.core.new_buffer(load.full_run, refusals),
         )
         self.core.watch(conn)
         return conn
 
     def reopen(self, conn: Connection) -> None:
-        """New sockets for a connection zmq gave up (its buffer and episodes stay). If zmq
-        refuses the new connection (a host name that no longer resolves), the old sockets
-        stay and the error goes to the caller."""
+        """New sockets for a connection zmq gave up, or whose receive failed (its buffer and
+        episodes stay). If zmq refuses the new connection, the old sockets stay and the error
+        goes to the caller."""
         sockets = self._open(conn.endpoint)
         self.close(conn)
         conn.socket, conn.monitor = sockets

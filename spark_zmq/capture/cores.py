@@ -33,6 +33,7 @@ from spark_zmq.units import milliseconds
 if TYPE_CHECKING:
     from spark_zmq.capture.buffer import MessageBuffer
     from spark_zmq.capture.connections import Connection
+    from spark_zmq.capture.refusals import Refusals
 
 CORE_VARIABLE = "SPARK_ZMQ_CAPTURE_CORE"
 CORES = ("auto", "native", "python")
@@ -40,8 +41,15 @@ CORES = ("auto", "native", "python")
 COALESCE_BELOW = 64
 COALESCE_SECONDS = 0.001
 #: what ``wait`` reports: the mailbox has commands; a monitor has an event; a buffer must be
-#: written; a receive queue was found full (a push-back episode, see ``pushback``)
-MAILBOX, MONITOR, FULL, QUEUE_FULL = "mailbox", "monitor", "full", "queue full"
+#: written; a receive queue was found full (a push-back episode, see ``pushback``); a receive
+#: failed (the buffer's ``take_error`` says how; the other connections went on)
+MAILBOX, MONITOR, FULL, QUEUE_FULL, FAILED = (
+    "mailbox",
+    "monitor",
+    "full",
+    "queue full",
+    "receive failed",
+)
 
 Event = tuple[str, "Connection | None"]
 
@@ -49,11 +57,15 @@ Event = tuple[str, "Connection | None"]
 class Core(Protocol):
     name: str
 
-    def new_buffer(self, full_run: int) -> MessageBuffer: ...
+    def new_buffer(self, full_run: int, refusals: Refusals) -> MessageBuffer: ...
     def watch(self, conn: Connection) -> None: ...
     def unwatch(self, conn: Connection) -> None: ...
     def wait(self, seconds: float) -> list[Event]: ...
-    def receive(self, conn: Connection) -> None: ...
+    def receive(self, conn: Connection) -> None:
+        """One burst from ``conn``'s socket; a failure does not raise: the buffer keeps it
+        (``take_error``)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -70,8 +82,8 @@ class PythonCore:
         self._by_monitor: dict[zmq.Socket, Connection] = {}
         self._poller.register(mailbox, zmq.POLLIN)
 
-    def new_buffer(self, full_run: int) -> MessageBuffer:
-        return Buffer(full_run=full_run)
+    def new_buffer(self, full_run: int, refusals: Refusals) -> MessageBuffer:
+        return Buffer(full_run=full_run, refusals=refusals)
 
     def watch(self, conn: Connection) -> None:
         self._by_socket[conn.socket] = conn
@@ -92,9 +104,12 @@ class PythonCore:
         for item, _ in self._poller.poll(milliseconds(seconds)):
             if item in self._by_socket:
                 conn = self._by_socket[item]
-                count, queue_full = cast(Buffer, conn.buffer).receive_burst(conn.socket)
+                buffer = cast(Buffer, conn.buffer)
+                count, queue_full = buffer.receive_burst(conn.socket)
                 received += count
-                if conn.buffer.full:
+                if buffer.error:
+                    events.append((FAILED, conn))
+                if buffer.full:
                     events.append((FULL, conn))
                 if queue_full:
                     events.append((QUEUE_FULL, conn))
@@ -126,9 +141,9 @@ class NativeCore:
         self._poller = self._native.Poller(mailbox.fileno(), COALESCE_BELOW, COALESCE_SECONDS)
         self._watched: dict[int, Connection] = {}  # by id: a Connection is not hashable
 
-    def new_buffer(self, full_run: int) -> MessageBuffer:
+    def new_buffer(self, full_run: int, refusals: Refusals) -> MessageBuffer:
         buffer: MessageBuffer = self._native.NativeBuffer(
-            MAX_SEGMENT_ROWS, MAX_SEGMENT_BYTES, BURST, full_run
+            MAX_SEGMENT_ROWS, MAX_SEGMENT_BYTES, BURST, full_run, refusals
         )
         return buffer
 

@@ -12,14 +12,17 @@ Discovery calls ``endpoint_joined``/``endpoint_left`` from its own threads; thos
 and applied by the capture thread, because zmq sockets belong to one thread (``membership`` says
 what joining and leaving do). Other threads ask for a flush through ``sync`` (see ``sync``).
 
-Gaps are never silent: a connection that zmq drops and re-establishes (a message over
-``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart) and
-messages dropped at the spool's bound are written into the partition as fault rows and logged.
+Gaps are never silent: a connection that zmq drops and re-establishes (a frame over
+``max_message_bytes`` makes zmq drop it; so does a protocol error or a publisher restart),
+messages refused for their size (over ``max_message_bytes`` or ``max_message_parts`` in all),
+a receive that fails, and messages dropped at the spool's bound are written into the partition
+as fault rows and logged.
 
-Hostile or broken peers cost one log line per episode, never one per message or per retry; each
-kind has a module of its own: ``health`` (handshakes, drops, reconnects), ``pushback`` (a peer
-faster than capture), ``drops`` (messages the spool cannot take), and ``buffer`` (what a
-partition holds between flushes, bounded in bytes).
+Hostile or broken peers cost one log line per episode, never one per message or per retry, and
+only their own connection: each kind has a module of its own: ``health`` (handshakes, drops,
+reconnects), ``pushback`` (a peer faster than capture), ``refusals`` (messages over the bounds
+of one message, failed receives), ``drops`` (messages the spool cannot take), and ``buffer``
+(what a partition holds between flushes, bounded in bytes).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from spark_zmq.capture import cores
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
+from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
 from spark_zmq.capture.spooling import SegmentWriter
 from spark_zmq.capture.sync import FlushRequests
 from spark_zmq.errors import CaptureError, CaptureTimeout
@@ -66,9 +70,11 @@ class Capture:
         curve: Curve = NO_CURVE,
         receive_hwm: int = 0,
         core: str | None = None,
+        max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS,
     ) -> None:
         """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
-        which receive loop runs (see ``cores``)."""
+        which receive loop runs (see ``cores``). ``max_message_bytes`` (all frames) and
+        ``max_message_parts`` bound one message: a larger one is refused (``refusals``)."""
         self.spool = spool
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
@@ -83,6 +89,7 @@ class Capture:
             curve=curve,
             receive_hwm=receive_hwm,
             max_message_bytes=max_message_bytes,
+            max_message_parts=max_message_parts,
         )
         self._writer = SegmentWriter(spool, name, drop_on_write_error)
         self._members = Membership(name, spool, self._sockets, self._drain)
@@ -93,7 +100,9 @@ class Capture:
         self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
-        warm = self._core.new_buffer(1)
+        warm = self._core.new_buffer(
+            1, Refusals(name, "", "", max_message_bytes, max_message_parts)
+        )
         warm.add_fault("")
         warm.table()
 
@@ -109,6 +118,7 @@ class Capture:
             curve=settings.curve_keys(),
             receive_hwm=settings.receive_hwm,
             core=settings.core,
+            max_message_parts=settings.max_message_parts,
         )
 
     @property
@@ -185,6 +195,8 @@ class Capture:
                         self._writer.flush(conn)
                     elif ready == cores.QUEUE_FULL:
                         conn.load.queue_full(conn.received)
+                    elif ready == cores.FAILED:
+                        self._on_receive_failure(conn)
                     else:
                         self._on_monitor_event(conn)
                 if recheck_at <= time.monotonic():
@@ -210,8 +222,20 @@ class Capture:
         is full (see ``buffer``: it never holds more than MAX_SEGMENT_BYTES plus one message,
         so a flood of large messages costs at most that, plus zmq's queue)."""
         self._core.receive(conn)
+        self._on_receive_failure(conn)
         if conn.buffer.full:
             self._writer.flush(conn)
+
+    def _on_receive_failure(self, conn: Connection) -> None:
+        """If a receive from ``conn`` failed: a gap row and a log line (paced), and a new
+        socket for it unless it is being closed (capture stops, or its endpoint is retired).
+        Only this connection pays: the others are not touched."""
+        error = conn.buffer.take_error()
+        if not error:
+            return
+        conn.buffer.add_fault(conn.failures.failed(error))
+        if not self._stopping and any(member is conn for member in self._members):
+            self._sockets.reopen(conn)
 
     def _next_push_back_check(self) -> float:
         """When to look again at open push-back episodes (inf: none is open)."""
@@ -226,7 +250,10 @@ class Capture:
             conn.load.check(now, conn.received)
 
     def _on_monitor_event(self, conn: Connection) -> None:
-        event = recv_monitor_message(conn.monitor)["event"]
+        try:  # none if the socket was reopened since the event was reported
+            event = recv_monitor_message(conn.monitor, zmq.NOBLOCK)["event"]
+        except zmq.Again:
+            return
         if event == zmq.EVENT_DISCONNECTED and self._members.peer_disconnected(conn):
             return
         gap = conn.health.on_event(event)

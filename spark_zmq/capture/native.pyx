@@ -24,8 +24,15 @@ Invariants of a buffer: ``row_offsets`` has ``rows + 1`` entries and ``frame_off
 ``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries; the
 bytes of frame i are ``data[frame_offsets[i]:frame_offsets[i + 1]]``. Offsets are int32 (Arrow's
 ``binary``): a buffer never holds 2 GiB (it is written at MAX_SEGMENT_BYTES).
+
+A message is stored whole or not at all: one over the buffer's bounds of a message (bytes and
+parts, ``maxMessageBytes`` and ``maxMessageParts``) is taken from the socket to its last frame
+and recorded as a refusal (an empty row in its place, or one more on the refusal row just
+before it); a receive that fails in the middle of a message takes the rest of the message from
+the socket too, so that what comes next starts at a message boundary. EINTR is retried.
 """
 
+cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_CheckSignals
 from libc.errno cimport EAGAIN, EINTR, errno
@@ -179,9 +186,10 @@ cdef void _require_bound() except *:
 
 # -- memory handed to Arrow ------------------------------------------------------------------
 
+@cython.auto_pickle(False)
 cdef class _Memory:
     """A block of malloc'd memory that Arrow's buffers reference through the buffer protocol;
-    freed when the last of them goes."""
+    freed when the last of them goes. Never copied or pickled: a copy would free it twice."""
 
     cdef char *pointer
     cdef Py_ssize_t size
@@ -205,12 +213,23 @@ cdef _Memory _hand_over(void *pointer, Py_ssize_t size):
 
 # -- a connection's buffer -------------------------------------------------------------------
 
+ctypedef struct Refusal:
+    # a run of consecutive messages refused for their size, shown by one empty row
+    Py_ssize_t row          # the row's index
+    int64_t count           # messages refused in the run
+    int64_t largest_bytes   # the largest of them (by bytes, then parts): its bytes and parts
+    int64_t largest_parts
+    int64_t first_ns        # receive times of the first and the last (ns since the epoch)
+    int64_t last_ns
+
 ctypedef struct Rows:
     int64_t *times          # receive time (ns since the epoch) per row
     int32_t *row_offsets    # rows + 1: row i's frames are frame_offsets[row_offsets[i]..]
     int32_t *frame_offsets  # frames + 1: byte offsets into data
     char *data
     Py_ssize_t rows, row_capacity, frames, frame_capacity, data_capacity
+    Refusal *refusals       # by row, rare (NULL until the first)
+    Py_ssize_t refusal_count, refusal_capacity
 
 ctypedef struct Inbox:
     Rows rows
@@ -218,7 +237,14 @@ ctypedef struct Inbox:
     int64_t run             # messages taken since the socket's queue was last found empty
     int64_t full_run        # a run this long means the queue was full
     int64_t max_rows, max_bytes, burst
-    int error               # errno of a failed receive or allocation, 0 if none
+    int64_t max_message_bytes, max_message_parts  # a larger message is refused
+    int error               # errno of a failed receive (-1: the buffer could not grow), 0 if none
+
+#: what one frame and one row cost in a buffer besides the frames' bytes (their offsets and
+#: receive time), counted against its bound in bytes like the bytes themselves
+cdef enum:
+    FRAME_OVERHEAD = 4   # sizeof(int32_t): a frame offset
+    ROW_OVERHEAD = 12    # sizeof(int32_t) + sizeof(int64_t): a row offset and a receive time
 
 
 cdef int _rows_init(Rows *rows) noexcept nogil:
@@ -244,6 +270,7 @@ cdef void _rows_free(Rows *rows) noexcept nogil:
     free(rows.row_offsets)
     free(rows.frame_offsets)
     free(rows.data)
+    free(rows.refusals)
     memset(rows, 0, sizeof(Rows))
 
 
@@ -253,6 +280,8 @@ cdef int _grow(void **pointer, Py_ssize_t *capacity, Py_ssize_t needed, Py_ssize
     cdef Py_ssize_t capacity_now = capacity[0]
     if needed <= capacity_now:
         return 0
+    if capacity_now < 1:
+        capacity_now = 1
     while capacity_now < needed:
         capacity_now *= 2
     cdef void *grown = realloc(pointer[0], (capacity_now + extra) * item)
@@ -304,22 +333,108 @@ cdef inline void _end_row(Rows *rows) noexcept nogil:
     rows.row_offsets[rows.rows] = <int32_t>rows.frames
 
 
+cdef inline void _drop_row(Rows *rows) noexcept nogil:
+    """Forget the frames of the row being filled (it is not ended)."""
+    rows.frames = rows.row_offsets[rows.rows]
+
+
 cdef inline bint _full(Inbox *inbox) noexcept nogil:
     return (inbox.rows.rows >= inbox.max_rows
-            or rows_nbytes(&inbox.rows) >= inbox.max_bytes)
+            or _footprint(&inbox.rows) >= inbox.max_bytes)
 
 
-cdef inline Py_ssize_t rows_nbytes(Rows *rows) noexcept nogil:
+cdef inline Py_ssize_t _data_bytes(Rows *rows) noexcept nogil:
+    """The bytes of the frames."""
     return rows.frame_offsets[rows.frames]
+
+
+cdef inline Py_ssize_t _footprint(Rows *rows) noexcept nogil:
+    """What the rows take as arrays: the frames' bytes, their offsets and the rows' offsets and
+    times (what the buffer's bound in bytes counts: a message of many empty frames costs too)."""
+    return _data_bytes(rows) + FRAME_OVERHEAD * rows.frames + ROW_OVERHEAD * rows.rows
+
+
+cdef int _refuse(Rows *rows, int64_t now, int64_t nbytes, int64_t parts) noexcept nogil:
+    """Record a refused message in the row being started (its frames are already dropped): a
+    new refusal row, or one more on the refusal row just before it. 1 if memory ran out."""
+    cdef Refusal *run
+    cdef Py_ssize_t last = rows.refusal_count - 1
+    if last >= 0 and rows.refusals[last].row == rows.rows - 1:
+        run = &rows.refusals[last]
+    else:
+        if _grow(<void **>&rows.refusals, &rows.refusal_capacity, rows.refusal_count + 1,
+                 sizeof(Refusal), 0):
+            return 1
+        run = &rows.refusals[rows.refusal_count]
+        rows.refusal_count += 1
+        memset(run, 0, sizeof(Refusal))
+        run.row = rows.rows
+        run.first_ns = now
+        _end_row(rows)  # empty, in the message's place
+    run.count += 1
+    run.last_ns = now
+    if nbytes > run.largest_bytes or (nbytes == run.largest_bytes and parts > run.largest_parts):
+        run.largest_bytes, run.largest_parts = nbytes, parts
+    return 0
+
+
+cdef inline int _next_frame(szq_msg_t *message, void *socket) noexcept nogil:
+    """The next frame of a message whose first frame was received (zmq delivers a message's
+    frames together, so it is there): 0, or the errno of the failure (EINTR is retried)."""
+    cdef int failed
+    while szq.msg_recv(message, socket, SZQ_DONTWAIT) < 0:
+        failed = szq.errno_()
+        if failed != EINTR:
+            return failed
+    return 0
+
+
+cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
+                       int64_t now) noexcept nogil:
+    """Store, or refuse, the message whose first frame is in ``message``, taking its other
+    frames from ``socket`` to the last: 0, or the errno of a failure (-1: the buffer could not
+    grow), after which nothing of the message is stored.
+
+    A message over ``max_message_bytes`` or ``max_message_parts`` stops being copied at the
+    frame that crosses the bound, so that a refused message costs at most the bound here."""
+    cdef Rows *rows = &inbox.rows
+    cdef int64_t parts = 0, nbytes = 0
+    cdef size_t size
+    cdef int failed = 0
+    cdef bint copying = True
+    if _start_row(rows, now):
+        copying = False
+    while True:
+        size = szq.msg_size(message)
+        parts += 1
+        nbytes += <int64_t>size
+        if parts > inbox.max_message_parts or nbytes > inbox.max_message_bytes:
+            copying = False
+        if copying and _add_frame(rows, <const char *>szq.msg_data(message), size):
+            copying = False  # the buffer could not grow: the rest is only taken
+        if not szq.msg_more(message):
+            break
+        failed = _next_frame(message, socket)
+        if failed:
+            break
+    if copying and not failed:
+        _end_row(rows)
+        return 0
+    _drop_row(rows)
+    if failed:
+        return failed
+    if parts > inbox.max_message_parts or nbytes > inbox.max_message_bytes:
+        if _start_row(rows, now) == 0 and _refuse(rows, now, nbytes, parts) == 0:
+            return 0
+    return -1
 
 
 cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noexcept nogil:
     """Take up to ``inbox.burst`` messages waiting on ``socket`` (fewer once the buffer holds
-    ``max_bytes``): how many (-1 with ``inbox.error`` set on a failure). Sets ``emptied`` when
-    the queue was found empty and ``queue_full`` when the run since it last was reached
-    ``full_run``. A multipart message is taken whole: zmq delivers its frames together."""
+    ``max_bytes``): how many, stored or refused (a failure stops the burst, with
+    ``inbox.error`` set). Sets ``emptied`` when the queue was found empty and ``queue_full``
+    when the run since it last was reached ``full_run``."""
     cdef szq_msg_t message
-    cdef Rows *rows = &inbox.rows
     cdef int count = 0
     cdef int failed = 0
     emptied[0] = False
@@ -327,30 +442,16 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     while count < inbox.burst:
         if szq.msg_recv(&message, socket, SZQ_DONTWAIT) < 0:
             failed = szq.errno_()
+            if failed == EINTR:
+                failed = 0
+                continue
             if failed == EAGAIN:
                 emptied[0] = True
                 failed = 0
-            elif failed == EINTR:
-                failed = 0
             break
-        if _start_row(rows, szq_clock_ns(CLOCK_REALTIME)):
-            failed = -1
-            break
-        while True:
-            if _add_frame(rows, <const char *>szq.msg_data(&message), szq.msg_size(&message)):
-                failed = -1
-                break
-            if not szq.msg_more(&message):
-                break
-            if szq.msg_recv(&message, socket, SZQ_DONTWAIT) < 0:
-                failed = szq.errno_()
-                break
-        if failed:
-            rows.frames = rows.row_offsets[rows.rows]  # the row's frames so far are dropped
-            break
-        _end_row(rows)
         count += 1
-        if rows_nbytes(rows) >= inbox.max_bytes:
+        failed = _take_message(inbox, &message, socket, szq_clock_ns(CLOCK_REALTIME))
+        if failed or _footprint(&inbox.rows) >= inbox.max_bytes:
             break
     szq.msg_close(&message)
     inbox.received += count
@@ -360,21 +461,27 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
         inbox.run = 0
     if failed:
         inbox.error = failed
-        return -1
     return count
 
 
+@cython.auto_pickle(False)
 cdef class NativeBuffer:
     """A connection's messages between two flushes, in C arrays (``MessageBuffer`` in
     ``buffer``), and its counters. Only the capture thread changes it; ``received`` may be read
-    from any thread (a statistic)."""
+    from any thread (a statistic).
+
+    ``refusals`` (``refusals.Refusals``) gives the bounds of one message and turns the runs of
+    refused messages into gap texts: ``faults`` holds them once the rows are taken (``take``)
+    or handed to Arrow (``columns``). Never copied or pickled: its arrays are its own."""
 
     cdef Inbox *inbox
     cdef public dict faults  # fault row texts by row index, rare
+    cdef readonly object refusals
     cdef bint taken_over     # the arrays went to Arrow: nothing more may be added
     cdef tuple handed        # the _Memory objects that own them since: reading stays valid
 
-    def __cinit__(self, int64_t max_rows, int64_t max_bytes, int burst, int64_t full_run):
+    def __cinit__(self, int64_t max_rows, int64_t max_bytes, int burst, int64_t full_run,
+                  object refusals not None):
         self.inbox = <Inbox *>malloc(sizeof(Inbox))
         if self.inbox == NULL:
             raise MemoryError()
@@ -385,11 +492,16 @@ cdef class NativeBuffer:
             raise MemoryError()
         self.inbox.max_rows, self.inbox.max_bytes = max_rows, max_bytes
         self.inbox.burst, self.inbox.full_run = burst, full_run
+        self.inbox.max_message_bytes = refusals.max_message_bytes
+        self.inbox.max_message_parts = refusals.max_message_parts
+        self.refusals = refusals
         self.faults = {}
 
     def __dealloc__(self):
         if self.inbox != NULL:
-            if not self.taken_over:  # else the _Memory objects in ``handed`` free them
+            if self.taken_over:  # the _Memory objects in ``handed`` free the arrays
+                free(self.inbox.rows.refusals)
+            else:
                 _rows_free(&self.inbox.rows)
             free(self.inbox)
 
@@ -402,7 +514,8 @@ cdef class NativeBuffer:
 
     @property
     def nbytes(self):
-        return rows_nbytes(&self.inbox.rows)
+        """What the rows take as arrays (frames' bytes, offsets, times): what the bound counts."""
+        return _footprint(&self.inbox.rows)
 
     @property
     def received(self):
@@ -416,13 +529,20 @@ cdef class NativeBuffer:
     def full_run(self, int64_t value):
         self.inbox.full_run = value
 
+    def take_error(self):
+        """The errno of the receive that failed since the last call (-1: the buffer could not
+        grow), or 0; cleared."""
+        cdef int failed = self.inbox.error
+        self.inbox.error = 0
+        return failed
+
     def time_at(self, Py_ssize_t index):
         """Receive time (ns) of row ``index``."""
         if not 0 <= index < self.inbox.rows.rows:
             raise IndexError(index)
         return self.inbox.rows.times[index]
 
-    def add_fault(self, str text):
+    def add_fault(self, str text not None):
         """A row with no frames that carries ``text`` (a gap capture observed)."""
         self._check_open()
         if _start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
@@ -430,7 +550,7 @@ cdef class NativeBuffer:
         self.faults[self.inbox.rows.rows] = text
         _end_row(&self.inbox.rows)
 
-    def add_message(self, list frames):
+    def add_message(self, list frames not None):
         """Append one message as if received now (for tests and for messages Python took)."""
         self._check_open()
         if _start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
@@ -441,22 +561,41 @@ cdef class NativeBuffer:
             view = frame
             start = <const char *>&view[0] if view.shape[0] else NULL
             if _add_frame(&self.inbox.rows, start, view.shape[0]):
+                _drop_row(&self.inbox.rows)
                 raise MemoryError()
         _end_row(&self.inbox.rows)
         self.inbox.received += 1
 
     def take(self):
-        """What the buffer holds, as a new NativeBuffer, leaving this one empty (its counters
-        stay)."""
+        """What the buffer holds, as a new NativeBuffer whose ``faults`` are complete, leaving
+        this one empty (its counters stay)."""
         self._check_open()
         cdef NativeBuffer taken = NativeBuffer(
-            self.inbox.max_rows, self.inbox.max_bytes, self.inbox.burst, self.inbox.full_run
+            self.inbox.max_rows, self.inbox.max_bytes, self.inbox.burst, self.inbox.full_run,
+            self.refusals
         )
         cdef Rows swap = taken.inbox.rows
         taken.inbox.rows = self.inbox.rows
         self.inbox.rows = swap
         taken.faults, self.faults = self.faults, {}
+        taken._settle_refusals()
         return taken
+
+    cdef void _settle_refusals(self) except *:
+        """The refusal runs become fault texts (``refusals.gap_texts``) and are forgotten."""
+        cdef Rows *rows = &self.inbox.rows
+        if not rows.refusal_count:
+            return
+        cdef Py_ssize_t i
+        cdef Refusal *run
+        runs = {}
+        for i in range(rows.refusal_count):
+            run = &rows.refusals[i]
+            runs[run.row] = (run.count, run.largest_bytes, run.largest_parts, run.first_ns,
+                             run.last_ns)
+        free(rows.refusals)
+        rows.refusals, rows.refusal_count, rows.refusal_capacity = NULL, 0, 0
+        self.faults.update(self.refusals.gap_texts(runs))
 
     def table(self):
         """The rows in the spool's schema (``buffer.native_table``); the arrays go to Arrow."""
@@ -471,11 +610,12 @@ cdef class NativeBuffer:
         its length, ``time_at`` and ``faults`` (a failed spool write drops what it held)."""
         cdef Rows *rows = &self.inbox.rows
         if not self.taken_over:
+            self._settle_refusals()
             self.handed = (
                 _hand_over(rows.times, rows.rows * sizeof(int64_t)),
                 _hand_over(rows.row_offsets, (rows.rows + 1) * sizeof(int32_t)),
                 _hand_over(rows.frame_offsets, (rows.frames + 1) * sizeof(int32_t)),
-                _hand_over(rows.data, rows_nbytes(rows)),
+                _hand_over(rows.data, _data_bytes(rows)),
             )
             self.taken_over = True
         return (rows.rows, rows.frames) + self.handed
@@ -485,27 +625,18 @@ cdef class NativeBuffer:
             raise RuntimeError("this buffer's arrays were handed to Arrow")
 
 
-def receive(NativeBuffer buffer, size_t socket):
+def receive(NativeBuffer buffer not None, size_t socket):
     """One burst from the socket at address ``socket`` (pyzmq's ``Socket.underlying``) into
-    ``buffer``, without the GIL: (messages taken, whether the queue was found full)."""
+    ``buffer``, without the GIL: (messages taken, whether the queue was found full). A failed
+    receive does not raise: ``buffer.take_error()`` says it (what it took before stays)."""
     _require_bound()
+    buffer._check_open()
     cdef bint emptied = False, queue_full = False
     cdef int count
     cdef Inbox *inbox = buffer.inbox
     with nogil:
         count = _burst(inbox, <void *>socket, &emptied, &queue_full)
-    if count < 0:
-        _raise_receive_error(inbox)
     return count, bool(queue_full)
-
-
-cdef void _raise_receive_error(Inbox *inbox) except *:
-    cdef int failed = inbox.error
-    inbox.error = 0
-    if failed == -1:
-        raise MemoryError("capture's buffer could not grow (or a message is over 2 GiB)")
-    import zmq
-    raise zmq.ZMQError(failed)
 
 
 # -- the poll loop ---------------------------------------------------------------------------
@@ -513,18 +644,25 @@ cdef void _raise_receive_error(Inbox *inbox) except *:
 #: the longest one ``Poller.wait`` waits, whatever it is asked
 MAX_WAIT_SECONDS = 3600.0
 #: what ``Poller.wait`` reports
-MAILBOX, MONITOR, FULL, QUEUE_FULL = "mailbox", "monitor", "full", "queue full"
+MAILBOX, MONITOR, FULL, QUEUE_FULL, FAILED = (
+    "mailbox", "monitor", "full", "queue full", "receive failed"
+)
 cdef enum ItemKind:
     KIND_MAILBOX, KIND_DATA, KIND_MONITOR
+#: marks left in a data item's revents for ``_events``
+cdef enum Mark:
+    MARK_FULL = 2, MARK_QUEUE_FULL = 4, MARK_FAILED = 8
 
 
+@cython.auto_pickle(False)
 cdef class Poller:
     """zmq_poll over a mailbox (a file descriptor), data sockets with their buffers and monitor
     sockets, receiving from data sockets in C until something needs Python.
 
     ``watch`` entries are (owner, data socket address, buffer, monitor socket address); the
     owner is what ``wait`` reports events about. Entries change rarely (an endpoint joins or
-    leaves); the arrays are rebuilt then.
+    leaves); the arrays are rebuilt then. A receive that fails on one socket is reported about
+    its owner (FAILED); the others go on.
     """
 
     cdef szq_pollitem_t *items
@@ -555,11 +693,16 @@ cdef class Poller:
         """Poll rounds, coalescing pauses and messages received so far (for profiles)."""
         return {"rounds": self.rounds, "pauses": self.pauses, "messages": self.messages}
 
-    def set_watched(self, list entries):
+    def set_watched(self, list entries not None):
         """Poll the mailbox and these (owner, socket, buffer, monitor) entries from now on."""
         self._build(entries)
 
     cdef void _build(self, list entries) except *:
+        cdef NativeBuffer buffer
+        for _, _, buffer, _ in entries:
+            if buffer is None:
+                raise TypeError("a watched entry's buffer must be a NativeBuffer, not None")
+            buffer._check_open()
         cdef int count = 1 + 2 * len(entries)
         cdef szq_pollitem_t *items = <szq_pollitem_t *>malloc(count * sizeof(szq_pollitem_t))
         cdef int *kinds = <int *>malloc(count * sizeof(int))
@@ -576,7 +719,6 @@ cdef class Poller:
         kinds[0] = KIND_MAILBOX
         inboxes[0] = NULL
         cdef int i = 1
-        cdef NativeBuffer buffer
         for owner, socket, buffer, monitor in entries:
             items[i].socket = <void *><size_t>socket
             items[i].events = SZQ_POLLIN
@@ -598,18 +740,19 @@ cdef class Poller:
     def wait(self, double seconds):
         """Receive whatever arrives until something needs Python or ``seconds`` pass: a list
         of (kind, owner) with kind MAILBOX (owner None), MONITOR, FULL (the owner's buffer must
-        be written) or QUEUE_FULL (the owner's receive queue was found full)."""
+        be written), QUEUE_FULL (the owner's receive queue was found full) or FAILED (a receive
+        from the owner's socket failed: its buffer's ``take_error`` says how)."""
         _require_bound()
+        cdef NativeBuffer buffer
+        for buffer in self.buffers:
+            buffer._check_open()  # handed to Arrow since it was watched: not to be written
         cdef int64_t deadline = szq_clock_ns(CLOCK_MONOTONIC) + <int64_t>(
             min(max(seconds, 0.0), MAX_WAIT_SECONDS) * 1e9
         )
         cdef int ready = 0
         cdef int failed = 0
-        cdef int failed_item = -1
         with nogil:
-            ready = self._run(deadline, &failed, &failed_item)
-        if failed_item >= 0:
-            _raise_receive_error(self.inboxes[failed_item])
+            ready = self._run(deadline, &failed)
         if failed:
             import zmq
             raise zmq.ZMQError(failed)
@@ -617,10 +760,10 @@ cdef class Poller:
             return []
         return self._events()
 
-    cdef int _run(self, int64_t deadline, int *failed, int *failed_item) noexcept nogil:
-        """Poll and receive until an item needs Python (its revents, or the FULL and QUEUE_FULL
-        marks below, are left set: the number of such items), the deadline passes (0) or
-        zmq_poll fails (-1 with ``failed``; EINTR ends the wait with 0)."""
+    cdef int _run(self, int64_t deadline, int *failed) noexcept nogil:
+        """Poll and receive until an item needs Python (its revents, or the marks above, are
+        left set: the number of such items), the deadline passes (0) or zmq_poll fails (-1
+        with ``failed``; EINTR ends the wait with 0)."""
         cdef int64_t now, timeout_ms
         cdef int i, count, received, attention
         cdef bint emptied, queue_full
@@ -643,16 +786,15 @@ cdef class Poller:
                     attention += 1
                     continue
                 count = _burst(self.inboxes[i], self.items[i].socket, &emptied, &queue_full)
-                if count < 0:
-                    failed_item[0] = i
-                    return -1
                 received += count
                 self.messages += count
                 self.items[i].revents = 0
+                if self.inboxes[i].error:
+                    self.items[i].revents |= MARK_FAILED
                 if _full(self.inboxes[i]):
-                    self.items[i].revents |= 2
+                    self.items[i].revents |= MARK_FULL
                 if queue_full:
-                    self.items[i].revents |= 4
+                    self.items[i].revents |= MARK_QUEUE_FULL
                 if self.items[i].revents:
                     attention += 1
             if attention:
@@ -678,9 +820,11 @@ cdef class Poller:
             elif self.kinds[i] == KIND_MONITOR:
                 events.append((MONITOR, self.owners[i]))
             else:
-                if revents & 2:
+                if revents & MARK_FAILED:
+                    events.append((FAILED, self.owners[i]))
+                if revents & MARK_FULL:
                     events.append((FULL, self.owners[i]))
-                if revents & 4:
+                if revents & MARK_QUEUE_FULL:
                     events.append((QUEUE_FULL, self.owners[i]))
         return events
 

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import zmq
 
 from spark_zmq.capture.buffer import BURST, MAX_SEGMENT_BYTES, MAX_SEGMENT_ROWS, Buffer
 from spark_zmq.capture.cores import CORE_VARIABLE, native_module
+from spark_zmq.capture.refusals import Refusals
 
 
 @pytest.fixture
@@ -150,8 +152,17 @@ def test_an_unknown_core_is_refused_naming_the_variable(tmp_path):
     assert f"{CORE_VARIABLE}='fast' is not one of auto, native, python" in stderr
 
 
+def new_native_buffer(
+    max_bytes: int = MAX_SEGMENT_BYTES,
+    max_message_bytes: int = 1 << 20,
+    max_message_parts: int = 1000,
+):
+    refusals = Refusals("test", "tcp://peer", "peer", max_message_bytes, max_message_parts)
+    return native_module().NativeBuffer(MAX_SEGMENT_ROWS, max_bytes, BURST, 10, refusals)
+
+
 def test_a_native_buffer_becomes_the_same_rows_as_a_python_one():
-    native = native_module().NativeBuffer(MAX_SEGMENT_ROWS, MAX_SEGMENT_BYTES, BURST, 10)
+    native = new_native_buffer()
     python = Buffer()
     messages = [[b"a"], [b"", b""], [b"x" * 100_000, b"y", b""], [bytes(range(256))]]
     for index, frames in enumerate(messages * 300):
@@ -162,7 +173,9 @@ def test_a_native_buffer_becomes_the_same_rows_as_a_python_one():
             python.faults[len(python.frames)] = f"gap: {index}"
             python.frames.append([])
     assert len(native) == len(python) == 1200 + 5
-    assert native.nbytes == sum(len(f) for frames in python.frames for f in frames)
+    frames = [f for message in python.frames for f in message]
+    # its bound counts what the arrays take: bytes, and a frame's offset and a row's time too
+    assert native.nbytes == sum(map(len, frames)) + 4 * len(frames) + 12 * len(python.frames)
     taken = native.take()
     assert len(native) == 0 and native.received == 1200  # counters stay with the buffer
     python.times = [taken.time_at(i) for i in range(len(taken))]
@@ -174,3 +187,167 @@ def test_a_native_buffer_becomes_the_same_rows_as_a_python_one():
     assert taken.table().equals(python.table())
     with pytest.raises(RuntimeError, match="handed to Arrow"):
         taken.add_fault("too late")
+
+
+#: Point 7's edges, each a check that prints its outcome; run in a fresh interpreter, so that a
+#: regression (a double free, a NULL dereference) fails the test instead of killing pytest.
+EDGES_SCRIPT = textwrap.dedent("""
+    import copy, json, pickle
+    import zmq
+    from spark_zmq.capture.cores import native_module
+    from spark_zmq.capture.refusals import Refusals
+
+    native = native_module()
+    refusals = Refusals("test", "tcp://peer", "peer", 1 << 20, 1000)
+    context = zmq.Context.instance()
+    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    sender.bind("inproc://edges")
+    receiver.connect("inproc://edges")
+
+    def outcome(call):
+        try:
+            call()
+            return "no error"
+        except Exception as exc:
+            return type(exc).__name__ + ": " + str(exc)
+
+    def buffer():
+        made = native.NativeBuffer(100, 1 << 20, 16, 10, refusals)
+        made.add_message([b"a", b"bc"])
+        return made
+
+    handed = buffer()
+    handed.table()  # its arrays now belong to Arrow
+    memory = handed.columns()[2]
+    poller = native.Poller(receiver.fileno(), 64, 0.001)
+    watched = buffer()
+    poller.set_watched([("owner", receiver.underlying, watched, receiver.underlying)])
+    watched.table()  # handed to Arrow while watched
+    sender.send_multipart([b"waiting", b"to be received"])
+    seen = {}
+    for name, thing in (("memory", memory), ("buffer", buffer()), ("poller", poller)):
+        seen[name + " copy"] = outcome(lambda: copy.copy(thing))
+        seen[name + " pickle"] = outcome(lambda: pickle.dumps(thing))
+    seen["receive None"] = outcome(lambda: native.receive(None, receiver.underlying))
+    seen["receive handed"] = outcome(lambda: native.receive(handed, receiver.underlying))
+    entry = ("owner", receiver.underlying, None, receiver.underlying)
+    seen["watch None"] = outcome(lambda: poller.set_watched([entry]))
+    seen["watch list None"] = outcome(lambda: poller.set_watched(None))
+    entry = ("owner", receiver.underlying, handed, receiver.underlying)
+    seen["watch handed"] = outcome(lambda: poller.set_watched([entry]))
+    seen["wait handed since"] = outcome(lambda: poller.wait(0.5))
+    print(json.dumps(seen))
+""")
+
+
+def test_the_cores_objects_refuse_copies_none_and_buffers_handed_to_arrow():
+    """Copying a column buffer's memory would free it twice; a None buffer would be read
+    through a NULL pointer; a buffer handed to Arrow would be written under Arrow's feet. Each
+    is an error instead."""
+    run = subprocess.run(
+        [sys.executable, "-c", EDGES_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.splitlines()[-1])
+    for name in ("memory", "buffer", "poller"):
+        for how in ("copy", "pickle"):
+            assert seen[f"{name} {how}"].startswith("TypeError: cannot pickle"), seen
+    assert seen["receive None"].startswith("TypeError"), seen
+    assert seen["watch None"].startswith("TypeError"), seen
+    assert seen["watch list None"].startswith("TypeError"), seen
+    for handed in ("receive handed", "watch handed", "wait handed since"):
+        assert seen[handed] == "RuntimeError: this buffer's arrays were handed to Arrow", seen
+
+
+def test_a_receive_that_fails_on_one_socket_is_reported_and_the_others_go_on():
+    """A REQ socket receives its reply, then fails (EFSM: a REQ must send before it receives
+    again). The poller reports the failure about its owner, keeps the reply, and receives
+    from the other socket as before, instead of raising for all."""
+    native = native_module()
+    context = zmq.Context.instance()
+    sockets = [context.socket(kind) for kind in (zmq.REP, zmq.REQ, zmq.XPUB, zmq.SUB)]
+    replier, requester, publisher, subscriber = sockets
+    for sock in sockets:
+        sock.setsockopt(zmq.LINGER, 0)
+    requester.connect(f"tcp://127.0.0.1:{replier.bind_to_random_port('tcp://127.0.0.1')}")
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(f"tcp://127.0.0.1:{publisher.bind_to_random_port('tcp://127.0.0.1')}")
+    mailbox, wake = os.pipe()
+    monitors = [requester.get_monitor_socket(), subscriber.get_monitor_socket()]
+    failing, flowing = new_native_buffer(), new_native_buffer()
+    poller = native.Poller(mailbox, 64, 0.001)
+    poller.set_watched(
+        [
+            ("requester", requester.underlying, failing, monitors[0].underlying),
+            ("subscriber", subscriber.underlying, flowing, monitors[1].underlying),
+        ]
+    )
+    try:
+        assert publisher.poll(10_000) and publisher.recv() == b"\x01"
+        requester.send(b"question")
+        assert replier.recv() == b"question"
+        replier.send_multipart([b"answer", b"in two"])
+        for i in range(10):
+            publisher.send_multipart([b"message", b"%d" % i])
+        failures = []
+        deadline = time.monotonic() + 10
+        while (not failures or len(flowing) < 10) and time.monotonic() < deadline:
+            events = poller.wait(0.5)
+            failures += [owner for kind, owner in events if kind == native.FAILED]
+        assert failures == ["requester"]
+        assert failing.take_error() == zmq.EFSM and failing.take_error() == 0
+        assert failing.take().table().column("frames").to_pylist() == [[b"answer", b"in two"]]
+        frames = flowing.take().table().column("frames").to_pylist()
+        assert frames == [[b"message", b"%d" % i] for i in range(10)]
+    finally:
+        poller.set_watched([])
+        for sock in (requester, subscriber):  # else its monitor's inproc address stays taken
+            sock.disable_monitor()
+        for sock in sockets + monitors:
+            sock.close(0)
+        os.close(mailbox)
+        os.close(wake)
+
+
+#: Messages of many frames received while a timer interrupts the process every 20 us: zmq's
+#: receive then fails with EINTR now and then, between frames too. Prints what was stored.
+INTERRUPTED_SCRIPT = textwrap.dedent("""
+    import json, signal
+    import zmq
+    from spark_zmq.capture.cores import native_module
+    from spark_zmq.capture.refusals import Refusals
+
+    native = native_module()
+    context = zmq.Context.instance()
+    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    for sock in (sender, receiver):
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+    sender.bind("inproc://interrupted")
+    receiver.connect("inproc://interrupted")
+    messages = [[b"%d" % i] + [b""] * 20_000 for i in range(30)]
+    for frames in messages:
+        sender.send_multipart(frames)
+    refusals = Refusals("test", "inproc://interrupted", "peer", 1 << 20, 1 << 20)
+    buffer = native.NativeBuffer(65536, 1 << 30, 1024, 1 << 40, refusals)
+    signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 20e-6, 20e-6)
+    errors = []
+    while len(buffer) < len(messages) and not errors:
+        native.receive(buffer, receiver.underlying)
+        error = buffer.take_error()
+        if error:
+            errors.append(error)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    stored = buffer.take().table().column("frames").to_pylist()
+    print(json.dumps({"errors": errors, "rows": len(stored), "intact": stored == messages}))
+""")
+
+
+def test_an_interrupted_receive_is_retried_between_frames_too():
+    """EINTR is not a failure: every message arrives whole, none is cut at the interruption."""
+    run = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout.splitlines()[-1]) == {"errors": [], "rows": 30, "intact": True}
