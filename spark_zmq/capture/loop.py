@@ -235,7 +235,7 @@ class Capture:
             return
         conn.buffer.add_fault(conn.failures.failed(error))
         if not self._stopping and any(member is conn for member in self._members):
-            self._sockets.reopen(conn)
+            self._reopen(conn, time.monotonic())
 
     def _next_push_back_check(self) -> float:
         """When to look again at open push-back episodes (inf: none is open)."""
