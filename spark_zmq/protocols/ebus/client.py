@@ -66,8 +66,12 @@ class Client:
         resends: int = RESENDS,
         context: zmq.Context | None = None,
         curve: Curve = NO_CURVE,
+        max_message_bytes: int | None = None,
     ) -> None:
         self.address = address
+        #: the largest frame taken from the broker (None: any); a larger one drops the
+        #: connection unread (zmq's MAXMSGSIZE) and its question goes unanswered
+        self.max_message_bytes = max_message_bytes
         self._mailbox = Mailbox()  # requests and questions from callers' threads
         self._connection = BrokerConnection(
             address,
@@ -77,6 +81,7 @@ class Client:
             resends=resends,
             context=context or zmq.Context.instance(),
             curve=curve,
+            max_message_bytes=max_message_bytes,
         )
         self._thread = threading.Thread(
             target=self._connection.run, name=f"spark_zmq ebus client {address}", daemon=True
@@ -129,8 +134,13 @@ class Client:
             frame = future.result(timeout)
         except FutureTimeout:
             self._command("forget", request_id)
+            bound = (
+                f", or it was over the {self.max_message_bytes}-byte bound (refused)"
+                if self.max_message_bytes is not None
+                else ""
+            )
             raise BrokerError(
-                f"no {kind} answer from the EBUS broker at {self.address} within {timeout} s"
+                f"no {kind} answer from the EBUS broker at {self.address} within {timeout} s{bound}"
             ) from None
         try:
             return unpack(frame, max_bytes)

@@ -43,8 +43,10 @@ class BrokerConnection:
         resends: int,
         context: zmq.Context,
         curve: Curve,
+        max_message_bytes: int | None = None,
     ) -> None:
         self.address = address
+        self.max_message_bytes = max_message_bytes
         self.curve = curve
         self.resend_after = resend_after
         self.resends = resends
@@ -83,6 +85,8 @@ class BrokerConnection:
         self._socket = self.curve.as_client(self._context.socket(zmq.DEALER))
         self._socket.setsockopt(zmq.IDENTITY, self.identity)
         self._socket.setsockopt(zmq.LINGER, 0)
+        if self.max_message_bytes is not None:
+            self._socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         self._socket.connect(self.address)
         self._poller.register(self._socket, zmq.POLLIN)
         self._liveness.connected()

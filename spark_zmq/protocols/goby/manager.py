@@ -16,6 +16,7 @@ import zmq
 
 from spark_zmq.errors import PeerError, PeerTimeout
 from spark_zmq.log import logger
+from spark_zmq.protocols.addresses import AddressError, ipc_address, tcp_address
 from spark_zmq.protocols.goby.messages import (
     HOLD_REQUEST_PREFIX,
     HOLD_RESPONSE_PREFIX,
@@ -32,6 +33,10 @@ DEFAULT_TCP_PORT = 11144
 DEFAULT_TIMEOUT = 5.0
 #: how often a client asks for the hold state while held, as a C++ client does
 HOLD_REQUEST_INTERVAL = 0.1
+#: the largest answer taken from gobyd's Manager (64 KiB): a ManagerResponse holds two Socket
+#: records (a path or host of at most a few hundred bytes each), so anything larger is not
+#: gobyd's; zmq drops it unread (MAXMSGSIZE)
+MAX_MANAGER_MESSAGE_BYTES = 64 * 1024
 
 
 class ManagerError(PeerError):
@@ -93,6 +98,7 @@ def ask(
     """Send one ManagerRequest and return the ManagerResponse, checked to be the answer."""
     sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MANAGER_MESSAGE_BYTES)
     try:
         sock.connect(manager.endpoint)
         sock.send(request.SerializeToString())
@@ -100,7 +106,8 @@ def ask(
             raise ManagerUnreachable(
                 f"gobyd's Manager at {manager.endpoint} did not answer within {timeout:g} s "
                 f"(managerTimeout): is gobyd running there, with this platform, socket name or "
-                f"port?"
+                f"port? (An answer over {MAX_MANAGER_MESSAGE_BYTES} bytes is refused, and "
+                f"ends the same way.)"
             )
         reply = sock.recv()
     finally:
@@ -144,26 +151,33 @@ def request_router(
             f"gobyd's Manager at {manager.endpoint} gave no subscribe or no publish socket"
         )
     return Router(
-        endpoint_of(response.subscribe_socket, manager),
-        endpoint_of(response.publish_socket, manager),
+        endpoint_of(response.subscribe_socket, manager, "subscribe_socket"),
+        endpoint_of(response.publish_socket, manager, "publish_socket"),
     )
 
 
-def endpoint_of(socket, manager: ManagerAddress) -> str:
-    """The zmq address of a Socket the Manager handed out."""
+def endpoint_of(socket, manager: ManagerAddress, field: str = "socket") -> str:
+    """The zmq address of a Socket the Manager handed out (its ``field`` of the response),
+    checked to be one zmq connects to: it becomes the address of capture's sockets, whose
+    failure would end the query, so a bad one is refused here, naming gobyd and the field."""
     Socket = manager_messages().Socket
-    if socket.transport == Socket.IPC:
-        if not socket.socket_name:
-            raise ManagerError(
-                f"gobyd's Manager at {manager.endpoint} gave an IPC socket without a socket_name"
-            )
-        return f"ipc://{socket.socket_name}"
-    if socket.transport == Socket.TCP:
-        host = socket.ethernet_address if socket.HasField("ethernet_address") else manager.host
-        return f"tcp://{host or socket.ethernet_address}:{socket.ethernet_port}"
+    try:
+        if socket.transport == Socket.IPC:
+            if not socket.socket_name:
+                raise AddressError("an IPC socket without a socket_name")
+            return ipc_address(socket.socket_name)
+        if socket.transport == Socket.TCP:
+            given = socket.HasField("ethernet_address")
+            host = socket.ethernet_address if given else manager.host
+            return tcp_address(host or socket.ethernet_address, socket.ethernet_port)
+    except AddressError as exc:
+        raise ManagerError(
+            f"gobyd's Manager at {manager.endpoint} gave a {field} that cannot be connected "
+            f"to ({exc}); refused"
+        ) from None
     name = Socket.Transport.Name(socket.transport)
     raise ManagerError(
-        f"gobyd's Manager at {manager.endpoint} gave a socket on transport "
+        f"gobyd's Manager at {manager.endpoint} gave a {field} on transport "
         f"{name}; only IPC and TCP are supported"
     )
 

@@ -72,7 +72,10 @@ class DescriptorSet:
             raise ValueError(f"{name} is not a serialized FileDescriptorSet: {exc}") from None
         self.pool = descriptor_pool.DescriptorPool()
         self._add_in_dependency_order(files)
-        self._classes: dict[str, type | None] = {}
+        #: classes of the types found so far: only hits are kept, so the cache holds at most
+        #: the set's own types, whatever type names peers send (a miss is asked of the pool
+        #: again, a dictionary lookup there)
+        self._classes: dict[str, type] = {}
 
     def _add_in_dependency_order(self, files: list) -> None:
         pending = files
@@ -94,15 +97,14 @@ class DescriptorSet:
 
     def message_class(self, type_name: str):
         """The class of a message type, None when the set does not hold it."""
-        if type_name not in self._classes:
+        found = self._classes.get(type_name)
+        if found is None:
             try:
                 descriptor = self.pool.FindMessageTypeByName(type_name)
             except (KeyError, TypeError):  # a name the pool does not hold, or cannot take
-                descriptor = None
-            self._classes[type_name] = (
-                None if descriptor is None else message_factory.GetMessageClass(descriptor)
-            )
-        return self._classes[type_name]
+                return None
+            found = self._classes[type_name] = message_factory.GetMessageClass(descriptor)
+        return found
 
     def to_json(self, type_name: str, payload: bytes) -> str | None:
         """JSON text of a payload of ``type_name``; None when the set does not hold the type."""

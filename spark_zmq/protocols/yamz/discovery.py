@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import zmq
 
 from spark_zmq.log import logger
+from spark_zmq.protocols.addresses import AddressError, connect_address
 from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
 from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
 from spark_zmq.protocols.yamz.uri import Address, Category
@@ -70,6 +71,7 @@ class ZyreDiscovery(Discovery):
         self._providers: dict[str, set[str]] = {}
         self._by_peer: dict[str, set[str]] = {}
         self._unreadable: set[tuple[str, str]] = set()  # logged once each
+        self._refused: set[str] = set()  # peers whose announcement was refused, logged once
         self._failure: ZyreError | None = None
         self._node: ZyreNode | None = None
 
@@ -94,6 +96,27 @@ class ZyreDiscovery(Discovery):
             )
 
     def _entered(self, peer: Peer) -> None:
+        """Runs on the Zyre node's thread for each peer that enters. Whatever the peer's header
+        holds (not JSON, a tree nested past the recursion limit, values of the wrong type),
+        nothing escapes: the fault is logged once for the peer and its ports are skipped."""
+        try:
+            self._read_ports(peer)
+        except HeaderError as exc:
+            self._refuse(peer, f"{exc}; its ports are not read")
+        except Exception as exc:  # the node's thread must go on, whatever a peer announces
+            self._refuse(
+                peer,
+                f"yamz node {peer.name!r}: handling its announcement failed "
+                f"({type(exc).__name__}: {exc}); its ports are not read",
+            )
+
+    def _refuse(self, peer: Peer, why: str) -> None:
+        """One line per peer (by uuid) whose announcement is refused."""
+        if peer.uuid not in self._refused:
+            self._refused.add(peer.uuid)
+            logger.warning("yamz: Zyre peer %s at %s: %s", peer.uuid, peer.address, why)
+
+    def _read_ports(self, peer: Peer) -> None:
         header = peer.headers.get(HEADER)
         if header is None:
             logger.info(
@@ -102,12 +125,7 @@ class ZyreDiscovery(Discovery):
                 peer.address,
             )
             return
-        try:
-            ports = ports_of(peer.name, header)
-        except HeaderError as exc:
-            logger.warning("yamz: %s; its ports are not read", exc)
-            return
-        for port in ports:
+        for port in ports_of(peer.name, header):
             if any(matches(a, port, self.expected_nodes) for a in self.abstract):
                 self._join(peer, port)
 
@@ -126,13 +144,22 @@ class ZyreDiscovery(Discovery):
             return
         # A port bound on several addresses is one socket: connecting to each would read
         # every message more than once.
-        endpoint = self.endpoint_of(reachable(port.addresses[0], peer.address), port, socket_type)
+        address = reachable(port.addresses[0], peer.address)
+        try:
+            connect_address(address)
+        except AddressError as exc:
+            self._refuse(
+                peer, f"port {port.node}/{port.path_text} has an address zmq refuses ({exc})"
+            )
+            return
+        endpoint = self.endpoint_of(address, port, socket_type)
         with self._lock:
             self._providers.setdefault(endpoint.key, set()).add(peer.uuid)
             self._by_peer.setdefault(peer.uuid, set()).add(endpoint.key)
         self._listener.endpoint_joined(endpoint)
 
     def _exited(self, uuid: str, name: str) -> None:
+        self._refused.discard(uuid)  # a peer that comes back is judged anew
         gone = []
         with self._lock:
             for key in self._by_peer.pop(uuid, ()):

@@ -20,6 +20,13 @@ belong to that thread. What this module adds around it (``shared/protocols/yamz.
   else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``.
 - Peers go evasive after 10 s of silence and are expired (an EXIT) after 30 s; a node that stops
   politely sends a last beacon with port 0, on which its peers report EXIT at once.
+- **One malformed message from anyone ends pyre's node thread.** pyre parses each UDP beacon
+  (anything that starts ``ZRE``) and each ZRE message on its TCP port in its node thread, and
+  a truncated beacon (``struct.error``) or a HELLO whose strings are not UTF-8 ends that thread:
+  the node is deaf for good, without a word. ``guard_pyre`` wraps those two handlers once per
+  process so that such a message is dropped, with one warning.
+- What a peer sends cannot end our node's thread either: an event that does not parse, or a
+  callback that raises on it, is one warning for that peer, and the node goes on.
 """
 
 from __future__ import annotations
@@ -55,6 +62,40 @@ BEACON_SETTLE_SECONDS = 1.0
 
 class ZyreError(PeerError):
     """The Zyre node could not start, or its beacon died."""
+
+
+def guard_pyre() -> None:
+    """Make pyre's node thread drop, rather than die of, a beacon or ZRE message it cannot
+    parse (see the module docstring). Idempotent; pyre's own handlers run unchanged."""
+    node_class = pyre.pyre_node.PyreNode
+    if getattr(node_class, "_spark_zmq_guarded", False):
+        return
+    for name, what in (("recv_beacon", "UDP beacon"), ("recv_peer", "ZRE message")):
+        setattr(node_class, name, _dropping_failures(getattr(node_class, name), what))
+    node_class._spark_zmq_guarded = True
+
+
+def _dropping_failures(handler: Callable, what: str) -> Callable:
+    """``handler`` (a PyreNode method), dropping what it fails on: the first drop of each kind
+    on a node is a warning, later ones debug lines."""
+
+    def guarded(node) -> None:
+        try:
+            handler(node)
+        except Exception as exc:  # pyre's thread would end here, and the node go deaf
+            dropped = node.__dict__.setdefault("_spark_zmq_dropped", {})
+            dropped[what] = dropped.get(what, 0) + 1
+            log = logger.warning if dropped[what] == 1 else logger.debug
+            log(
+                "yamz: Zyre node %s dropped a %s it cannot parse (%s: %s); further ones are "
+                "not logged",
+                getattr(node, "name", "?"),
+                what,
+                type(exc).__name__,
+                exc,
+            )
+
+    return guarded
 
 
 class _BeaconErrors(logging.Handler):
@@ -101,6 +142,7 @@ class ZyreNode:
         for key, value in headers.items():
             if not (key.isascii() and value.isascii()):
                 raise ValueError(f"Zyre header {key!r} must be ASCII text")
+        guard_pyre()
         self.name = name
         self.headers = dict(headers)
         self.beacon_port = beacon_port
@@ -108,6 +150,7 @@ class ZyreNode:
         self._started: Future = Future()
         self._stopping = threading.Event()
         self._beacon_errors = _BeaconErrors()
+        self._faulty_peers: set[str] = set()  # peers whose events failed, logged once each
         self._thread = threading.Thread(
             target=self._run, name=f"spark_zmq zyre {name}", daemon=True
         )
@@ -198,7 +241,7 @@ class ZyreNode:
         inbox = node.socket()
         while not self._stopping.is_set():
             if inbox.poll(BEACON_CHECK_SECONDS * 1000):
-                self._dispatch(pyre.PyreEvent(node))
+                self._take_event(node)
             if not all(t.is_alive() for t in beacon_threads):
                 self._on_failure(
                     ZyreError(
@@ -207,6 +250,29 @@ class ZyreNode:
                     )
                 )
                 return
+
+    def _take_event(self, node) -> None:
+        """Read one event and hand it on. What a peer sent cannot end this thread (and with
+        it discovery): an event that does not parse, or a callback that raises on it, is
+        logged once for its peer and skipped."""
+        try:
+            event = pyre.PyreEvent(node)
+        except Exception as exc:  # pyre decodes the peer's name and headers here
+            self._log_peer_fault("?", f"an event from it does not parse ({exc})")
+            return
+        try:
+            self._dispatch(event)
+        except Exception as exc:
+            uuid = event.peer_uuid_bytes.hex() if event.peer_uuid_bytes else "?"
+            self._log_peer_fault(
+                uuid, f"its {event.type} event failed ({type(exc).__name__}: {exc}); skipped"
+            )
+
+    def _log_peer_fault(self, uuid: str, why: str) -> None:
+        """One line per peer (by uuid; '?' for events whose peer is unknown)."""
+        if uuid not in self._faulty_peers:
+            self._faulty_peers.add(uuid)
+            logger.warning("yamz: Zyre node %s: peer %s: %s", self.name, uuid, why)
 
     def _dispatch(self, event) -> None:
         if event.type == "ENTER":

@@ -17,6 +17,8 @@ import threading
 import uuid
 from typing import TYPE_CHECKING
 
+import zmq
+
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, make_zeroconf
@@ -25,7 +27,7 @@ from spark_zmq.protocols.zeroeq.reqrep import RequestError
 from spark_zmq.protocols.zeroeq.selection import Known, Selection, describe
 from spark_zmq.protocols.zeroeq.subscriber import SubscriberRecord
 from spark_zmq.protocols.zeroeq.vocabulary import request_vocabulary
-from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
+from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, tcp_endpoint
 from spark_zmq.security import NO_CURVE, Curve
 
 if TYPE_CHECKING:
@@ -67,7 +69,8 @@ class ZeroEQDiscovery(Discovery):
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
         self._passed_over: set[str] = set()  # publishers not read, logged once each
-        self._faulty: set[str] = set()  # records with a fault, logged once each
+        #: record name -> the faults logged for it (each logged once)
+        self._faulty: dict[str, set[str]] = {}
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf: ZeroEQZeroconf | None = None
@@ -124,53 +127,68 @@ class ZeroEQDiscovery(Discovery):
     # -- ZeroConf ------------------------------------------------------------------------------
 
     def _on_change(self, zeroconf, service_type, name, state_change) -> None:
+        """Runs on zeroconf's browser thread, which ends for good if this raises (and no
+        publisher is found after that). So nothing a record holds may escape: a failure with
+        one record is logged (once per record and reason) and the record skipped."""
+        try:
+            self._handle_change(zeroconf, service_type, name, state_change)
+        except Exception as exc:  # the browser thread must live on, whatever the record
+            self._fault(name, f"could not be handled ({type(exc).__name__}: {exc}); ignored")
+
+    def _handle_change(self, zeroconf, service_type, name, state_change) -> None:
         from zeroconf import ServiceStateChange
 
         key = name[: -len(PUBLISHER_SERVICE) - 1]
         if state_change is ServiceStateChange.Removed:
             with self._lock:
                 self._known.pop(key, None)
+            self._faulty.pop(name, None)  # a record that comes back is a new episode
             self._refresh(key)
+            return
+        try:  # the name alone first: it must be host:port before we ask about it
+            PublisherRecord.parse(name, {})
+        except ValueError as exc:
+            self._fault(name, f"the instance name is not host:port ({exc}); ignored")
             return
         zeroconf.keep_one_label(key)  # our questions about it name it as its owner does
         info = zeroconf.get_service_info(service_type, name, timeout=3000)
         if info is None:
             self._fault(name, "no answer when asked for its record; ignored")
             return
-        try:
-            record = PublisherRecord.parse(name, info.properties)
-        except ValueError as exc:
-            self._fault(name, f"the instance name is not host:port ({exc}); ignored")
-            return
+        record = PublisherRecord.parse(name, info.properties)
         vocabulary, fault = self._vocabulary_of(record)
         if fault:
             self._fault(name, fault)
         else:
-            self._faulty.discard(name)  # a fault logged before is over: log it if it comes back
+            self._faulty.pop(name, None)  # a fault logged before is over: log it if it comes back
         with self._lock:
             self._known[key] = Known(record, vocabulary)
         self._refresh(key)
 
     def _fault(self, name: str, why: str) -> None:
-        """One line per faulty record, however often its publisher announces it again."""
-        if name not in self._faulty:
-            self._faulty.add(name)
+        """One line per faulty record and reason, however often its publisher announces it."""
+        reasons = self._faulty.setdefault(name, set())
+        if why not in reasons:
+            reasons.add(why)
             logger.warning("zeroeq: publisher record %r: %s", name, why)
 
     def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
         """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why
         asking failed, if it did."""
         ids: dict[bytes, str | None] = dict.fromkeys(record.vocabulary)
-        if record.vocabulary_request:
-            try:
-                ids.update(
-                    request_vocabulary(record.vocabulary_request, VOCABULARY_TIMEOUT, self.curve)
-                )
-            except (RequestError, ValueError) as exc:
-                return ids, (
-                    f"no vocabulary from {record.vocabulary_request} ({exc}); using "
-                    f"the TXT record's"
-                )
+        if not record.vocabulary_request:
+            return ids, None
+        try:
+            address = tcp_endpoint(record.vocabulary_request)
+        except ValueError as exc:
+            return ids, (
+                f"its vocabulary_request is not a tcp:// address a subscriber can connect to "
+                f"({exc}); using the TXT record's event ids"
+            )
+        try:
+            ids.update(request_vocabulary(address, VOCABULARY_TIMEOUT, self.curve))
+        except (RequestError, ValueError, zmq.ZMQError) as exc:
+            return ids, f"no vocabulary from {address} ({exc}); using the TXT record's event ids"
         return ids, None
 
     # -- what to read --------------------------------------------------------------------------

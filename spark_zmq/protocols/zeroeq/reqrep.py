@@ -21,6 +21,10 @@ from spark_zmq.units import milliseconds
 
 #: a handler gets the request payload and returns (reply type id, reply payload)
 Handler = Callable[[bytes], "tuple[bytes, bytes]"]
+#: the largest request frame a server takes (64 KiB): requests are a type id and a small JSON
+#: body (a management request names a publisher, an event and its name), and anyone who can
+#: reach the port may send one, so a larger frame is dropped unread (zmq's MAXMSGSIZE)
+MAX_REQUEST_BYTES = 64 * 1024
 
 
 class RequestError(PeerError):
@@ -28,7 +32,8 @@ class RequestError(PeerError):
 
 
 class ReplyServer:
-    """Binds a REP socket and answers requests by their type id on a daemon thread."""
+    """Binds a REP socket and answers requests by their type id on a daemon thread; a request
+    frame over MAX_REQUEST_BYTES drops its connection unanswered."""
 
     def __init__(
         self,
@@ -42,6 +47,7 @@ class ReplyServer:
         self.handlers = handlers
         self._socket = curve.as_server((context or zmq.Context.instance()).socket(zmq.REP))
         self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
         try:
             self._socket.bind(bind)
         except zmq.ZMQError as exc:
@@ -97,15 +103,27 @@ def request(
     timeout: float = 2.0,
     context: zmq.Context | None = None,
     curve: Curve = NO_CURVE,
+    max_reply_bytes: int | None = None,
 ) -> tuple[bytes, bytes]:
-    """Send one request to the REP server at ``address``; (reply type id, reply payload)."""
+    """Send one request to the REP server at ``address``; (reply type id, reply payload).
+
+    ``max_reply_bytes`` bounds each frame of the reply (zmq's MAXMSGSIZE): zmq reads a frame's
+    size before its body and drops the connection on a larger one, so such a reply never
+    reaches memory; the request then ends as one with no reply, and says so."""
     sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
+    if max_reply_bytes is not None:
+        sock.setsockopt(zmq.MAXMSGSIZE, max_reply_bytes)
     try:
         sock.connect(address)
         sock.send_multipart([request_type, payload] if payload else [request_type])
         if not sock.poll(milliseconds(timeout)):
-            raise RequestError(f"no reply from {address} within {timeout} s")
+            bound = (
+                f", or its reply was over the {max_reply_bytes}-byte bound (refused)"
+                if max_reply_bytes is not None
+                else ""
+            )
+            raise RequestError(f"no reply from {address} within {timeout} s{bound}")
         frames = sock.recv_multipart()
     finally:
         sock.close(0)

@@ -25,6 +25,12 @@ VOCABULARY_REQUEST = event_id("zeroeq::vocabulary::Request")
 VOCABULARY_REPLY = event_id("zeroeq::vocabulary::Reply")
 #: a DNS-SD TXT string is at most 255 bytes, ``vocabulary=`` included
 TXT_VALUE_BYTES = 255 - len("vocabulary=")
+#: the largest vocabulary reply frame taken from a peer (1 MiB). A reply lists event ids and
+#: names, about 100 bytes an event (id, its text form, a name): 1 MiB holds some 10,000 events,
+#: far more than any publisher registers, while a hostile server cannot make the driver hold
+#: more than this (zmq drops a larger frame unread). A constant rather than the query's
+#: ``maxMessageBytes``: that option bounds the events read, which can be far larger.
+MAX_REPLY_BYTES = 1 << 20
 
 
 class Vocabulary:
@@ -108,8 +114,11 @@ def encode_reply(role: str, events: dict[bytes, str | None]) -> bytes:
 def request_vocabulary(
     address: str, timeout: float = 2.0, curve: Curve = NO_CURVE
 ) -> dict[bytes, str | None]:
-    """Ask the vocabulary server at ``address``: {wire id: name or None}."""
-    reply_type, payload = request(address, VOCABULARY_REQUEST, timeout=timeout, curve=curve)
+    """Ask the vocabulary server at ``address``: {wire id: name or None}. A reply frame over
+    MAX_REPLY_BYTES is refused unread (RequestError, as for no reply)."""
+    reply_type, payload = request(
+        address, VOCABULARY_REQUEST, timeout=timeout, curve=curve, max_reply_bytes=MAX_REPLY_BYTES
+    )
     if reply_type != VOCABULARY_REPLY:
         raise ValueError(f"{address}: not a vocabulary reply")
     try:

@@ -15,6 +15,7 @@ import os
 import re
 
 from spark_zmq.options import comma_list
+from spark_zmq.protocols.addresses import AddressError, check_host
 
 PUBLISHER_SERVICE = "_zeroeq_pub._tcp.local."
 SUBSCRIBER_SERVICE = "_zeroeq_sub._tcp.local."
@@ -67,19 +68,37 @@ def default_session() -> str:
 
 
 def parse_address(value: str, *, need_host: bool = True) -> tuple[str, int]:
-    """``host:port`` or ``tcp://host:port`` (ZeroEQ's URI forms) -> (host, port)."""
+    """``host:port`` or ``tcp://host:port`` (ZeroEQ's URI forms) -> (host, port).
+
+    Peers' instance names and ``vocabulary_request`` values come through here, so the host
+    must be one zmq's connect takes (``addresses.check_host``): a name zmq refuses would
+    otherwise fail the socket that meets it (capture's, ending the query)."""
     rest = value.strip()
     if "://" in rest:
         scheme, rest = rest.split("://", 1)
         if scheme != "tcp":
             raise ValueError(f"{value!r}: only tcp:// is supported")
     host, sep, port_text = rest.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or len(port_text) > 5:
+        raise ValueError(f"{value!r} has no port")
+    if not 0 < int(port_text) < 65536:
         raise ValueError(f"{value!r} has no port")
     host = host.strip("[]")
     if need_host and not host:
         raise ValueError(f"{value!r} has no host")
+    if host:
+        try:
+            check_host(host)
+        except AddressError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
     return host, int(port_text)
+
+
+def tcp_endpoint(value: str) -> str:
+    """The zmq address of a ZeroEQ URI (``host:port`` or ``tcp://host:port``), checked as
+    ``parse_address`` does."""
+    host, port = parse_address(value)
+    return f"tcp://{zmq_host(host)}:{port}"
 
 
 def publisher_addresses(value: str) -> tuple[tuple[str, int], ...]:

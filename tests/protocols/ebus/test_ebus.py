@@ -355,6 +355,93 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
     }
 
 
+def forged_workers_announcement(workers: list) -> list[bytes]:
+    """An ``ebus/workers`` broadcast as the fact sheet packs it: zlib(BSON({"l": {...}}))."""
+    import bson
+
+    document = {"ebusmessage": "active workers", "workers": workers}
+    return [b"ebus/workers", zlib.compress(bson.encode({"l": document}))]
+
+
+@pytest.mark.spark
+def test_forged_workers_announcements_retire_nothing_and_a_new_service_joins_quickly(
+    spark, tmp_path
+):
+    """The broker's XPUB relays whatever any publisher on its XSUB (the pub port) sends, so an
+    ``ebus/workers`` list is anyone's to forge. An empty one, sent over and over, once retired
+    every partition until the next SERVICES ask (10 s), and the rows sent meanwhile were lost.
+    Announcements now only prompt an ask (at most one a second): the broker's answer decides."""
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    backend = f"tcp://127.0.0.1:{broker.backend_port}"
+    workers = [Worker(backend, "echo", lambda data: data)]
+    # A raw publisher on the broker's pub port; an XPUB, so that the subscriptions the broker
+    # relays to its publishers show who reads what (discovery's ebus/workers SUB, each
+    # partition's SUB).
+    forger = zmq.Context.instance().socket(zmq.XPUB)
+    forger.setsockopt(zmq.LINGER, 0)
+    forger.connect(f"tcp://127.0.0.1:{broker.pub_port}")
+    subscriptions: set[bytes] = set()
+
+    def subscribed(prefix: bytes) -> bool:
+        while forger.poll(0):
+            message = forger.recv()
+            if message[:1] == b"\x01":
+                subscriptions.add(message[1:])
+        return prefix in subscriptions
+
+    query = (
+        spark.readStream.format("ebus")
+        .option("channels", "services")
+        .option("subPort", broker.sub_port)
+        .option("frontendPort", broker.frontend_port)
+        .option("spoolPath", str(tmp_path / "spool"))
+        .load()
+        .writeStream.format("memory")
+        .queryName("ebus_forged")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+
+    def numbers_seen() -> set[int]:
+        rows = spark.sql("select data from ebus_forged where channel = 'echo'").collect()
+        return {json.loads(r.data)["n"] for r in rows if "n" in json.loads(r.data)}
+
+    def echo_arrives() -> bool:  # broadcast until echo's partition reads
+        forger.send_multipart([b"echo", pack({"warm": True})])
+        return spark.sql("select 1 from ebus_forged where channel = 'echo'").count() > 0
+
+    forged = forged_workers_announcement([])
+    try:
+        wait_until(echo_arrives, timeout=90, interval=0.5, what="echo's channel")
+        wait_until(
+            lambda: subscribed(b"ebus/workers"), what="discovery's subscription to ebus/workers"
+        )
+        sent = 0
+        flood_until = time.monotonic() + 6  # past capture's 2 s leave grace, short of 10 s
+        while time.monotonic() < flood_until:
+            forger.send_multipart(forged)
+            forger.send_multipart([b"echo", pack({"n": sent})])
+            sent += 1
+            time.sleep(0.1)
+        registered = time.monotonic()  # a real service, with the flood going on
+        workers.append(Worker(backend, "temperature", lambda data: data))
+        while not subscribed(b"temperature"):
+            forger.send_multipart(forged)
+            assert time.monotonic() - registered < 5, "the new service did not join within 5 s"
+            time.sleep(0.1)
+        joined_after = time.monotonic() - registered
+        wait_until(lambda: numbers_seen() == set(range(sent)), timeout=60, what="every row")
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+        for worker in workers:
+            worker.close()
+        forger.close(0)
+        broker.close()
+    assert joined_after < 5
+
+
 def start_broker_on(ports: dict, timeout: float = 10.0):
     """A Broker on the given ports, retrying while the previous broker's ports are released."""
     deadline = time.monotonic() + timeout

@@ -1,19 +1,24 @@
 """The EBUS client's heartbeats, reconnects and resends (no Spark), against the package's
 broker and against a fake broker written here from the fact sheet that can fall silent, send
-DISCONNECT and leave requests unanswered."""
+DISCONNECT and leave requests unanswered; and the discovery of ``channels=services`` built on
+it, against that fake broker and forged ``ebus/workers`` announcements."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
+import zlib
 from concurrent.futures import Future
 
 import pytest
 import zmq
 
 from spark_zmq.log import logger
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.ebus import Broker, Client, Worker, pack, unpack
+from spark_zmq.protocols.ebus.discovery import ANNOUNCED_ASK_SECONDS, ServiceChannels
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from support.common import wait_until
 
@@ -22,9 +27,11 @@ CLIENT, BROKER_SIDE = b"EBC01", b"EBW01"
 
 class FakeBroker:
     """A ROUTER that records every client message as (identity, kind, args) and, while
-    ``answering`` is set, answers PING with HEARTBEAT."""
+    ``answering`` is set, answers PING with HEARTBEAT; SERVICES with the frame ``services``
+    when that is set (a packed list, as the fact sheet has it)."""
 
     def __init__(self) -> None:
+        self.services: bytes | None = None
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
@@ -52,6 +59,12 @@ class FakeBroker:
                 self.received.append((identity, kind, args))
             if kind == b"PING" and self.answering.is_set():
                 self.sock.send_multipart([identity, b"", BROKER_SIDE, b"HEARTBEAT"])
+            services = self.services
+            if kind == b"SERVICES" and services is not None:
+                request_id = args[1] if len(args) > 1 else b""
+                self.sock.send_multipart(
+                    [identity, b"", BROKER_SIDE, b"SERVICES", request_id, services]
+                )
 
     def send(self, identity: bytes, kind: bytes, *args: bytes) -> None:
         with self._lock:
@@ -259,3 +272,130 @@ def test_client_against_the_package_broker_stays_connected_and_gets_answers():
     finally:
         worker.close()
         broker.close()
+
+
+# -- channels=services: the broker's answer decides, announcements only prompt it ------------
+
+
+def packed(value) -> bytes:
+    """``value`` packed as the fact sheet says: zlib(BSON({"l": value}))."""
+    import bson
+
+    return zlib.compress(bson.encode({"l": value}))
+
+
+def workers_announcement(workers) -> list[bytes]:
+    return [b"ebus/workers", packed({"ebusmessage": "active workers", "workers": workers})]
+
+
+class Services:
+    """A discovery listener that keeps the services joined and every leave."""
+
+    def __init__(self) -> None:
+        self.joined: set[str] = set()
+        self.left: list[str] = []
+
+    def endpoint_joined(self, endpoint: Endpoint) -> None:
+        self.joined.add(endpoint.key)
+
+    def endpoint_left(self, key: str) -> None:
+        self.left.append(key)
+        self.joined.discard(key)
+
+
+class Relay:
+    """The broker's sub port as discovery sees it: an XPUB that anyone's broadcasts come out
+    of, and whose subscription messages show discovery's SUB subscribing."""
+
+    def __init__(self) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.XPUB)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.address = f"tcp://127.0.0.1:{self.sock.bind_to_random_port('tcp://127.0.0.1')}"
+        self.events: list[bytes] = []
+
+    def subscription_events(self) -> list[bytes]:
+        while self.sock.poll(0):
+            self.events.append(self.sock.recv())
+        return self.events
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+@pytest.fixture
+def services_discovery(fake_broker):
+    relay = Relay()
+    discovery = ServiceChannels(
+        fake_broker.address,
+        relay.address,
+        lambda service: Endpoint(service, relay.address, {}),
+        max_bytes=DEFAULT_MAX_BYTES,
+    )
+    listener = Services()
+    yield discovery, relay, listener
+    discovery.close()
+    relay.close()
+
+
+def test_forged_announcements_only_prompt_a_rate_limited_ask(
+    fake_broker, services_discovery, log_lines
+):
+    """A flood of forged empty lists (and of garbage, and one over the 1 MiB bound) retires
+    nothing: it costs the broker at most one SERVICES ask a second, whose answer stands; each
+    kind of garbage, and the contradicted announcements, are one log line each; the oversized
+    one drops the SUB's connection unread (zmq would not reconnect it), and discovery opens
+    it anew; a genuine announcement still has a new service joined at once."""
+    discovery, relay, listener = services_discovery
+    fake_broker.services = packed(["echo"])
+    discovery.start(listener)
+    wait_until(lambda: listener.joined == {"echo"}, what="echo to join")
+    wait_until(lambda: b"\x01ebus/workers" in relay.subscription_events(), what="discovery's SUB")
+    asked_before = len(fake_broker.messages(b"SERVICES"))
+    flood_until = time.monotonic() + 4
+    while time.monotonic() < flood_until:
+        relay.sock.send_multipart(workers_announcement([]))
+        relay.sock.send_multipart([b"ebus/workers", b"not zlib"])
+        relay.sock.send_multipart([b"ebus/workers", packed({"workers": "not a list"})])
+        time.sleep(0.02)
+    asked = len(fake_broker.messages(b"SERVICES")) - asked_before
+    assert 2 <= asked <= 6, f"{asked} SERVICES asks in 4 s of forged announcements"
+    assert listener.left == [] and listener.joined == {"echo"}
+
+    relay.sock.send_multipart([b"ebus/workers", b"\0" * (2 << 20)])  # over the 1 MiB bound
+    wait_until(
+        lambda: any("subscriber to " in line and "dropped" in line for line in log_lines),
+        what="the SUB to drop the connection",
+    )
+    fake_broker.services = packed(["echo", "temperature"])
+    time.sleep(ANNOUNCED_ASK_SECONDS)  # the last ask is this long ago; the SUB is open anew
+    relay.sock.send_multipart(workers_announcement(["echo", "temperature"]))
+    started = time.monotonic()
+    # long before the next refresh (REFRESH_SECONDS after the last ask): the announcement did it
+    wait_until(lambda: "temperature" in listener.joined, timeout=5, what="temperature to join")
+    assert time.monotonic() - started < 2.5 and listener.left == []
+    assert sum("the broker's answer stands" in line for line in log_lines) == 1, log_lines
+    malformed = [line for line in log_lines if "malformed ebus/workers announcement" in line]
+    assert len(malformed) == 2, malformed  # one line for each kind: not packed, no list
+    assert sum("subscriber to " in line and "dropped" in line for line in log_lines) == 1
+
+
+def test_a_services_answer_over_the_bound_is_refused_and_asked_again(
+    fake_broker, services_discovery, log_lines
+):
+    """A SERVICES answer over the 1 MiB bound (packed, so its size on the wire counts) is
+    dropped unread: the ask fails with one line naming the broker and the bound, nothing
+    joins from it, and the next answer is taken."""
+    discovery, _, listener = services_discovery
+    fake_broker.services = packed(["echo", secrets.token_hex(2 << 20)])  # over the bound, packed
+    discovery.start(listener)
+    wait_until(
+        lambda: any("1048576-byte bound" in line for line in log_lines),
+        timeout=10,
+        what="the refused answer's log line",
+    )
+    assert listener.joined == set()
+    fake_broker.services = packed(["echo"])
+    wait_until(lambda: listener.joined == {"echo"}, timeout=20, what="echo to join")
+    [refused] = [line for line in log_lines if "1048576-byte bound" in line]
+    assert fake_broker.address in refused
+    assert any(f"the broker at {fake_broker.address} answers again" in line for line in log_lines)

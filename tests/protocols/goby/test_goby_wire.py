@@ -4,32 +4,39 @@ handshake, decoding and encoding of rows, and the command line."""
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import os
 import re
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 
 import pyarrow as pa
 import pytest
 import zmq
 
 from spark_zmq.options import OptionError, parse_options
+from spark_zmq.protocols.base import Endpoint
 from spark_zmq.protocols.goby import (
     Goby,
     GobyDaemon,
     HoldTimeout,
     IdentifierError,
     ManagerAddress,
+    ManagerError,
     ManagerUnreachable,
     identifier,
     request_router,
     split_message,
 )
+from spark_zmq.protocols.goby.discovery import ManagerDiscovery
 from spark_zmq.protocols.goby.messages import manager_messages
 from spark_zmq.protocols.goby.options import manager_address
+from spark_zmq.protocols.goby.payloads import descriptor_set
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
 from spark_zmq.spool.layout import Source
@@ -337,6 +344,151 @@ def test_unreachable_manager_fails_within_the_timeout_naming_the_address(tmp_pat
     assert f"ipc://{tmp_path / 'nobody'}.manager did not answer within 1 s" in str(caught.value)
 
 
+class HostileManager:
+    """gobyd's Manager as the fact sheet describes its exchange (a REP answering each
+    ManagerRequest with a ManagerResponse naming the same request, client and pid), whose
+    answers ``socket_fields`` fills in: one dict of Socket fields for each of
+    ``subscribe_socket`` and ``publish_socket``, the last one kept for every later answer."""
+
+    def __init__(self, *socket_fields: dict) -> None:
+        self.answers = list(socket_fields)
+        self.sock = zmq.Context.instance().socket(zmq.REP)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.manager = ManagerAddress.tcp("127.0.0.1", self.port)
+        self.asked = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            if not self.sock.poll(50):
+                continue
+            request = ManagerRequest.FromString(self.sock.recv())
+            fields = self.answers[min(self.asked, len(self.answers) - 1)]
+            self.asked += 1
+            response = ManagerResponse(
+                request=request.request,
+                client_name=request.client_name,
+                client_pid=request.client_pid,
+                subscribe_socket=Socket(socket_type=Socket.SUBSCRIBE, **fields["subscribe"]),
+                publish_socket=Socket(socket_type=Socket.PUBLISH, **fields["publish"]),
+            )
+            self.sock.send(response.SerializeToString())
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._thread.join(2)
+        self.sock.close(0)
+
+
+def tcp_socket(port: int, **more) -> dict:
+    return {
+        "transport": Socket.TCP,
+        "connect_or_bind": Socket.CONNECT,
+        "ethernet_port": port,
+        **more,
+    }
+
+
+GOOD_SOCKETS = {"subscribe": tcp_socket(40001), "publish": tcp_socket(40002)}
+
+
+@pytest.mark.parametrize(
+    "sockets, field, fault",
+    [
+        (
+            {**GOOD_SOCKETS, "subscribe": tcp_socket(40001, ethernet_address="-evil")},
+            "subscribe_socket",
+            "neither an IP address nor a host name",
+        ),
+        (
+            {**GOOD_SOCKETS, "publish": tcp_socket(40002, ethernet_address="a b")},
+            "publish_socket",
+            "neither an IP address nor a host name",
+        ),
+        ({**GOOD_SOCKETS, "subscribe": tcp_socket(0)}, "subscribe_socket", "port 0"),
+        ({**GOOD_SOCKETS, "publish": tcp_socket(70000)}, "publish_socket", "port 70000"),
+        (
+            {
+                **GOOD_SOCKETS,
+                "subscribe": {"transport": Socket.IPC, "socket_name": "/tmp/" + "x" * 200},
+            },
+            "subscribe_socket",
+            "a Unix socket path holds at most 107",
+        ),
+    ],
+    ids=["host", "host-space", "port-0", "port-too-big", "ipc-too-long"],
+)
+def test_manager_addresses_that_zmq_refuses_are_refused_naming_gobyd_and_the_field(
+    sockets, field, fault
+):
+    """The Manager's sockets become the addresses of capture's sockets, whose connect would
+    fail (and end the query) on an address zmq refuses: refused here, naming gobyd's Manager,
+    the field and the fault."""
+    manager = HostileManager(sockets)
+    try:
+        with pytest.raises(ManagerError) as caught:
+            request_router(manager.manager, "me", os.getpid(), 5.0)
+    finally:
+        manager.close()
+    message = str(caught.value)
+    assert f"gobyd's Manager at {manager.manager.endpoint} gave a {field}" in message
+    assert fault in message
+
+
+def test_an_oversized_manager_answer_is_refused_unread_naming_the_bound():
+    """A ManagerResponse padded to 128 KiB (a Socket field no client reads) is over the 64 KiB
+    bound: zmq drops it unread and the request fails as unanswered, saying so."""
+    padded = {**GOOD_SOCKETS, "subscribe": tcp_socket(40001, multicast_address="x" * (128 << 10))}
+    manager = HostileManager(padded)
+    try:
+        with pytest.raises(ManagerUnreachable) as caught:
+            request_router(manager.manager, "me", os.getpid(), 1.0)
+    finally:
+        manager.close()
+    assert manager.asked == 1
+    assert f"An answer over {64 << 10} bytes is refused" in str(caught.value)
+
+
+class Endpoints:
+    def __init__(self) -> None:
+        self.joined: list[Endpoint] = []
+
+    def endpoint_joined(self, endpoint: Endpoint) -> None:
+        self.joined.append(endpoint)
+
+    def endpoint_left(self, key: str) -> None:
+        pass
+
+
+def test_a_manager_that_later_hands_out_a_bad_address_is_refused_and_logged_once(caplog):
+    """Discovery asks the Manager every second whether the Router moved: an answer with an
+    address zmq refuses is one log line, and the Router read so far stays."""
+    manager = HostileManager(
+        GOOD_SOCKETS, {**GOOD_SOCKETS, "subscribe": tcp_socket(40001, ethernet_address="-evil")}
+    )
+    discovery = ManagerDiscovery(
+        manager.manager,
+        "me",
+        2.0,
+        (b"/nav/",),
+        lambda prefix, router: Endpoint(prefix.decode(), router.subscribe, {}),
+    )
+    endpoints = Endpoints()
+    caplog.set_level(logging.INFO, logger="spark_zmq")
+    try:
+        discovery.start(endpoints)
+        wait_until(lambda: manager.asked >= 4, timeout=10, what="discovery to ask again")
+    finally:
+        discovery.close()
+        manager.close()
+    assert [e.address for e in endpoints.joined] == ["tcp://127.0.0.1:40001"]
+    refused = [r.getMessage() for r in caplog.records if "-evil" in r.getMessage()]
+    assert len(refused) == 1 and "gave a subscribe_socket" in refused[0], refused
+
+
 # -- the hold handshake ----------------------------------------------------------------------
 
 
@@ -506,6 +658,34 @@ def test_decode_shows_cstr_json_and_protobuf_payloads_and_malformed_messages(tmp
     assert "2 frames" in errors[6]
     payloads = decoded.payload.to_pylist()
     assert payloads[0] == b"hello\0" and payloads[5] == b"/log/CSTR/CSTR/pid/ab/\0x\0"
+
+
+def test_the_descriptor_cache_keeps_only_the_sets_own_types_whatever_names_peers_send(tmp_path):
+    """Type names come from peers: decoding 100,000 messages of distinct types the set does
+    not hold leaves nothing behind (the cache kept every name asked for, misses included:
+    some 10 MB here), and the set's own type still decodes."""
+    path = write_descriptor_set(tmp_path / "d.pb")
+    options = goby_options({"protobufDescriptorSet": path})
+    unknown = [[b"/nav/PROTOBUF/peer.Type%d/12/ab/\0\x08\x01" % i] for i in range(100_000)]
+    known = [[b"/nav/PROTOBUF/test.NavStatus/12/ab/\0" + NAV_STATUS]]
+    frames = pa.array(unknown + known, pa.list_(pa.binary()))
+    types = descriptor_set(path)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        decoded = Goby().decode(frames, Source("ipc:///tmp/g.xpub", {}), options)
+        shown = decoded.columns["json"].to_pylist()
+        not_shown, last = shown[:-1].count(None), shown[-1]
+        del decoded, shown
+        gc.collect()
+        retained = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert not_shown == 100_000
+    assert json.loads(last) == {"x": 1.5, "name": "auv"}
+    assert retained < 1 << 20, f"{retained} bytes kept after decoding"
+    assert len(types._classes) <= 1  # the set holds one type
 
 
 def test_encode_rows_into_messages_and_name_rows_that_cannot_be_sent():

@@ -144,6 +144,120 @@ def test_discovery_resolves_ports_as_peers_announce_and_leave():
     assert len(about_beta) == 1 and "its ports are not read" in about_beta[0], warnings
 
 
+def test_a_callback_that_raises_on_a_peer_does_not_stop_the_zyre_node():
+    """An exception in the node's callback (here: a header it cannot take) once ended the
+    node's thread, and with it discovery, as a failure of the node. Now it is one warning
+    naming the peer, and peers that enter later are still reported."""
+    entered, failures = [], []
+
+    def on_enter(peer):
+        json.loads(peer.headers["YAMZ"])["name"]  # KeyError for a header without a name
+        entered.append(peer.name)
+
+    ours = ZyreNode("ours", {"YAMZ": '{"name": "ours"}'}, 5690, on_enter, print, failures.append)
+    peers = []
+    with logged_warnings() as warnings:
+        ours.start()
+        try:
+            peers.append(pyre_node("nameless", '{"no name": 1}', 5690))
+            wait_until(lambda: warnings, timeout=30, what="the warning about the nameless peer")
+            peers.append(pyre_node("later", '{"name": "later"}', 5690))
+            wait_until(lambda: entered == ["later"], timeout=30, what="the later peer's ENTER")
+        finally:
+            ours.close()
+            for peer in peers:
+                peer.stop()
+    assert failures == []
+    assert len(warnings) == 1 and "its ENTER event failed (KeyError" in warnings[0], warnings
+
+
+def test_malformed_zre_messages_are_dropped_and_the_node_still_finds_peers():
+    """pyre parses beacons and ZRE messages in its node thread, which one malformed message
+    from anyone ended (the node then deaf for good, silently): a UDP beacon that starts with
+    ZRE but is cut short, a HELLO whose endpoint is not UTF-8 (both written here from the ZRE
+    layout pyre reads). They are dropped now, with a warning, and a peer that comes later is
+    still reported."""
+    import socket
+    import struct
+    import uuid
+
+    entered = []
+    ours = ZyreNode("ours", {"YAMZ": '{"name": "ours"}'}, 5692, entered.append, print, print)
+    intruder = zmq.Context.instance().socket(zmq.DEALER)
+    intruder.setsockopt(zmq.LINGER, 0)
+    intruder.setsockopt(zmq.IDENTITY, b"\x01" + uuid.uuid4().bytes)
+    later = None
+    with logged_warnings() as warnings:
+        ours.start()
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.sendto(b"ZRE\x01", ("127.0.0.1", 5692))  # a beacon is 22 bytes
+            intruder.connect(ours.endpoint)
+            # signature 0xAAA1, HELLO (1), version 2, sequence 1, endpoint: 3 bytes, not UTF-8
+            intruder.send(struct.pack(">HBBHB", 0xAAA1, 1, 2, 1, 3) + b"\xff\xfe\xfd")
+            wait_until(lambda: len(warnings) >= 2, timeout=10, what="the two warnings")
+            later = pyre_node("later", '{"name": "later"}', 5692)
+            wait_until(lambda: entered, timeout=30, what="the later peer's ENTER")
+        finally:
+            ours.close()
+            intruder.close(0)
+            if later is not None:
+                later.stop()
+    assert [peer.name for peer in entered] == ["later"]
+    assert any("dropped a UDP beacon it cannot parse (error" in line for line in warnings)
+    assert any(
+        "dropped a ZRE message it cannot parse (UnicodeDecodeError" in line for line in warnings
+    )
+
+
+def test_ports_at_addresses_zmq_refuses_are_logged_once_per_peer_and_skipped():
+    """A header's port addresses become capture's connect addresses, where one zmq refuses
+    failed the query: such ports are refused where the header is read, one warning per peer;
+    so is any failure handling a peer's ports; a good peer entering later is resolved."""
+    beacon = 5691
+    listener = Listener()
+
+    def endpoint_of(address, port, kind):
+        if port is not None and port.node == "broken":  # any failure of ours with one peer
+            raise RuntimeError("cannot describe this port")
+        return Endpoint(address, address, {"node": port.node if port else ""}, socket_type=kind)
+
+    addresses = (for_connect("yamz://*/tps"), for_connect("yamz://*/*/tps"))  # tree, flat
+    discovery = ZyreDiscovery("reader", beacon, addresses, None, endpoint_of)
+
+    def tree(name: str, address) -> str:
+        port = {"name": "tps", "port": {"address": address, "type": "PUB"}}
+        return json.dumps({"name": name, "children": [port]})
+
+    flat = {"clients": [{"clientid": "c", "ports": [{"portid": "tps", "ztype": "PUB"}]}]}
+    flat["clients"][0]["ports"][0]["addresses"] = "tcp://127.0.0.1:7012"  # a string: letters
+    peers = []
+    with logged_warnings() as warnings:
+        discovery.start(listener)
+        try:
+            peers.append(pyre_node("evil", tree("evil", "tcp://-evil:7010"), beacon))
+            peers.append(pyre_node("flat", json.dumps(flat), beacon))
+            peers.append(pyre_node("broken", tree("broken", "tcp://127.0.0.1:7011"), beacon))
+            wait_until(lambda: len(warnings) >= 3, timeout=30, what="three warnings")
+            peers.append(pyre_node("good", tree("good", "tcp://127.0.0.1:7013"), beacon))
+            wait_until(
+                lambda: "tcp://127.0.0.1:7013" in listener.joined, timeout=30, what="good's port"
+            )
+            discovery.check()
+        finally:
+            discovery.close()
+            for peer in peers:
+                peer.stop()
+    assert set(listener.joined) == {"tcp://127.0.0.1:7013"}
+    assert len(warnings) == 3, warnings
+    [evil] = [line for line in warnings if "-evil" in line]
+    assert "port evil/tps has an address zmq refuses" in evil
+    [letters] = [line for line in warnings if "port flat/c/tps" in line]
+    assert "'t' is not a tcp://, ipc:// or inproc:// address" in letters
+    [broken] = [line for line in warnings if "'broken'" in line]
+    assert "(RuntimeError: cannot describe this port); its ports are not read" in broken
+
+
 def test_wildcard_hosts_are_reached_at_the_peers_zyre_host():
     assert reachable("tcp://0.0.0.0:5000", "tcp://10.1.2.3:49152") == "tcp://10.1.2.3:5000"
     assert reachable("tcp://*:5000", "tcp://10.1.2.3:49152") == "tcp://10.1.2.3:5000"

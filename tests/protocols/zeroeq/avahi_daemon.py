@@ -181,15 +181,23 @@ class Avahi:
                 )
             time.sleep(0.5)
 
-    def publish(self, name: str, service: str, port: int, txt: dict[str, str]) -> None:
-        """Announce a service through avahi (``avahi-publish-service``) until ``stop()``."""
-        args = ["avahi-publish-service", name, service, str(port)]
+    def publish(self, name: str, service: str, port: int, txt: dict[str, str]) -> subprocess.Popen:
+        """Announce a service through avahi (``avahi-publish-service``) until ``withdraw`` or
+        ``stop()``."""
+        args = ["avahi-publish-service", "--", name, service, str(port)]  # a name may start "-"
         args += [f"{key}={value}" for key, value in txt.items()]
-        self._publishers.append(
-            subprocess.Popen(
-                args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
+        process = subprocess.Popen(
+            args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        self._publishers.append(process)
+        return process
+
+    def withdraw(self, *published: subprocess.Popen) -> None:
+        """End announcements that ``publish`` started (avahi sends their goodbyes)."""
+        for process in published:
+            process.terminate()
+        for process in published:
+            process.wait(10)
 
     def stop(self) -> None:
         for process in self._publishers + [self._daemon, self._bus]:

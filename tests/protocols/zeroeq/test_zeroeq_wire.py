@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
+import zmq
 
 from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import (
@@ -17,6 +18,7 @@ from spark_zmq.protocols.zeroeq import (
     in_session,
     parse_address,
     parse_event,
+    request_vocabulary,
 )
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS
@@ -108,8 +110,13 @@ def test_default_session_order(monkeypatch):
 def test_parse_address():
     assert parse_address("tcp://127.0.0.1:5555") == ("127.0.0.1", 5555)
     assert parse_address("example:1") == ("example", 1)
-    for bad in ("example", ":5555", "udp://a:1", "a:0", "a:x"):
+    assert parse_address("[::1]:7") == ("::1", 7)
+    for bad in ("example", ":5555", "udp://a:1", "a:0", "a:x", "a:\u0665", "a:123456"):
         with pytest.raises(ValueError):
+            parse_address(bad)
+    # hosts that zmq's connect refuses (EINVAL) are refused here, naming the host
+    for bad in ("-bad:5555", "_x:1", "a b:1", "h\u00e9:1", "*:1", "a/b:1"):
+        with pytest.raises(ValueError, match="neither an IP address nor a host name"):
             parse_address(bad)
 
 
@@ -153,3 +160,26 @@ def test_decode_names_from_vocabulary_and_excluded_events():
     decoded = decode([[echo, b"1"], [other, b"2"]], metadata)
     assert decoded.columns["event"].to_pylist() == ["zeroeq::test::Echo", None]
     assert decoded.keep.to_pylist() == [True, False]
+
+
+def test_a_request_over_the_bound_is_dropped_and_the_server_serves_on():
+    """Anyone who reaches a vocabulary (or management) port may send to it: a request frame
+    over 64 KiB is dropped unread (no reply), and the next well-formed request is answered."""
+    from spark_zmq.protocols.zeroeq.reqrep import MAX_REQUEST_BYTES
+    from spark_zmq.protocols.zeroeq.vocabulary import Vocabulary
+
+    vocabulary = Vocabulary("publisher", "tcp://127.0.0.1:0")
+    vocabulary.register(event_id("zeroeq::test::Echo"), "zeroeq::test::Echo")
+    request_type = event_id("zeroeq::vocabulary::Request")
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(vocabulary.address)
+        sock.send_multipart([request_type, b"x" * (MAX_REQUEST_BYTES + 1)])
+        assert not sock.poll(1000), "a request over the bound was answered"
+        assert request_vocabulary(vocabulary.address) == {
+            event_id("zeroeq::test::Echo"): "zeroeq::test::Echo"
+        }
+    finally:
+        sock.close(0)
+        vocabulary.close()
