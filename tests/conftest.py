@@ -65,3 +65,21 @@ def publishers(zeroconf):
     yield make
     for publisher in made:
         publisher.close()
+
+
+@pytest.fixture
+def contained(tmp_path):
+    """For a test with a hostile peer: nothing is created beside the test's own folder (a
+    partition folder named by a peer stays inside the spool), and no process (the JVM, the
+    Python workers, capture processes, the peers) goes over its kind's memory bound
+    (``support.memory.HOSTILE_BOUNDS``), sampled every 0.1 s while the test runs."""
+    import os
+
+    from support.memory import HOSTILE_BOUNDS, PeakMemory
+
+    before = set(os.listdir(tmp_path.parent))
+    with PeakMemory(interval=0.1) as memory:
+        yield memory
+    print(f"peak memory of {tmp_path.name}: {memory.shown()}")
+    assert set(os.listdir(tmp_path.parent)) == before, "written beside the test's folder"
+    memory.check(HOSTILE_BOUNDS)

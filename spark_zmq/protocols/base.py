@@ -21,38 +21,25 @@ import zmq
 
 from spark_zmq.errors import shown
 from spark_zmq.options import Option, Options
+from spark_zmq.protocols.addresses import AddressError, connect_address
 from spark_zmq.spool.layout import Source
 
 #: the longest partition key accepted (a key is a folder name, a column value in every row and
 #: an entry in every offset Spark checkpoints; discovery makes it from what peers announce)
 MAX_KEY_BYTES = 1024
-#: transports capture connects to; the others (pgm, epgm, tipc, vmci, ws) no format uses, and a
-#: peer must not make capture join a multicast group or open a transport the user never chose
-TRANSPORTS = ("tcp", "ipc", "inproc")
-#: a tcp address's ``host:port`` (host: a name, IPv4, or IPv6 in brackets), as zmq_connect
-#: takes it; an optional ``source;`` before it is zmq's source address
-_TCP_PLACE = re.compile(r"(?:[^;\s]+;)?(\[[0-9A-Fa-f:.%]+\]|[A-Za-z0-9._-]+):(\d{1,5})")
-#: the longest path of a Unix socket (sun_path holds 108 bytes with the final NUL)
-MAX_IPC_PATH_BYTES = 107
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def address_problem(address: str) -> str | None:
     """Why capture must not connect to ``address`` (a zmq endpoint, from a peer or a user), or
-    None: the transport is one of TRANSPORTS, and its place is well formed."""
-    transport, separator, place = address.partition("://")
-    if not separator or transport not in TRANSPORTS:
-        return "not a zmq address capture connects to (tcp://host:port, ipc://path, inproc://name)"
-    if not place or _CONTROL.search(place):
-        return "its address is empty or holds control characters"
-    if transport == "ipc" and len(place.encode("utf-8", "replace")) > MAX_IPC_PATH_BYTES:
-        return f"its ipc path is longer than a Unix socket's can be ({MAX_IPC_PATH_BYTES} bytes)"
-    if transport == "tcp":
-        match = _TCP_PLACE.fullmatch(place)
-        if match is None:
-            return "not tcp://host:port"
-        if not 0 < int(match.group(2)) <= 65535:
-            return f"port {match.group(2)} is not between 1 and 65535"
+    None: a ``tcp://``, ``ipc://`` or ``inproc://`` address that zmq's connect takes
+    (``addresses.connect_address``), without control characters."""
+    if _CONTROL.search(address):
+        return "its address holds control characters"
+    try:
+        connect_address(address)
+    except AddressError as exc:
+        return str(exc)
     return None
 
 

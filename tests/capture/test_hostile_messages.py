@@ -222,7 +222,9 @@ def test_a_socket_whose_receive_fails_costs_only_its_own_connection(tmp_path, co
 
 
 @pytest.mark.spark
-def test_a_query_sees_one_gap_row_for_a_run_of_messages_over_the_bounds(spark, tmp_path, core):
+def test_a_query_sees_one_gap_row_for_a_run_of_messages_over_the_bounds(
+    spark, tmp_path, core, contained
+):
     """Through a Spark query: a ZeroEQ publisher's good events arrive once each, and the run of
     two events over maxMessageBytes and maxMessageParts between them is one gap row."""
     peer = RawPeer()

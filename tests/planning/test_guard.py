@@ -29,10 +29,13 @@ def good(n: int) -> Endpoint:
 @pytest.mark.parametrize(
     ("key", "address", "why"),
     [
-        ("p", "..", "not a zmq address"),
-        ("p", "tcp://host", "not tcp://host:port"),
+        ("p", "..", "is not a tcp://, ipc:// or inproc:// address"),
+        ("p", "tcp://host", "needs host:port"),
         ("p", "tcp://host:70000", "port 70000"),
-        ("p", "epgm://eth0;239.1.1.1:5555", "not a zmq address"),
+        ("p", "tcp://-host:1", "host '-host'"),
+        ("p", "ipc:///tmp/" + "x" * 200, "a Unix socket path holds at most 107"),
+        ("p", "tcp://127.0.0.1:1\nINFO forged", "control characters"),
+        ("p", "epgm://eth0;239.1.1.1:5555", "is not a tcp://, ipc:// or inproc:// address"),
         ("", "tcp://127.0.0.1:1", "key is empty"),
         ("a\nforged log line", "tcp://127.0.0.1:1", "control characters"),
         ("k" * 2000, "tcp://127.0.0.1:1", "2000 bytes"),

@@ -89,3 +89,9 @@ class PeakMemory:
         for kind, peak in self.peaks.items():
             bound = bounds.get(kind, bounds["python"])
             assert peak < bound, f"{kind} peaked at {peak / MIB:.0f} MiB (bound {bound / MIB:.0f})"
+
+
+#: each kind of process's peak resident memory in a hostile peer's test stays under these
+#: (measured on quiet runs of those tests: the JVM 440 to 700 MiB, a Python process at most
+#: 200 MiB; a decompression bomb took a Python worker to 656 MiB and the JVM out of heap)
+HOSTILE_BOUNDS = {"jvm": 1536 * MIB, "python": 512 * MIB}

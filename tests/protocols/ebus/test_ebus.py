@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 import time
 import tracemalloc
+import uuid
 import zlib
 
 import pyarrow as pa
@@ -333,12 +335,16 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
     try:
         wait_until(lambda: arrives("echo"), timeout=90, interval=0.5, what="echo's channel")
         workers.append(Worker(backend, "temperature", lambda data: data))  # joins mid-stream
-        wait_until(
-            lambda: arrives("temperature"),
-            timeout=90,
-            interval=0.5,
-            what="the new service's channel",
-        )
+        # a peer's service name that is a path and longer than a file name may be: its
+        # partition's folder stays inside the spool and is found by its key
+        workers.append(RawWorker(backend, LONG_SERVICE))
+        for service in ("temperature", LONG_SERVICE):
+            wait_until(
+                lambda service=service: arrives(service),
+                timeout=90,
+                interval=0.5,
+                what=f"the channel of service {service[:20]}...",
+            )
         partitions = {
             r.partition for r in spark.sql("select distinct partition from ebus_services").collect()
         }
@@ -348,11 +354,44 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
             worker.close()
         publisher.close(0)
         broker.close()
-    assert channels_seen() == {"echo", "temperature"}
+    assert channels_seen() == {"echo", "temperature", LONG_SERVICE}
     assert partitions == {
-        f"echo@127.0.0.1:{broker.sub_port}",
-        f"temperature@127.0.0.1:{broker.sub_port}",
+        f"{service}@127.0.0.1:{broker.sub_port}"
+        for service in ("echo", "temperature", LONG_SERVICE)
     }
+    assert sorted(os.listdir(tmp_path)) == ["cp", "spool"]
+
+
+#: a service name as a hostile worker may register it: a path, and 263 characters (its
+#: partition key, quoted, is longer than a file name may be: 'File name too long' once
+#: stopped capture)
+LONG_SERVICE = "../" + "s" * 260
+
+
+class RawWorker:
+    """An EBUS worker written from the fact sheet (shared/protocols/ebus.md, "Worker <->
+    broker"): a DEALER with identity ``W/<service>/<uuid>`` (the service cut to 40 characters:
+    zmq takes identities of 255 bytes at most) that registers with READY and sends HEARTBEAT
+    every 0.4 s (the broker gives a worker 5 heartbeats of 0.5 s)."""
+
+    def __init__(self, backend: str, service: str) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.ROUTING_ID, f"W/{service[:40]}/{uuid.uuid4()}".encode())
+        self.sock.connect(backend)
+        self.sock.send_multipart([b"EBW01", b"READY", b"null", service.encode()])
+        self._stop = threading.Event()
+        self._beats = threading.Thread(target=self._beat, daemon=True)
+        self._beats.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(0.4):
+            self.sock.send_multipart([b"EBW01", b"HEARTBEAT"])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._beats.join()
+        self.sock.close(0)
 
 
 def forged_workers_announcement(workers: list) -> list[bytes]:
@@ -365,7 +404,7 @@ def forged_workers_announcement(workers: list) -> list[bytes]:
 
 @pytest.mark.spark
 def test_forged_workers_announcements_retire_nothing_and_a_new_service_joins_quickly(
-    spark, tmp_path
+    spark, tmp_path, contained
 ):
     """The broker's XPUB relays whatever any publisher on its XSUB (the pub port) sends, so an
     ``ebus/workers`` list is anyone's to forge. An empty one, sent over and over, once retired
@@ -552,7 +591,9 @@ def binary_bomb(size: int) -> bytes:
 
 
 @pytest.mark.spark
-def test_a_decompression_bomb_is_a_malformed_row_and_inflates_no_further(spark, tmp_path):
+def test_a_decompression_bomb_is_a_malformed_row_and_inflates_no_further(
+    spark, tmp_path, contained
+):
     """A ~100 KB frame of valid BSON holding 100 MB of zeros, between good broadcasts, with
     maxMessageBytes=1m: a malformed row with a short error and the frame as payload; every good
     row delivered; reading the spool's rows again takes a few megabytes of Python memory."""

@@ -512,7 +512,7 @@ def write_fix_descriptor_set(path) -> str:
     return str(path)
 
 
-def test_a_poison_message_is_a_malformed_row_that_a_restart_gets_past(spark, tmp_path):
+def test_a_poison_message_is_a_malformed_row_that_a_restart_gets_past(spark, tmp_path, contained):
     """A Timestamp of seconds 2**62 (valid protobuf, no JSON form) between good messages:
     FAILFAST fails naming it; the same query restarted from its checkpoint with PERMISSIVE
     delivers it as a malformed row naming the error, and every good row once."""

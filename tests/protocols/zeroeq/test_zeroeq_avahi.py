@@ -236,7 +236,9 @@ def text_id(name: str) -> str:
 
 
 @pytest.mark.spark
-def test_hostile_records_do_not_stop_the_reader_finding_later_publishers(spark, tmp_path, avahi):
+def test_hostile_records_do_not_stop_the_reader_finding_later_publishers(
+    spark, tmp_path, avahi, contained
+):
     """A record whose ``vocabulary_request`` is not an address once ended zeroconf's browser
     thread (no publisher announced later was found), and one whose instance name holds a host
     zmq refuses failed capture's connect (the query ended). Both are logged and passed over;
