@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 #: seconds to wait for a publisher's vocabulary reply
 VOCABULARY_TIMEOUT = 1.0
+#: faulty records remembered (to log each once); beyond it the oldest is forgotten (and would
+#: be logged again if it came back)
+MAX_FAULTY_RECORDS = 4096
 
 
 class ZeroEQDiscovery(Discovery):
@@ -171,6 +174,8 @@ class ZeroEQDiscovery(Discovery):
         if why not in reasons:
             reasons.add(why)
             logger.warning("zeroeq: publisher record %r: %s", name, why)
+        while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
+            del self._faulty[next(iter(self._faulty))]
 
     def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
         """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why

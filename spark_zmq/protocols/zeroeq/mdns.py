@@ -40,6 +40,10 @@ def one_label(name: str) -> bytes:
     return bytes([len(encoded)]) + encoded
 
 
+#: instance names written as one label at most (peers choose them: the set has a bound)
+MAX_ONE_LABEL_NAMES = 4096
+
+
 class ZeroEQZeroconf(Zeroconf):
     """A Zeroconf that writes the instance names it is told about as one DNS label each.
 
@@ -54,9 +58,15 @@ class ZeroEQZeroconf(Zeroconf):
         super().__init__(*args, **kwargs)
 
     def keep_one_label(self, instance_name: str) -> None:
-        """Write ``instance_name`` as one label from now on (no-op without a dot)."""
+        """Write ``instance_name`` as one label from now on (no-op without a dot). Names come
+        from peers' records: at most MAX_ONE_LABEL_NAMES are kept, the least recently asked
+        about going first (discovery calls this again before each question it asks)."""
         if "." in instance_name:
-            self._one_labels[split_labels(instance_name)] = one_label(instance_name)
+            labels = split_labels(instance_name)
+            self._one_labels.pop(labels, None)  # the newest last: the oldest goes first
+            self._one_labels[labels] = one_label(instance_name)
+            while len(self._one_labels) > MAX_ONE_LABEL_NAMES:
+                del self._one_labels[next(iter(self._one_labels))]
 
     def async_send(
         self,

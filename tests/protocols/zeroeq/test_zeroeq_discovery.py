@@ -171,3 +171,27 @@ def test_a_publisher_announces_from_a_thread_that_runs_an_event_loop():
             zeroconf.close()
 
     assert asyncio.run(asyncio.wait_for(in_a_running_loop(), 60)).startswith("127.0.0.1:")
+
+
+def test_what_discovery_remembers_of_record_names_is_bounded(zeroconf):
+    """Peers choose record names: a flood of distinct faulty names, or of names asked about,
+    does not grow what discovery keeps without end."""
+    from spark_zmq.protocols.zeroeq.discovery import MAX_FAULTY_RECORDS, ZeroEQDiscovery
+    from spark_zmq.protocols.zeroeq.mdns import MAX_ONE_LABEL_NAMES
+    from support.common import MemoryState
+
+    discovery = ZeroEQDiscovery(
+        session="s",
+        events={},
+        interfaces=None,
+        static=(),
+        compatible_only=False,
+        management_bind=None,
+        application="test",
+        state=MemoryState(),
+    )
+    for n in range(MAX_FAULTY_RECORDS + 100):
+        discovery._fault(f"bad{n}._zeroeq_pub._tcp.local.", "a reason")
+        zeroconf.keep_one_label(f"h.{n}:5555")
+    assert len(discovery._faulty) == MAX_FAULTY_RECORDS
+    assert len(zeroconf._one_labels) == MAX_ONE_LABEL_NAMES
