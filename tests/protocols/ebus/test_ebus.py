@@ -684,15 +684,15 @@ def test_reading_a_bomb_takes_the_memory_of_max_message_bytes_not_of_the_bomb():
 
 
 def test_service_discovery_inflates_no_answer_or_announcement_past_max_message_bytes():
-    """The driver's side: a broker (raw ROUTER) that answers SERVICES with a bomb, and
-    announcements on ``ebus/workers`` (raw PUB) that are bombs, then a good one. Discovery
-    ignores the bombs, takes the good announcement, and its Python memory stays within a few
-    MB (tracemalloc) with maxMessageBytes=1m."""
+    """The driver's side: a broker (raw ROUTER) that answers SERVICES with bombs, and
+    announcements on ``ebus/workers`` (raw PUB) that are bombs, then good ones. Discovery
+    ignores the bombs; an announcement only prompts a SERVICES ask, and the broker's first good
+    answer has the service join; its Python memory stays within a few MB (tracemalloc) with
+    maxMessageBytes=1m."""
     bomb = binary_bomb(100 << 20)
-    announcement = packed_by_hand(  # {"l": {"workers": ["svc"]}}
-        b"\x03l\0"
-        + bson_document(b"\x04workers\0" + bson_document(b"\x020\0" + bson_string("svc")))
-    )
+    workers = bson_document(b"\x020\0" + bson_string("svc"))  # ["svc"]
+    announcement = packed_by_hand(b"\x03l\0" + bson_document(b"\x04workers\0" + workers))
+    good_answer = packed_by_hand(b"\x04l\0" + workers)  # {"l": ["svc"]}
     context = zmq.Context.instance()
     frontend, sub = context.socket(zmq.ROUTER), context.socket(zmq.PUB)
     for sock in (frontend, sub):
@@ -714,15 +714,16 @@ def test_service_discovery_inflates_no_answer_or_announcement_past_max_message_b
         lambda service: Endpoint(service, "tcp://127.0.0.1:1"),
         max_bytes=1 << 20,
     )
-    asked = []
+    answers: list[bytes] = []
 
-    def answer_services():  # ['', 'EBW01', 'SERVICES', requestId, pack([...])]: a bomb
+    def answer_services():  # ['', 'EBW01', 'SERVICES', requestId, pack([...])]
         while frontend.poll(50):
             identity, *frames = frontend.recv_multipart()
             if frames[2:3] == [b"SERVICES"]:
                 request_id = frames[4] if len(frames) > 4 else b""
-                frontend.send_multipart([identity, b"", WORKER, b"SERVICES", request_id, bomb])
-                asked.append(request_id)
+                answer = bomb if len(answers) < 2 else good_answer  # bombs first
+                frontend.send_multipart([identity, b"", WORKER, b"SERVICES", request_id, answer])
+                answers.append(answer)
 
     tracemalloc.start()
     try:
@@ -731,10 +732,10 @@ def test_service_discovery_inflates_no_answer_or_announcement_past_max_message_b
         def announced() -> bool:
             answer_services()
             sub.send_multipart([b"ebus/workers", bomb])
-            sub.send_multipart([b"ebus/workers", announcement])
+            sub.send_multipart([b"ebus/workers", announcement])  # prompts an ask
             return "svc" in joined
 
-        wait_until(announced, timeout=30, interval=0.2, what="the good announcement")
+        wait_until(announced, timeout=30, interval=0.2, what="the service to join")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -742,7 +743,7 @@ def test_service_discovery_inflates_no_answer_or_announcement_past_max_message_b
         frontend.close(0)
         sub.close(0)
     print(f"bomb frame {len(bomb)} bytes: discovery's peak Python memory {peak / 1e6:.1f} MB")
-    assert asked, "the bomb answered a SERVICES question"
+    assert answers[:2] == [bomb, bomb], "the broker answered SERVICES with bombs first"
     assert joined == ["svc"] and peak < 16 << 20
 
 
