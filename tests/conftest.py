@@ -71,8 +71,9 @@ def publishers(zeroconf):
 def contained(tmp_path):
     """For a test with a hostile peer: nothing is created beside the test's own folder (a
     partition folder named by a peer stays inside the spool), and no process (the JVM, the
-    Python workers, capture processes, the peers) goes over its kind's memory bound
-    (``support.memory.HOSTILE_BOUNDS``), sampled every 0.1 s while the test runs."""
+    Python workers, capture processes, the peers) grows by its kind's bound while the test runs
+    (``support.memory.HOSTILE_BOUNDS``; sampled every 0.1 s; a process started meanwhile, from
+    nothing)."""
     import os
 
     from support.memory import HOSTILE_BOUNDS, PeakMemory
