@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.errors import brief
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.base import Endpoint, RefusedEndpoints
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 
@@ -25,6 +25,8 @@ from spark_zmq.spool.writer import Spool
 LEAVE_GRACE = 2.0
 #: seconds still read after the peer of a leaving endpoint closed its connection
 LEAVE_SETTLE = 0.05
+#: refused endpoints remembered, to log each once (maxEndpoints' default)
+MAX_REFUSALS_REMEMBERED = 1000
 
 
 class Membership:
@@ -43,9 +45,9 @@ class Membership:
         self._sockets = sockets
         self._drain = drain
         self._connections: dict[str, Connection] = {}
-        #: endpoints that could not be opened -> why (logged once each); bounded by the
-        #: endpoints discovery reports (the driver's guard bounds those, ``planning.guard``)
-        self._refused: dict[str, str] = {}
+        #: endpoints that could not be opened, each logged once (the driver's guard bounds
+        #: what discovery reports, ``planning.guard``; this remembers at most as many)
+        self._refused = RefusedEndpoints(name, MAX_REFUSALS_REMEMBERED)
 
     def __iter__(self) -> Iterator[Connection]:
         return iter(list(self._connections.values()))
@@ -91,22 +93,10 @@ class Membership:
                 self._spool.retire(endpoint.key)
                 problem = f"capture cannot connect to it ({_text(exc)})"
         if problem is not None:
-            self._refuse(endpoint, problem)
+            self._refused.refuse(endpoint, problem)
             return
-        self._refused.pop(endpoint.key, None)
+        self._refused.forget(endpoint.key)
         logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
-
-    def _refuse(self, endpoint: Endpoint, problem: str) -> None:
-        """One line per endpoint and problem, however often discovery reports it again."""
-        if self._refused.get(endpoint.key) == problem:
-            return
-        self._refused[endpoint.key] = problem
-        logger.warning(
-            "%s: endpoint %s refused: %s; the other endpoints are read as usual",
-            self.name,
-            endpoint.describe(),
-            problem,
-        )
 
     def _update(self, conn: Connection, endpoint: Endpoint) -> None:
         """Same address and socket type, new metadata or subscriptions: keep the socket."""

@@ -18,7 +18,7 @@ import time
 from spark_zmq.errors import shown
 from spark_zmq.log import logger
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import Endpoint, EndpointListener
+from spark_zmq.protocols.base import Endpoint, EndpointListener, RefusedEndpoints
 
 #: seconds between two log lines about endpoints held back at maxEndpoints
 HELD_BACK_LOG_SECONDS = 60.0
@@ -38,7 +38,7 @@ class EndpointGuard:
         self.max_endpoints = max_endpoints
         self._admitted: set[str] = set()
         self._waiting: dict[str, Endpoint] = {}  # in the order they came
-        self._refused: dict[str, str] = {}  # key -> the problem logged for it
+        self._refused = RefusedEndpoints(name, max_endpoints)
         self._held_back = 0  # endpoints held back since the last log line about it
         self._held_back_logged = float("-inf")
         self._lock = threading.Lock()
@@ -47,10 +47,10 @@ class EndpointGuard:
         problem = endpoint.problem()
         with self._lock:
             if problem is None:
-                self._refused.pop(endpoint.key, None)
+                self._refused.forget(endpoint.key)
                 admitted = self._admit(endpoint)
             else:
-                self._refuse(endpoint, problem)
+                self._refused.refuse(endpoint, problem)
                 admitted = False
             was_read = problem is not None and endpoint.key in self._admitted
         if admitted:
@@ -83,19 +83,6 @@ class EndpointGuard:
             return True
         self._hold_back(endpoint)
         return False
-
-    def _refuse(self, endpoint: Endpoint, problem: str) -> None:
-        if self._refused.get(endpoint.key) == problem:
-            return
-        if len(self._refused) >= self.max_endpoints:  # a bound on what we remember of peers
-            self._refused.pop(next(iter(self._refused)))
-        self._refused[endpoint.key] = problem
-        logger.warning(
-            "%s: endpoint %s refused: %s; the other endpoints are read as usual",
-            self.name,
-            endpoint.describe(),
-            problem,
-        )
 
     def _hold_back(self, endpoint: Endpoint) -> None:
         if endpoint.key in self._waiting or len(self._waiting) < self.max_endpoints:
