@@ -16,7 +16,7 @@ import pytest
 import zmq
 from avahi_daemon import Avahi, Resolved
 
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.cli.discover import Found
 from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Publisher, event_id
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from support.common import MemoryState, wait_until
@@ -285,26 +285,6 @@ def test_hostile_records_do_not_stop_the_reader_finding_later_publishers(
     )
 
 
-class Joined:
-    """A discovery listener that keeps the endpoints it is told about."""
-
-    def __init__(self) -> None:
-        self.endpoints: dict[str, Endpoint] = {}
-        self._lock = threading.Lock()
-
-    def endpoint_joined(self, endpoint: Endpoint) -> None:
-        with self._lock:
-            self.endpoints[endpoint.key] = endpoint
-
-    def endpoint_left(self, key: str) -> None:
-        with self._lock:
-            self.endpoints.pop(key, None)
-
-    def has(self, key: str) -> bool:
-        with self._lock:
-            return key in self.endpoints
-
-
 class OversizedVocabulary:
     """A vocabulary server from the fact sheet (REP; reply ``[reply type id][JSON]``) whose
     reply is ``size`` bytes of JSON-looking junk."""
@@ -352,7 +332,7 @@ def test_hostile_records_are_logged_once_and_a_later_publisher_is_found(avahi, c
         application="test",
         state=MemoryState(),
     )
-    joined = Joined()
+    joined = Found()
     caplog.set_level(logging.WARNING, logger="spark_zmq")
     tracemalloc.start()
     published = []
@@ -367,9 +347,9 @@ def test_hostile_records_are_logged_once_and_a_later_publisher_is_found(avahi, c
         published.append(
             avahi.publish(oversized, SERVICE, 7002, {**txt, "vocabulary_request": server.address})
         )
-        wait_until(lambda: joined.has(no_address) and joined.has(oversized), what="the records")
+        wait_until(lambda: {no_address, oversized} <= set(joined.endpoints), what="the records")
         published.append(avahi.publish(good, SERVICE, 7003, txt))  # after them
-        wait_until(lambda: joined.has(good), what="the publisher announced after them")
+        wait_until(lambda: good in joined.endpoints, what="the publisher announced after them")
         time.sleep(3)  # announcements repeat: the faults must still be one line each
         _, peak = tracemalloc.get_traced_memory()
     finally:
