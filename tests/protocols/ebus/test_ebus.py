@@ -302,6 +302,19 @@ def test_spark_writes_broadcasts_that_a_spark_reader_and_a_sub_receive(spark, tm
     ]
 
 
+def services_query(spark, tmp_path, broker: Broker, name: str):
+    """A `channels=services` stream of ``broker`` into the memory table ``name``."""
+    return memory_query(
+        spark,
+        tmp_path,
+        "ebus",
+        name,
+        channels="services",
+        subPort=broker.sub_port,
+        frontendPort=broker.frontend_port,
+    )
+
+
 @pytest.mark.spark
 def test_channels_services_follow_the_services_registered_at_the_broker(spark, tmp_path):
     broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
@@ -310,19 +323,7 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
     publisher = zmq.Context.instance().socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
     publisher.connect(f"tcp://127.0.0.1:{broker.pub_port}")
-    query = (
-        spark.readStream.format("ebus")
-        .option("channels", "services")
-        .option("subPort", broker.sub_port)
-        .option("frontendPort", broker.frontend_port)
-        .option("spoolPath", str(tmp_path / "spool"))
-        .load()
-        .writeStream.format("memory")
-        .queryName("ebus_services")
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = services_query(spark, tmp_path, broker, "ebus_services")
 
     def channels_seen():
         return {r.channel for r in spark.sql("select channel from ebus_services").collect()}
@@ -359,7 +360,7 @@ def test_channels_services_follow_the_services_registered_at_the_broker(spark, t
         f"{service}@127.0.0.1:{broker.sub_port}"
         for service in ("echo", "temperature", LONG_SERVICE)
     }
-    assert sorted(os.listdir(tmp_path)) == ["cp", "spool"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-ebus_services", "spool-ebus_services"]
 
 
 #: a service name as a hostile worker may register it: a path, and 263 characters (its
@@ -428,19 +429,7 @@ def test_forged_workers_announcements_retire_nothing_and_a_new_service_joins_qui
                 subscriptions.add(message[1:])
         return prefix in subscriptions
 
-    query = (
-        spark.readStream.format("ebus")
-        .option("channels", "services")
-        .option("subPort", broker.sub_port)
-        .option("frontendPort", broker.frontend_port)
-        .option("spoolPath", str(tmp_path / "spool"))
-        .load()
-        .writeStream.format("memory")
-        .queryName("ebus_forged")
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = services_query(spark, tmp_path, broker, "ebus_forged")
 
     def numbers_seen() -> set[int]:
         rows = spark.sql("select data from ebus_forged where channel = 'echo'").collect()
