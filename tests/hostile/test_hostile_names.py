@@ -14,9 +14,7 @@ import os
 
 import pytest
 
-from support.common import wait_until
-from support.queries import memory_query, rows_of
-from support.zyrejs import REMOTE, start_peer, stop_peer
+from support.zyrejs import REMOTE, read_from_peer
 
 pytestmark = pytest.mark.spark
 
@@ -50,32 +48,18 @@ def header(node: str) -> str:
 
 def test_ports_with_unusable_addresses_next_to_a_good_one(spark, tmp_path, contained):
     beacon, node, port = "5676", "zjs-hostile", "45680"
-    peer = start_peer("announce", node, REMOTE[0], beacon, port, str(COUNT), header(node))
-    query = None
-    try:
-        query = memory_query(
-            spark,
-            tmp_path,
-            "yamz",
-            "hostile_names",
-            beaconPort=beacon,
-            address=f"yamz://{node}/tps/*",
-            maxEndpoints=str(MAX_ENDPOINTS),
-        )
-        wait_until(
-            lambda: len(rows_of(spark, "hostile_names")) >= COUNT,
-            timeout=120,
-            what=f"{COUNT} messages from the good port",
-        )
-        query.processAllAvailable()
-        assert query.isActive and query.exception() is None
-        rows = spark.sql("select * from hostile_names order by offset").collect()
-        spool = tmp_path / "spool-hostile_names"
-        partitions = [p for p in os.listdir(spool) if (spool / p).is_dir()]
-    finally:
-        if query is not None:
-            query.stop()
-        out, err = stop_peer(peer)
+    rows, out, err = read_from_peer(
+        spark,
+        tmp_path,
+        "hostile_names",
+        ("announce", node, REMOTE[0], beacon, port, str(COUNT), header(node)),
+        COUNT,
+        beaconPort=beacon,
+        address=f"yamz://{node}/tps/*",
+        maxEndpoints=str(MAX_ENDPOINTS),
+    )
+    spool = tmp_path / "spool-hostile_names"
+    partitions = [p for p in os.listdir(spool) if (spool / p).is_dir()]
     assert f"sent {COUNT}" in out, err
     good = f"tcp://{REMOTE[1]}:{port}"
     assert [(r.partition, bytes(r.payload).decode()) for r in rows] == [

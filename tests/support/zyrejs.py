@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from support.common import ROOT, wait_until
+from support.queries import memory_query, rows_of
 
 NODE_PEER = ROOT / "tests" / "peers" / "node" / "yamz_node.js"
 #: (veth name, address) of the test's side and of the peer's
@@ -58,3 +59,26 @@ def stop_peer(peer: subprocess.Popen) -> tuple[str, str]:
     out, err = peer.communicate(timeout=30)
     subprocess.run(["ip", "link", "del", LOCAL[0]], capture_output=True)
     return out, err
+
+
+def read_from_peer(spark, tmp_path, name: str, peer_args: tuple[str, ...], count: int, **options):
+    """Start yamz_node.js with ``peer_args`` and read it through a yamz query with ``options``
+    into the memory table ``name`` until it holds ``count`` rows; the query must still be alive
+    then. Both are stopped: (the rows in offset order, the peer's stdout, its stderr)."""
+    peer = start_peer(*peer_args)
+    query = None
+    try:
+        query = memory_query(spark, tmp_path, "yamz", name, **options)
+        wait_until(
+            lambda: len(rows_of(spark, name)) >= count,
+            timeout=120,
+            what=f"{count} messages from the zyre.js node",
+        )
+        query.processAllAvailable()
+        assert query.isActive and query.exception() is None
+        rows = spark.sql(f"select * from {name} order by offset").collect()
+    finally:
+        if query is not None:
+            query.stop()
+        out, err = stop_peer(peer)
+    return rows, out, err

@@ -14,9 +14,7 @@ import json
 
 import pytest
 
-from support.common import wait_until
-from support.queries import memory_query, payloads
-from support.zyrejs import REMOTE, start_peer, stop_peer
+from support.zyrejs import REMOTE, read_from_peer, start_peer, stop_peer
 
 pytestmark = pytest.mark.spark
 
@@ -26,29 +24,15 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
     # a port per case: the peer sends once, to its first subscriber, and a stopped query's
     # process may still be closing while the next case's peer starts at the same address
     beacon, node, count = "5674", f"zjs-{layout}", 50
-    peer = start_peer("publish", node, REMOTE[0], beacon, layout, port, str(count))
-    name = f"yamz_zyrejs_{layout}"
-    query = None
-    try:
-        query = memory_query(
-            spark,
-            tmp_path,
-            "yamz",
-            name,
-            beaconPort=beacon,
-            address=f"yamz://{node}/tps/out?det=tpc&apa=4[0-9]",
-        )
-        wait_until(
-            lambda: len(payloads(spark, name)) >= count,
-            timeout=120,
-            what=f"{count} messages from the zyre.js node",
-        )
-        query.processAllAvailable()
-        rows = spark.sql(f"select * from {name} order by offset").collect()
-    finally:
-        if query is not None:
-            query.stop()
-        out, err = stop_peer(peer)
+    rows, out, err = read_from_peer(
+        spark,
+        tmp_path,
+        f"yamz_zyrejs_{layout}",
+        ("publish", node, REMOTE[0], beacon, layout, port, str(count)),
+        count,
+        beaconPort=beacon,
+        address=f"yamz://{node}/tps/out?det=tpc&apa=4[0-9]",
+    )
     assert f"sent {count}" in out, err
     assert [bytes(r.payload).decode() for r in rows] == [f"{node}/{i}" for i in range(count)]
     assert {(r.node, r.path, r.address) for r in rows} == {
@@ -113,28 +97,15 @@ CONNECT_ONLY_HEADER = (
 def test_a_node_with_a_connect_only_port_is_read(spark, tmp_path):
     """Such a node was refused whole ('port ctl has no addresses'): 0 of 100 rows."""
     beacon, node, port, count = "5677", "zjs-cxx", "45681", 100
-    peer = start_peer("announce", node, REMOTE[0], beacon, port, str(count), CONNECT_ONLY_HEADER)
-    query = None
-    try:
-        query = memory_query(
-            spark,
-            tmp_path,
-            "yamz",
-            "yamz_connect_only",
-            beaconPort=beacon,
-            address="yamz://*/daq/tps?det=tpc&apa=4[12]",
-        )
-        wait_until(
-            lambda: len(payloads(spark, "yamz_connect_only")) >= count,
-            timeout=120,
-            what=f"{count} messages from the node's PUB port",
-        )
-        query.processAllAvailable()
-        rows = spark.sql("select * from yamz_connect_only order by offset").collect()
-    finally:
-        if query is not None:
-            query.stop()
-        out, err = stop_peer(peer)
+    rows, out, err = read_from_peer(
+        spark,
+        tmp_path,
+        "yamz_connect_only",
+        ("announce", node, REMOTE[0], beacon, port, str(count), CONNECT_ONLY_HEADER),
+        count,
+        beaconPort=beacon,
+        address="yamz://*/daq/tps?det=tpc&apa=4[12]",
+    )
     assert f"sent {count}" in out, err
     assert [bytes(r.payload).decode() for r in rows] == [f"{node}/{i}" for i in range(count)]
     assert {(r.path, r.address) for r in rows} == {("daq/tps", f"tcp://{REMOTE[1]}:{port}")}
