@@ -156,8 +156,8 @@ class EBus(StreamProtocol, SinkProtocol):
             positive_int,
             "a positive integer (milliseconds)",
             str(DEFAULT_STALES_MS),
-            "With `service`: how long a request may wait for its answer; unanswered "
-            "requests are resent every second with the same id until then.",
+            "With `service`: how long a request may wait for its answer; an unanswered "
+            "request is resent after a second with the same id, at most 3 times, until then.",
         ),
         *FRONTEND_OPTIONS,
         *REQUEST_WRITER_OPTIONS,
