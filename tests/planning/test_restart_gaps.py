@@ -8,6 +8,7 @@ the reader's capture together), in local mode, while a publisher sends numbered 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_zmq.log import logger
 from support.common import ROOT, wait_until
 from support.jobs import LOOPBACK_CONF, SPARK_SUBMIT
 from support.sequences import ECHO
@@ -209,3 +211,93 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
         0.5,
         f"every sent message up to the last in the table ({query.exception()})",
     )
+
+
+class WarningLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def placement(spool: Path, session: str):
+    """Capture on the driver as a query's reader runs it (``make_placement``), for ``session``."""
+    from spark_zmq.options import parse_options
+    from spark_zmq.planning import make_placement
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.stream_options import READER_OPTIONS
+
+    protocol = ZeroEQ()
+    raw = {"session": session, "discoveryInterfaces": "127.0.0.1", "spoolPath": str(spool)}
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw)
+    return make_placement(protocol, options, str(spool))
+
+
+def spooled(capture, key: str, publisher, at_least: int) -> int:
+    """Publish until ``key`` holds ``at_least`` rows in the spool; its end then."""
+
+    def enough():
+        publisher.publish(ECHO, b"x")
+        end = capture.snapshot().get(key)
+        return end is not None and end.end >= at_least and end.end
+
+    return wait_until(enough, timeout=30, interval=0.05, what=f"{at_least} rows of {key}")
+
+
+def test_a_gap_owed_by_a_run_that_ended_before_its_endpoint_joined_is_owed_by_the_next(
+    tmp_path, publishers
+):
+    """Run 1 captures a partition and stops; run 2 ends before its endpoint joins again (its
+    discovery looks for another session); run 3 finds it: one gap row, from run 1's end to the
+    first message run 3 received. failOnDataLoss=true fails on it, in every mode, naming the
+    partition, the offset and the gap."""
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.spark.rows import SpoolRange
+    from spark_zmq.spool.reader import read_range
+    from support.fuzzing import read_outcome
+
+    publisher = publishers("owed")
+    key = publisher.instance_name
+    spool = tmp_path / "spool"
+    first = placement(spool, "owed")
+    first.start()
+    try:
+        end = spooled(first, key, publisher, 3)
+    finally:
+        first.close()
+    stopped = time.time_ns() // 1_000_000
+    second = placement(spool, "elsewhere")
+    second.start()
+    time.sleep(1.5)
+    assert second.snapshot()[key].retired
+    second.close()
+    third = placement(spool, "owed")
+    warnings = WarningLines()
+    logger.addHandler(warnings)
+    third.start()
+    try:
+        end = spooled(third, key, publisher, end + 20)  # many flushes: still one row, one line
+    finally:
+        third.close()
+        logger.removeHandler(warnings)
+    assert len([w for w in warnings.lines if "was not running" in w]) == 1, warnings.lines
+    rows = [
+        fault
+        for _, _, table in read_range(str(spool), key, 0, end)
+        for fault in table.column("fault").to_pylist()
+        if fault
+    ]
+    assert len(rows) == 1, rows
+    match = GAP_SPAN.match(rows[0])
+    assert match and "was not running" in rows[0], rows[0]
+    since, until = ms(match.group(1)), ms(match.group(2))
+    assert since <= stopped < until, (since, stopped, until)
+    protocol = ZeroEQ()
+    for mode in ("PERMISSIVE", "DROPMALFORMED", "FAILFAST"):
+        part = SpoolRange(str(spool), key, 0, end)
+        outcome = read_outcome(protocol, {"mode": mode, "failOnDataLoss": "true"}, part)
+        assert outcome.error is not None, mode
+        text = str(outcome.error)
+        assert f"partition {key} at offset " in text and "was not running between" in text, text
