@@ -67,11 +67,11 @@ def load_alive(root: str) -> Alive | None:
     then each partition's lease alone dates its downtime)."""
     try:
         doc = alive_record(root).load()
-    except SpoolError:
+        if not doc:
+            return None
+        return Alive(str(doc["holder"]), float(doc["at"]), dict(doc.get("pending", {})))
+    except (SpoolError, KeyError, TypeError, ValueError):
         return None
-    if not doc:
-        return None
-    return Alive(doc["holder"], doc["at"], dict(doc.get("pending", {})))
 
 
 def down_since(lease: Lease | None, alive: Alive | None) -> float | None:
