@@ -153,9 +153,12 @@ def test_a_killed_query_restarted_marks_every_lost_message_with_a_gap_row(
     sender = TimedSender(publisher)
     began = time.monotonic()
     query = None
-    job, _ = submit(tmp_path / "control", spool, sink, session, placement)
+    job, lines = submit(tmp_path / "control", spool, sink, session, placement)
     try:
-        wait_until(lambda: len(numbers(table_rows(spark, sink))) > RATE, 60, 0.5, "rows")
+        try:
+            wait_until(lambda: len(numbers(table_rows(spark, sink))) > RATE, 90, 0.5, "rows")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the job printed:\n{''.join(lines)[-5000:]}") from None
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(10)
         killed_at = len(sender.sent_at)
