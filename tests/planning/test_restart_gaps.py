@@ -156,7 +156,7 @@ def test_a_killed_query_restarted_marks_every_lost_message_with_a_gap_row(
     job, lines = submit(tmp_path / "control", spool, sink, session, placement)
     try:
         try:
-            wait_until(lambda: len(numbers(table_rows(spark, sink))) > RATE, 90, 0.5, "rows")
+            wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 90, 0.5, "rows")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the job printed:\n{''.join(lines)[-5000:]}") from None
         os.killpg(job.pid, signal.SIGKILL)
@@ -185,7 +185,7 @@ def test_a_stopped_query_restarted_marks_every_lost_message_with_a_gap_row(
     sender = TimedSender(publisher)
     query = start_query(spark, spool, sink, "stopped", "driver")
     try:
-        wait_until(lambda: len(numbers(table_rows(spark, sink))) > RATE, 60, 0.5, "rows")
+        wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 60, 0.5, "rows")
         query.stop()
         stopped_at = len(sender.sent_at)
         time.sleep(2)
@@ -199,10 +199,10 @@ def test_a_stopped_query_restarted_marks_every_lost_message_with_a_gap_row(
 
 
 def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> list:
-    """Let the restarted ``query`` deliver a second of new messages, stop sending, and wait
-    until the last message sent is in the table: the table's rows."""
+    """Let the restarted ``query`` deliver new messages, stop sending, and wait until the last
+    message sent is in the table: the table's rows."""
     wait_until(
-        lambda: max(numbers(table_rows(spark, sink)), default=0) > restarted_at + RATE,
+        lambda: max(numbers(table_rows(spark, sink)), default=0) > restarted_at,
         60,
         0.5,
         "the restarted query to deliver new messages",
