@@ -36,6 +36,9 @@ class Connection:
     buffer: MessageBuffer
     leave_by: float | None = None  # set when discovery reported it gone
     reopen_failing: bool = False  # zmq refused to reopen it (retried; logged once)
+    #: capture was not running for this partition since then (s since the epoch): a gap row
+    #: is owed before its first row (``spool.downtime``)
+    down_since: float | None = None
 
     @property
     def received(self) -> int:

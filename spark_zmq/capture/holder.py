@@ -29,11 +29,11 @@ import time
 from dataclasses import asdict
 
 from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, Claim
-from spark_zmq.capture.buffer import spool_table, utc_text
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Endpoint
+from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import (
     JsonState,
     LeaseLost,
@@ -252,25 +252,26 @@ class Holder:
         self.assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self.commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
         self.capture: Capture | None = None
+        self.downtime: Downtime | None = None  # the gap since the previous holder, owed
 
     def claim(self, expect_epoch: int) -> int:
-        """Take the partition's next epoch (LeaseLost if someone else did); record the gap
-        since the previous holder let go."""
+        """Take the partition's next epoch (LeaseLost if someone else did). The time since the
+        previous holder's last heartbeat is owed as a gap row, written just before the first
+        rows this holder captures (what the peer published before this holder's subscription
+        reached it is lost too)."""
         self.spool.open_partition(self.key, expect_epoch=expect_epoch)
         previous = self.spool.inherited.get(self.key)
         if previous is not None:
-            now = time.time_ns()
-            text = (
-                f"gap: partition {self.key} had no holder between "
-                f"{utc_text(int(previous.at * 1e9))} and {utc_text(now)} (its holder "
-                f"{previous.holder} on executor {previous.executor} stopped); what was "
-                f"published meanwhile is lost"
-            )
-            logger.warning("%s: %s", self.name, text)
-            endpoint = self._assigned()
-            source = endpoint.source if endpoint else None
-            if source is not None:
-                self.spool.append(self.key, source, spool_table([[]], [now], {0: text}))
+
+            def describe(key: str, since: str, until: str) -> str:
+                return (
+                    f"gap: partition {key} had no holder between {since} and {until} (its "
+                    f"holder {previous.holder} on executor {previous.executor} stopped; "
+                    f"{until}: the first message received again); what was published "
+                    f"meanwhile is lost"
+                )
+
+            self.downtime = Downtime({self.key: previous.at}, describe=describe)
         return self.spool.epochs[self.key]
 
     def _assigned(self) -> Endpoint | None:
@@ -284,7 +285,7 @@ class Holder:
         if endpoint is None:
             return "its endpoint is no longer assigned"
         settings = self.settings
-        self.capture = Capture.of(self.spool, settings, self.name)
+        self.capture = Capture.of(self.spool, settings, self.name, self.downtime)
         self.capture.start()
         self.capture.endpoint_joined(endpoint)
         renewed_at, beat, leaving = time.monotonic(), None, False

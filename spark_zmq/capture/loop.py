@@ -46,6 +46,7 @@ from spark_zmq.log import logger
 from spark_zmq.mailbox import Mailbox
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
+from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 
@@ -71,10 +72,14 @@ class Capture:
         receive_hwm: int = 0,
         core: str | None = None,
         max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS,
+        downtime: Downtime | None = None,
     ) -> None:
         """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
         which receive loop runs (see ``cores``). ``max_message_bytes`` (all frames) and
-        ``max_message_parts`` bound one message: a larger one is refused (``refusals``)."""
+        ``max_message_parts`` bound one message: a larger one is refused (``refusals``).
+        ``downtime``: the partitions not captured while capture was not running, each owed a
+        gap row when its endpoint is read again, and the alive record this capture keeps
+        (``spool.downtime``)."""
         self.spool = spool
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
@@ -91,8 +96,10 @@ class Capture:
             max_message_bytes=max_message_bytes,
             max_message_parts=max_message_parts,
         )
-        self._writer = SegmentWriter(spool, name, drop_on_write_error)
-        self._members = Membership(name, spool, self._sockets, self._drain)
+        self._downtime = downtime
+        self._writer = SegmentWriter(spool, name, drop_on_write_error, downtime)
+        self._members = Membership(name, spool, self._sockets, self._drain, downtime)
+        self._unwritten = False  # the last messages of a connection could not be written
         self._stopping = False
         self._flushes = FlushRequests()
         self._failure: BaseException | None = None
@@ -107,7 +114,13 @@ class Capture:
         warm.table()
 
     @classmethod
-    def of(cls, spool: Spool, settings: CaptureSettings, name: str) -> Capture:
+    def of(
+        cls,
+        spool: Spool,
+        settings: CaptureSettings,
+        name: str,
+        downtime: Downtime | None = None,
+    ) -> Capture:
         """A capture configured from the query's options (``CaptureSettings``)."""
         return cls(
             spool,
@@ -119,6 +132,7 @@ class Capture:
             receive_hwm=settings.receive_hwm,
             core=settings.core,
             max_message_parts=settings.max_message_parts,
+            downtime=downtime,
         )
 
     @property
@@ -206,7 +220,10 @@ class Capture:
                 if time.monotonic() >= self._next_load_check:
                     self._end_push_backs()
                 if time.monotonic() >= next_flush or self._flushes.pending:
+                    began = time.time()
                     self._flush_all()
+                    if self._downtime is not None:
+                        self._downtime.alive(began)
                     next_flush = time.monotonic() + self.flush_interval
         except LeaseLost as exc:  # a newer holder took the partition over: stop writing
             self._failure = exc
@@ -312,10 +329,16 @@ class Capture:
         self._writer.flush(conn)
 
     def _shutdown(self) -> None:
+        """Write what every connection received, close the sockets; then, if all of it is in
+        the spool, say so in the alive record (the time a restart dates its gap rows from)."""
         fenced = isinstance(self._failure, LeaseLost)  # nothing more may be written
+        began = time.time()
         self._members.close_all(None if fenced else self._write_last)
         self._sockets.shutdown()
+        if self._downtime is not None and self._failure is None and not self._unwritten:
+            self._downtime.alive(began, force=True)
         self._flushes.wake_all()
 
     def _write_last(self, conn: Connection) -> None:
-        self._writer.write_last(conn, self._receive)
+        if not self._writer.write_last(conn, self._receive):
+            self._unwritten = True

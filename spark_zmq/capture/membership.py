@@ -18,6 +18,7 @@ from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.errors import brief
 from spark_zmq.log import logger
 from spark_zmq.protocols.base import Endpoint, RefusedEndpoints
+from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
 
@@ -38,10 +39,18 @@ class Membership:
     """
 
     def __init__(
-        self, name: str, spool: Spool, sockets: Sockets, drain: Callable[[Connection], None]
+        self,
+        name: str,
+        spool: Spool,
+        sockets: Sockets,
+        drain: Callable[[Connection], None],
+        downtime: Downtime | None = None,
     ) -> None:
         self.name = name
         self._spool = spool
+        #: partitions not captured while capture was not running: a connection opened for one
+        #: owes its gap row (written with its first rows, ``spooling``)
+        self._downtime = downtime
         self._sockets = sockets
         self._drain = drain
         self._connections: dict[str, Connection] = {}
@@ -88,10 +97,13 @@ class Membership:
                 problem = f"its spool partition cannot be opened ({_text(exc)})"
         if problem is None:
             try:
-                self._connections[endpoint.key] = self._sockets.connect(endpoint)
+                conn = self._sockets.connect(endpoint)
             except Exception as exc:  # zmq refused the address
                 self._spool.retire(endpoint.key)
                 problem = f"capture cannot connect to it ({_text(exc)})"
+            else:
+                conn.down_since = self._downtime.since(endpoint.key) if self._downtime else None
+                self._connections[endpoint.key] = conn
         if problem is not None:
             self._refused.refuse(endpoint, problem)
             return

@@ -1,6 +1,7 @@
 """Writing a connection's buffer to the spool: a segment per flush, or, when the spool cannot
 take it (at ``maxSpoolBytes``, or its storage refusing with ``onSpoolWriteError=drop``), a drop
-episode that ends with one gap row.
+episode that ends with one gap row. A partition that was not captured while capture was not
+running (``spool.downtime``) gets its gap row just before its first rows.
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from spark_zmq.capture.buffer import Buffer, MessageBuffer
+from spark_zmq.capture.buffer import Buffer, MessageBuffer, utc_text
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
+from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost, SpoolWriteError
 from spark_zmq.spool.writer import Spool
 
@@ -18,9 +20,16 @@ from spark_zmq.spool.writer import Spool
 class SegmentWriter:
     """Flushes connections' buffers into ``spool``."""
 
-    def __init__(self, spool: Spool, name: str, drop_on_write_error: bool) -> None:
+    def __init__(
+        self,
+        spool: Spool,
+        name: str,
+        drop_on_write_error: bool,
+        downtime: Downtime | None = None,
+    ) -> None:
         self.spool = spool
         self.name = name
+        self.downtime = downtime
         #: a spool that cannot be written: drop and count (True) or stop capture (False)
         self.drop_on_write_error = drop_on_write_error
 
@@ -30,12 +39,14 @@ class SegmentWriter:
             return
         taken = conn.buffer.take()
         key = conn.endpoint.key
-        if not self.spool.has_room(key):
-            spool = self.spool
-            bound = f"the spool {spool.root} reached maxSpoolBytes ({spool.max_bytes} bytes)"
-            self._drop(conn, taken, bound)
-            return
         try:
+            if conn.down_since is not None:  # one row, also at the bound: said before the rest
+                self._end_downtime(conn, taken.time_at(0))
+            if not self.spool.has_room(key):
+                spool = self.spool
+                bound = f"the spool {spool.root} reached maxSpoolBytes ({spool.max_bytes} bytes)"
+                self._drop(conn, taken, bound)
+                return
             if conn.drops:
                 self._end_drop_episode(conn, taken.time_at(0))
             self.spool.append(key, conn.endpoint.source, taken.table())
@@ -49,14 +60,18 @@ class SegmentWriter:
                 ) from None
             self._drop(conn, taken, f"the spool could not be written ({exc})")
 
-    def write_last(self, conn: Connection, receive: Callable[[Connection], object]) -> None:
+    def write_last(self, conn: Connection, receive: Callable[[Connection], object]) -> bool:
         """Capture stops: what ``receive`` still takes from the socket, the buffer, and the gap
-        row of an open drop episode; a failure is logged, so that the others are written."""
+        rows of an open drop episode and of a downtime nothing was received after (it ends
+        now); a failure is logged, so that the others are written. False after a failure."""
         try:
             receive(conn)
             self.flush(conn)
+            if conn.down_since is not None:
+                self._end_downtime(conn, time.time_ns())
             if conn.drops:
                 self._end_drop_episode(conn, time.time_ns())
+            return True
         except LeaseLost as exc:
             logger.warning(
                 "%s: last messages of %s not written: %s", self.name, conn.endpoint.key, exc
@@ -65,6 +80,21 @@ class SegmentWriter:
             logger.exception(
                 "%s: could not write the last messages of %s", self.name, conn.endpoint.key
             )
+        return False
+
+    def _end_downtime(self, conn: Connection, until: int) -> None:
+        """Write the gap row of the time ``conn``'s partition was not captured, up to ``until``
+        (ns: the first row received again), and log it once."""
+        since = conn.down_since
+        if since is None or self.downtime is None:
+            return
+        key = conn.endpoint.key
+        text = self.downtime.describe(key, utc_text(int(since * 1e9)), utc_text(until))
+        gap = Buffer([[]], [until], {0: text})
+        self.spool.append(key, conn.endpoint.source, gap.table())
+        conn.down_since = None
+        self.downtime.recorded(key)
+        logger.warning("%s: %s", self.name, text)
 
     def _drop(self, conn: Connection, taken: MessageBuffer, cause: str) -> None:
         """Drop new messages, count them, and keep capture's own fault rows if it can."""

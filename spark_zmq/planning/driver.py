@@ -1,8 +1,14 @@
 """``DriverCapture`` (option ``capture=driver``, the embedded default): discovery and every zmq
 socket live in the driver-side reader process, which writes the spool itself.
+
+A run that ended (stopped or crashed) leaves the partitions it captured open; the next run owes
+each of them one gap row for the time nobody captured it, written when its endpoint is read
+again (``spool.downtime``).
 """
 
 from __future__ import annotations
+
+import time
 
 from spark_zmq.capture.assignment import CaptureSettings
 from spark_zmq.capture.loop import Capture
@@ -11,6 +17,7 @@ from spark_zmq.log import logger
 from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery
+from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.spool.writer import Spool
 
@@ -25,7 +32,10 @@ class DriverCapture(Placement):
     def start(self) -> None:
         settings = CaptureSettings.of(self.options)
         self._spool = Spool(self.spool_path, settings.max_spool_bytes)
+        previous = load_alive(self.spool_path)  # before this run's capture replaces it
         left = _retire_leftovers(self._spool)
+        downtime = Downtime(_owed(self._spool, left, previous), alive_record(self.spool_path))
+        downtime.alive(time.time(), force=True)  # nothing captured yet: all of it is spooled
         if left:
             logger.info(
                 "%s: %d partitions left open by an earlier run are retired until their "
@@ -38,7 +48,7 @@ class DriverCapture(Placement):
         # everything this run receives is delivered (taken later, it would skip messages
         # received between the first connection and the first offset call).
         self.ends_at_start = {k: s.end for k, s in self._spool.snapshot().items()}
-        self._capture = Capture.of(self._spool, settings, self.protocol.name)
+        self._capture = Capture.of(self._spool, settings, self.protocol.name, downtime)
         self._capture.start()
         logger.info(
             "%s: capturing on the driver, spooling to %s", self.protocol.name, self.spool_path
@@ -88,3 +98,18 @@ def _retire_leftovers(spool: Spool) -> list[str]:
         spool.open_partition(key)  # held from now on, as every partition of this spool
         spool.retire(key)
     return left
+
+
+def _owed(spool: Spool, left: list[str], previous: Alive | None) -> dict[str, float]:
+    """The downtimes this run owes: since when each partition an earlier run left open was not
+    captured (``spool.downtime``), and those the previous run owed and never wrote (its
+    endpoint did not join again before it ended)."""
+    carried = previous.pending if previous is not None else {}
+    owed = {key: since for key, since in carried.items() if key in spool.partitions}
+    for key in left:
+        since = down_since(spool.inherited.get(key), previous)
+        if since is not None:
+            owed[key] = since
+        else:
+            owed.pop(key, None)
+    return owed

@@ -4,6 +4,8 @@ Layout of a spool folder::
 
     LOCK                         held (flock) by a capture on the driver (capture=driver)
     discovery.json ...           small JSON documents of the driver (see ``state``)
+    alive.json                   capture on the driver: when it was last known alive, and the
+                                 gap rows it still owes (``downtime``); about once a second
     <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
         KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments

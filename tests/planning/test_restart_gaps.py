@@ -1,0 +1,306 @@
+"""Issue 33: a query that stops or crashes and starts again on the same checkpoint and spool
+leaves no unmarked hole. Every message it did not capture falls within the span of a gap row of
+its partition (the time capture was not running), and none is delivered twice.
+
+The crash is a SIGKILL of the whole spark-submit process group (driver JVM, Python workers and
+the reader's capture together), in local mode, while a publisher sends numbered messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from spark_zmq.log import logger
+from support.common import ROOT, wait_until
+from support.jobs import LOOPBACK_CONF, SPARK_SUBMIT
+from support.sequences import ECHO
+
+pytestmark = pytest.mark.spark
+
+#: messages per second the publisher sends
+RATE = 200
+#: ms a message may take from the publisher's clock reading to capture's receive (same host):
+#: one published just before the time a gap row starts at can arrive after it, and be lost
+IN_FLIGHT_MS = 5
+#: options of both runs besides the app's own (session, spoolPath, capture)
+APP_OPTIONS = {"leaseTimeout": "3", "captureIdleTimeout": "20"}
+GAP_SPAN = re.compile(r"^gap: .* between (\S+Z) and (\S+Z) \(")
+
+
+class TimedSender:
+    """Publishes 0, 1, 2, ... at RATE per second, noting when (wall clock, ms) each was sent."""
+
+    def __init__(self, publisher) -> None:
+        self.publisher = publisher
+        self.sent_at: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0 / RATE):
+            self.sent_at.append(time.time_ns() // 1_000_000)
+            self.publisher.publish(ECHO, b"%d" % (len(self.sent_at) - 1))
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return len(self.sent_at)
+
+
+def submit(control: Path, spool: Path, sink: Path, session: str, placement: str):
+    """The restarting query app under spark-submit (local mode), in a process group of its own."""
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    command = [str(SPARK_SUBMIT), "--master", "local[2]"]
+    for setting in LOOPBACK_CONF:
+        command += ["--conf", setting]
+    control.mkdir()
+    app = ROOT / "tests" / "apps" / "restarting_query.py"
+    options = [f"capture={placement}", *(f"{k}={v}" for k, v in APP_OPTIONS.items())]
+    job = subprocess.Popen(
+        [*command, str(app), str(control), str(spool), str(sink), session, "1", *options],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(job.stdout), daemon=True).start()
+    return job, lines
+
+
+def start_query(spark, spool: Path, sink: Path, session: str, placement: str):
+    """The same query as the app's, in this process's session."""
+    options = dict(APP_OPTIONS, session=session, capture=placement, spoolPath=str(spool))
+    return (
+        spark.readStream.format("zeroeq")
+        .options(**options)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(sink))
+        .option("checkpointLocation", str(sink) + "_checkpoint")
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def table_rows(spark, sink: Path) -> list:
+    if not (sink / "_spark_metadata").is_dir():
+        return []
+    try:
+        return spark.read.parquet(str(sink)).select("partition", "payload", "error").collect()
+    except Exception:  # nothing committed yet
+        return []
+
+
+def numbers(rows) -> list[int]:
+    return [int(row.payload) for row in rows if row.error is None]
+
+
+def ms(text: str) -> int:
+    """A gap row's UTC time as ms since the epoch."""
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def check_every_lost_message_is_in_a_gap(rows, key: str, sent_at: list[int]) -> list:
+    """No number twice; each one missing after the first delivered was sent within the span
+    of a gap row of ``key``. Returns the gap rows' spans (ms)."""
+    got = numbers(rows)
+    assert len(got) == len(set(got)), "messages delivered twice"
+    spans = []
+    for row in rows:
+        if row.error is not None and row.error.startswith("gap:"):
+            assert row.partition == key and row.payload is None, row
+            match = GAP_SPAN.match(row.error)
+            assert match, row.error
+            spans.append((ms(match.group(1)), ms(match.group(2))))
+    # before the first run's capture connected, nothing was captured yet: not lost to a restart
+    missing = sorted(set(range(min(got), len(sent_at))) - set(got))
+    unmarked = [
+        n for n in missing if not any(t1 - IN_FLIGHT_MS <= sent_at[n] <= t2 for t1, t2 in spans)
+    ]
+    print(f"{len(sent_at)} sent, {len(missing)} missing, gap spans {spans}")
+    assert not unmarked, f"{len(unmarked)} lost outside every gap row: {unmarked[:20]}"
+    return spans
+
+
+@pytest.mark.parametrize("placement", ["driver", "executors"])
+def test_a_killed_query_restarted_marks_every_lost_message_with_a_gap_row(
+    spark, tmp_path, publishers, placement
+):
+    """Killed with SIGKILL under spark-submit, restarted in this process on the same
+    checkpoint and spool."""
+    session = f"killed-{placement}"
+    publisher = publishers(session)
+    spool, sink = tmp_path / "spool", tmp_path / "table"
+    sender = TimedSender(publisher)
+    began = time.monotonic()
+    query = None
+    job, lines = submit(tmp_path / "control", spool, sink, session, placement)
+    try:
+        try:
+            wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 90, 0.5, "rows")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the job printed:\n{''.join(lines)[-5000:]}") from None
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(10)
+        killed_at = len(sender.sent_at)
+        time.sleep(2)
+        query = start_query(spark, spool, sink, session, placement)
+        rows = run_on(spark, sink, sender, killed_at, query)
+    finally:
+        sender.stop()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        if query is not None:
+            query.stop()
+    print(f"killed at message {killed_at}; {time.monotonic() - began:.0f} s")
+    spans = check_every_lost_message_is_in_a_gap(rows, publisher.instance_name, sender.sent_at)
+    assert spans, "no gap row for the time the query was down"
+
+
+def test_a_stopped_query_restarted_marks_every_lost_message_with_a_gap_row(
+    spark, tmp_path, publishers
+):
+    """Stopped cleanly and started again (capture=driver): the time between is one gap row."""
+    publisher = publishers("stopped")
+    spool, sink = tmp_path / "spool", tmp_path / "table"
+    sender = TimedSender(publisher)
+    query = start_query(spark, spool, sink, "stopped", "driver")
+    try:
+        wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 60, 0.5, "rows")
+        query.stop()
+        stopped_at = len(sender.sent_at)
+        time.sleep(2)
+        query = start_query(spark, spool, sink, "stopped", "driver")
+        rows = run_on(spark, sink, sender, stopped_at, query)
+    finally:
+        sender.stop()
+        query.stop()
+    spans = check_every_lost_message_is_in_a_gap(rows, publisher.instance_name, sender.sent_at)
+    assert len(spans) == 1, spans
+
+
+def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> list:
+    """Let the restarted ``query`` deliver new messages, stop sending, and wait until the last
+    message sent is in the table: the table's rows."""
+    wait_until(
+        lambda: max(numbers(table_rows(spark, sink)), default=0) > restarted_at,
+        60,
+        0.5,
+        "the restarted query to deliver new messages",
+    )
+    sent = sender.stop()
+    return wait_until(
+        lambda: (r := table_rows(spark, sink)) and max(numbers(r)) == sent - 1 and r,
+        30,
+        0.5,
+        f"every sent message up to the last in the table ({query.exception()})",
+    )
+
+
+class WarningLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def placement(spool: Path, session: str):
+    """Capture on the driver as a query's reader runs it (``make_placement``), for ``session``."""
+    from spark_zmq.options import parse_options
+    from spark_zmq.planning import make_placement
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.stream_options import READER_OPTIONS
+
+    protocol = ZeroEQ()
+    raw = {"session": session, "discoveryInterfaces": "127.0.0.1", "spoolPath": str(spool)}
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw)
+    return make_placement(protocol, options, str(spool))
+
+
+def spooled(capture, key: str, publisher, at_least: int) -> int:
+    """Publish until ``key`` holds ``at_least`` rows in the spool; its end then."""
+
+    def enough():
+        publisher.publish(ECHO, b"x")
+        end = capture.snapshot().get(key)
+        return end is not None and end.end >= at_least and end.end
+
+    return wait_until(enough, timeout=30, interval=0.05, what=f"{at_least} rows of {key}")
+
+
+def test_a_gap_owed_by_a_run_that_ended_before_its_endpoint_joined_is_owed_by_the_next(
+    tmp_path, publishers
+):
+    """Run 1 captures a partition and stops; run 2 ends before its endpoint joins again (its
+    discovery looks for another session); run 3 finds it: one gap row, from run 1's end to the
+    first message run 3 received. failOnDataLoss=true fails on it, in every mode, naming the
+    partition, the offset and the gap."""
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.spark.rows import SpoolRange
+    from spark_zmq.spool.reader import read_range
+    from support.fuzzing import read_outcome
+
+    publisher = publishers("owed")
+    key = publisher.instance_name
+    spool = tmp_path / "spool"
+    first = placement(spool, "owed")
+    first.start()
+    try:
+        end = spooled(first, key, publisher, 3)
+    finally:
+        first.close()
+    stopped = time.time_ns() // 1_000_000
+    second = placement(spool, "elsewhere")
+    second.start()
+    time.sleep(1.5)
+    assert second.snapshot()[key].retired
+    second.close()
+    third = placement(spool, "owed")
+    warnings = WarningLines()
+    logger.addHandler(warnings)
+    third.start()
+    try:
+        end = spooled(third, key, publisher, end + 20)  # many flushes: still one row, one line
+    finally:
+        third.close()
+        logger.removeHandler(warnings)
+    assert len([w for w in warnings.lines if "was not running" in w]) == 1, warnings.lines
+    rows = [
+        fault
+        for _, _, table in read_range(str(spool), key, 0, end)
+        for fault in table.column("fault").to_pylist()
+        if fault
+    ]
+    assert len(rows) == 1, rows
+    match = GAP_SPAN.match(rows[0])
+    assert match and "was not running" in rows[0], rows[0]
+    since, until = ms(match.group(1)), ms(match.group(2))
+    assert since <= stopped < until, (since, stopped, until)
+    protocol = ZeroEQ()
+    for mode in ("PERMISSIVE", "DROPMALFORMED", "FAILFAST"):
+        part = SpoolRange(str(spool), key, 0, end)
+        outcome = read_outcome(protocol, {"mode": mode, "failOnDataLoss": "true"}, part)
+        assert outcome.error is not None, mode
+        text = str(outcome.error)
+        assert f"partition {key} at offset " in text and "was not running between" in text, text
