@@ -11,6 +11,7 @@ from spark_zmq.log import logger
 from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery
+from spark_zmq.spool.epochs import QUERY
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.spool.writer import Spool
 
@@ -21,10 +22,12 @@ class DriverCapture(Placement):
     _spool: Spool | None = None
     _capture: Capture | None = None
     _discovery: Discovery | None = None
+    #: who writes the spool, in its LOCK (a capture service is a DriverCapture run by itself)
+    spool_role: str = QUERY
 
     def start(self) -> None:
         settings = CaptureSettings.of(self.options)
-        self._spool = Spool(self.spool_path, settings.max_spool_bytes)
+        self._spool = Spool(self.spool_path, settings.max_spool_bytes, role=self.spool_role)
         left = _retire_leftovers(self._spool)
         if left:
             logger.info(
