@@ -34,7 +34,7 @@ class Service:
         args = [*CAPTURE, "--spool", str(spool), "--progress-every", str(every)]
         for option in (f"session={session}", "discoveryInterfaces=127.0.0.1", *options):
             args += ["--option", option]
-        self.stderr = open(spool.parent / f"{spool.name}.service.log", "w+")  # noqa: SIM115
+        self.stderr = open(spool.parent / f"{spool.name}.service.log", "w+")
         self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._collect, daemon=True)
