@@ -92,7 +92,7 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol])
             f"SIGTERM or SIGINT stops it"
         )
         _serve(service, stop, args.progress_every)
-        _say(_progress_line(protocol.name, service.progress(), "since the last line (stopping)"))
+        _say(_progress_line(protocol.name, service.progress(), "since the last line, stopping"))
     except SparkZmqError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return 1
@@ -115,19 +115,22 @@ def _serve(service: CaptureService, stop: threading.Event, every: float) -> None
 
 def _progress_line(name: str, progress: Progress, interval: str) -> str:
     return (
-        f"{name}: {progress.live} partitions live, {progress.retired} retired; "
-        f"{progress.captured} messages captured {interval}; spool holds {progress.retained} "
-        f"messages not committed, {_size(progress.spool_bytes)}"
+        f"{name}: partitions: {progress.live} live, {progress.retired} retired; captured "
+        f"{progress.captured} messages {interval}; spool: {progress.retained} messages not "
+        f"committed, {_size(progress.spool_bytes)}"
     )
 
 
 def _size(nbytes: int) -> str:
-    size, unit = float(nbytes), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            break
+    """A size for a person: bytes below 1 KiB, else KiB, MiB, GiB or TiB with one decimal."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    size = nbytes / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
         size /= 1024
-    return f"{nbytes} B" if unit == "B" else f"{size:.1f} {unit}"
+    return f"{size:.1f} TiB"
 
 
 def _say(line: str) -> None:
