@@ -49,8 +49,8 @@ class ServiceSpool(Placement):
 
     def start(self) -> None:
         holder = folder_holder(self.spool_path)
-        if holder is None:
-            self._warn_nothing_captures()
+        if holder is None or (holder.get("role") != SERVICE and holder.get("stopping")):
+            self._warn_nothing_captures()  # (a query that captured into it is letting go)
         elif holder.get("role") != SERVICE:
             raise SpoolError(
                 f"{self.protocol.name}: spool {self.spool_path} is captured by a running query "

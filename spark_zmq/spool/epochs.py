@@ -72,8 +72,9 @@ def lock_folder(root: str, wait: float, role: str = QUERY) -> IO[str]:
                 lock.close()
                 raise SpoolError(
                     f"spool folder {root} is filled by a capture service "
-                    f"({holder_text(holder)}); a query reads it with option "
-                    f"capture=service, or captures into a spoolPath of its own"
+                    f"({holder_text(holder)}): a query reads it with option "
+                    f"capture=service; a query's capture or another service needs a spool "
+                    f"folder of its own"
                 ) from None
             waited = time.monotonic() - started
             if waited > wait or (waited > STOPPING_GRACE and not holder.get("stopping")):
