@@ -116,7 +116,7 @@ def _serve(service: CaptureService, stop: threading.Event, every: float) -> None
 def _progress_line(name: str, progress: Progress, interval: str) -> str:
     return (
         f"{name}: partitions: {progress.live} live, {progress.retired} retired; captured "
-        f"{progress.captured} messages {interval}; spool: {progress.retained} messages not "
+        f"{progress.captured} messages {interval}; spool: {progress.uncommitted} messages not "
         f"committed, {_size(progress.spool_bytes)}"
     )
 

@@ -149,7 +149,9 @@ class CaptureService:
             live=sum(1 for s in state.values() if not s.retired),
             retired=sum(1 for s in state.values() if s.retired),
             captured=max(0, captured),
-            retained=sum(s.end - s.start for s in state.values()),
+            uncommitted=sum(
+                max(0, s.end - max(s.start, self._applied.get(key, 0))) for key, s in state.items()
+            ),
             spool_bytes=sum(i.nbytes for i in load_indexes(self.spool_path).values()),
         )
 
@@ -164,5 +166,5 @@ class Progress(NamedTuple):
     live: int  # partitions whose endpoints are connected
     retired: int  # partitions whose endpoints left, kept until read
     captured: int  # messages written since the previous line
-    retained: int  # messages the spool holds (not committed yet)
-    spool_bytes: int
+    uncommitted: int  # messages the spool holds that no query has committed
+    spool_bytes: int  # what the spool's segments take on disk
