@@ -153,7 +153,9 @@ READER_OPTIONS: tuple[Option, ...] = (
         "Where a read starts in a spool that already holds messages. A new stream (no "
         "checkpoint), default `latest`: after them (what is captured from now on), or at the "
         "first one still held (`earliest`: what an earlier query with the same spool left "
-        "uncommitted); a restart from a checkpoint goes on where it stopped either way. A "
+        "uncommitted; the default with `capture=service`, where it is what the capture "
+        "service holds that no earlier run committed); a restart from a checkpoint goes on "
+        "where it stopped either way. A "
         "batch read, default `earliest`. In JSON, a partition not named starts at earliest.",
     ),
     Option(
@@ -256,13 +258,18 @@ READER_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "capture",
-        choice("driver", "executors"),
-        "driver or executors",
+        choice("driver", "executors", "service"),
+        "driver, executors or service",
         "driver",
         "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
         "one capture process per partition on the executors, started by tasks and handed "
-        "over when an executor is lost. With `executors`, `spoolPath` must name storage "
-        "that every node reaches.",
+        "over when an executor is lost, or in a capture service that runs without a query "
+        "(`spark-zmq capture --spool PATH`, see the jobs page): the query then starts no "
+        "discovery and no capture, reads the spool the service fills (`spoolPath` must name "
+        "it) and hands the service what Spark committed, so a scheduled "
+        "`Trigger.AvailableNow` job loses nothing between its runs; its `startingOffsets` "
+        "default is `earliest` (everything the service holds that no earlier run committed). "
+        "With `executors`, `spoolPath` must name storage that every node reaches.",
     ),
     Option(
         "captureCore",

@@ -4,7 +4,8 @@
 definitions (the docs' options reference is this output). ``zeroeq ...`` speaks ZeroEQ from a shell
 (``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
 ``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
-the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``demo`` runs
+the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``capture`` runs
+a capture service that fills a spool without a query (``spark_zmq.cli.capture``), ``demo`` runs
 demo peers of a format (``spark_zmq.cli.demo``), ``doctor`` checks what this host gives the
 formats (``spark_zmq.cli.doctor``), ``job NAME`` prints the path of a job's file
 for spark-submit (``spark_zmq.jobs``).
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from spark_zmq import __version__
+from spark_zmq.cli.capture import add_capture_parser, run_capture
 from spark_zmq.cli.demo import add_demo_parser, run_demo
 from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.doctor import add_doctor_parser, run_doctor
@@ -43,6 +45,7 @@ RUNNERS = {
     "ebus": run_ebus,
     "goby": run_goby,
     "discover": lambda args: run_discover(args, FORMATS),
+    "capture": lambda args: run_capture(args, FORMATS),
     "demo": run_demo,
     "doctor": run_doctor,
 }
@@ -87,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ebus_parser(commands)
     add_goby_parser(commands)
     add_discover_parser(commands, sorted(FORMATS))
+    add_capture_parser(commands, sorted(FORMATS))
     add_demo_parser(commands)
     add_doctor_parser(commands)
     return parser

@@ -8,10 +8,15 @@ from spark_zmq.options import Options
 from spark_zmq.planning.driver import DriverCapture
 from spark_zmq.planning.executors import ExecutorCapture
 from spark_zmq.planning.placement import Placement
+from spark_zmq.planning.service import ServiceSpool
 from spark_zmq.protocols.base import StreamProtocol
 
 
 def make_placement(protocol: StreamProtocol, options: Options, spool_path: str) -> Placement:
     """The placement option ``capture`` names."""
-    kind = ExecutorCapture if options["capture"] == "executors" else DriverCapture
-    return kind(protocol, options, spool_path)
+    kinds: dict[str, type[Placement]] = {
+        "driver": DriverCapture,
+        "executors": ExecutorCapture,
+        "service": ServiceSpool,
+    }
+    return kinds[options["capture"]](protocol, options, spool_path)

@@ -18,6 +18,7 @@ from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
+from spark_zmq.spool.epochs import QUERY
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.spool.writer import Spool
 
@@ -28,10 +29,12 @@ class DriverCapture(Placement):
     _spool: Spool | None = None
     _capture: Capture | None = None
     _discovery: Discovery | None = None
+    #: who writes the spool, in its LOCK (a capture service is a DriverCapture run by itself)
+    spool_role: str = QUERY
 
     def start(self) -> None:
         settings = CaptureSettings.of(self.options)
-        self._spool = Spool(self.spool_path, settings.max_spool_bytes)
+        self._spool = Spool(self.spool_path, settings.max_spool_bytes, role=self.spool_role)
         previous = load_alive(self.spool_path)  # before this run's capture replaces it
         left = _retire_leftovers(self._spool)
         downtime = Downtime(_owed(self._spool, left, previous), alive_record(self.spool_path))

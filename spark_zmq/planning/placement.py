@@ -1,7 +1,8 @@
 """Where capture runs, behind one interface the stream reader plans offsets with.
 
-Two placements: ``driver.DriverCapture`` (option ``capture=driver``) and
-``executors.ExecutorCapture`` (``capture=executors``).
+Three placements: ``driver.DriverCapture`` (option ``capture=driver``),
+``executors.ExecutorCapture`` (``capture=executors``) and ``service.ServiceSpool``
+(``capture=service``: a capture service captures, the query only reads).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ DISCOVERY = "discovery"
 
 class Placement(ABC):
     """Runs discovery and capture for a query somewhere; tells the reader what is spooled."""
+
+    #: where a new stream starts when option startingOffsets is not set
+    default_starting_offsets = "latest"
 
     def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
         self.protocol = protocol

@@ -60,6 +60,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{protocol.name}: option 'endingOffsets' applies to batch reads "
                 f"(spark.read) only; a stream reads on as long as it runs"
             )
+        if options["capture"] == "service" and settings.spool_path is None:
+            raise OptionError(
+                f"{protocol.name}: option capture=service needs option spoolPath: the folder "
+                f"that `spark-zmq capture --spool` fills"
+            )
         self.protocol = protocol
         self.options = options
         self.settings = settings
@@ -108,9 +113,10 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         end, first, _ = self._available()
         # latest: what this run captured before Spark's first call is read, not skipped
-        ends_at_start = self._started().ends_at_start
+        placement = self._started()
+        ends_at_start = placement.ends_at_start
         latest = {k: ends_at_start.get(k, v) for k, v in first.items()}
-        spec = self.settings.starting_offsets or "latest"
+        spec = self.settings.starting_offsets or placement.default_starting_offsets
         if spec == "latest":
             return StreamOffset(latest).to_json()
         return StreamOffset(resolve(spec, first, end, "earliest", "startingOffsets")).to_json()

@@ -10,7 +10,9 @@ a takeover cannot append, even if it never noticed it lost the lease. A holder t
 seals its own folder, which marks the partition free.
 
 With capture on the driver, one process writes every partition of the folder, and a lock file
-(``LOCK``, flock) keeps a second query's capture off it.
+(``LOCK``, flock) keeps a second query's capture off it. The LOCK's document says who holds it:
+pid, host, since, whether it is stopping, and its ``role``: ``query`` (a query's capture on the
+driver) or ``service`` (``spark-zmq capture``, which a query with ``capture=service`` reads).
 """
 
 from __future__ import annotations
@@ -35,19 +37,24 @@ from spark_zmq.spool.layout import (
 )
 from spark_zmq.spool.leases import Lease, lease_of
 
+#: the LOCK's ``role`` of a query's capture on the driver, and of a capture service
+QUERY, SERVICE = "query", "service"
+
 #: seconds a query waits for a live holder of the spool's LOCK to say it is stopping before it
 #: fails (a query restarted in the same session starts while its previous run stops)
 STOPPING_GRACE = 3.0
 
 
-def lock_folder(root: str, wait: float) -> IO[str]:
-    """Exclusive use of the folder.
+def lock_folder(root: str, wait: float, role: str = QUERY) -> IO[str]:
+    """Exclusive use of the folder, as ``role`` (written in the LOCK).
 
     A holder that is stopping (it says so in the LOCK: ``mark_stopping``) is waited for, up to
     ``wait`` seconds: a query restarted in the same session may start before the process of
     its previous run has written what it received and let go. A holder that is not stopping is
     another live query: SpoolError after ``STOPPING_GRACE`` seconds, naming the spool and the
-    holder's process, host and start time.
+    holder's process, host and start time. A capture service that holds the folder is never
+    waited for: a query's capture cannot share its spool (SpoolError at once, saying to read
+    it with ``capture=service``).
     """
     lock = open(os.path.join(root, LOCK_NAME), "a+")
     started = time.monotonic()
@@ -61,15 +68,23 @@ def lock_folder(root: str, wait: float) -> IO[str]:
                 raise
             lock.seek(0)
             holder = _holder(lock.read())
+            if holder.get("role") == SERVICE and not holder.get("stopping"):
+                lock.close()
+                raise SpoolError(
+                    f"spool folder {root} is filled by a capture service "
+                    f"({holder_text(holder)}): a query reads it with option "
+                    f"capture=service; a query's capture or another service needs a spool "
+                    f"folder of its own"
+                ) from None
             waited = time.monotonic() - started
             if waited > wait or (waited > STOPPING_GRACE and not holder.get("stopping")):
                 lock.close()
                 raise SpoolError(
                     f"spool folder {root} is in use by another running query "
-                    f"({_holder_text(holder)}); give each query its own option spoolPath"
+                    f"({holder_text(holder)}); give each query its own option spoolPath"
                 ) from None
             time.sleep(0.2)
-    _write_holder(lock, stopping=False)
+    _write_holder(lock, stopping=False, role=role)
     return lock
 
 
@@ -78,13 +93,35 @@ def mark_stopping(lock: IO[str]) -> None:
     _write_holder(lock, stopping=True)
 
 
-def _write_holder(lock: IO[str], stopping: bool) -> None:
+def folder_holder(root: str) -> dict[str, Any] | None:
+    """Who holds the folder's LOCK now (its document: pid, host, since, stopping, role), or
+    None when nobody does. Read-only: creates nothing, and holds the lock (shared) only for
+    the instant of the test, so a holder starting meanwhile retries and gets it."""
+    try:
+        lock = open(os.path.join(root, LOCK_NAME))
+    except FileNotFoundError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            return _holder(lock.read())
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return None
+
+
+def _write_holder(lock: IO[str], stopping: bool, role: str | None = None) -> None:
+    """Write the holder's document; ``role`` None keeps the one written before (or query)."""
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc = {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
     lock.seek(0)
     previous = _holder(lock.read())
-    if "since" in previous and previous.get("pid") == os.getpid():
+    mine = previous.get("pid") == os.getpid()
+    if "since" in previous and mine:
         doc["since"] = previous["since"]
+    doc["role"] = role or (previous.get("role") if mine else None) or QUERY
     lock.seek(0)
     lock.truncate()
     lock.write(json.dumps({**doc, "stopping": stopping}))
@@ -103,8 +140,8 @@ def _holder(text: str) -> dict[str, Any]:
     return doc
 
 
-def _holder_text(holder: dict[str, Any]) -> str:
-    """Who holds a spool's LOCK, for the error a second query gets."""
+def holder_text(holder: dict[str, Any]) -> str:
+    """Who holds a spool's LOCK, for the error a second query gets and for log lines."""
     text = f"process {holder.get('pid')}"
     if "host" in holder:
         text += f" on host {holder['host']}, since {holder.get('since')}"

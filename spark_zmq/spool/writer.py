@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from spark_zmq.log import logger
 from spark_zmq.spool.epochs import (
+    QUERY,
     claim_epoch,
     lock_folder,
     mark_stopping,
@@ -67,8 +68,9 @@ class Spool:
 
     ``exclusive`` (capture on the driver): one process writes every partition of the folder; a
     LOCK file keeps a second query off it, and a partition is claimed from whoever had it
-    before. Not exclusive (a holder on an executor): the process writes only the partitions it
-    claims with ``open_partition(key, expect_epoch=...)``.
+    before; ``role`` says in the LOCK who writes (``epochs.QUERY`` or ``epochs.SERVICE``).
+    Not exclusive (a holder on an executor): the process writes only the partitions it claims
+    with ``open_partition(key, expect_epoch=...)``.
     """
 
     def __init__(
@@ -78,13 +80,14 @@ class Spool:
         lock_wait: float = 15.0,
         exclusive: bool = True,
         executor: str = "",
+        role: str = QUERY,
     ) -> None:
         self.root = root
         self.max_bytes = max_bytes
         self.exclusive = exclusive
         self.executor = executor or process_id()
         _make_folder(root)
-        self._lock_file = lock_folder(root, lock_wait) if exclusive else None
+        self._lock_file = lock_folder(root, lock_wait, role) if exclusive else None
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
         self.epochs: dict[str, int] = {}  # partitions this process holds -> its epoch

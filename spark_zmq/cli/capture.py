@@ -1,0 +1,150 @@
+"""``spark-zmq capture``: a capture service, which fills a spool without a query.
+
+It runs the capture of a query with ``capture=driver`` (the same discovery, CURVE, bounds and
+spool, from the same reader options ``--option key=value``) until SIGTERM or SIGINT, and lets go
+of what the query reading its spool (option ``capture=service``) has committed. A scheduled
+``Trigger.AvailableNow`` job then loses nothing between its runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from spark_zmq.cli.common import add_format_options, positive_seconds_arg
+from spark_zmq.errors import SparkZmqError
+from spark_zmq.log import configure_logging
+from spark_zmq.options import OptionError, Options, parse_options
+from spark_zmq.planning.service import CaptureService, Progress
+from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.stream_options import READER_OPTIONS
+
+PROG = "spark-zmq capture"
+#: seconds between two looks at what queries committed
+COMMIT_POLL_SECONDS = 1.0
+#: reader options a capture service decides itself
+NOT_FOR_THE_SERVICE = {
+    "capture": "the service is the capture (a query reading its spool sets capture=service)",
+    "spoolPath": "give the spool as --spool",
+}
+
+
+def add_capture_parser(commands: argparse._SubParsersAction, formats: list[str]) -> None:
+    parser = commands.add_parser(
+        "capture",
+        help="capture into a spool without a query (a service; stop it with SIGTERM)",
+        description=__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    parser.add_argument("--format", required=True, choices=formats, help="the format to capture")
+    add_format_options(parser, help="a reader option of --format, as a query takes it (repeatable)")
+    parser.add_argument(
+        "--spool",
+        required=True,
+        metavar="PATH",
+        help="the spool folder to fill: what queries with capture=service give as spoolPath",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=positive_seconds_arg,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress lines on stdout (default 10)",
+    )
+
+
+def service_options(protocol: StreamProtocol, given: Mapping[str, str], spool: str) -> Options:
+    """The service's options, parsed and checked as a query's reader options are: a wrong one
+    fails with the same OptionError."""
+    for name, why in NOT_FOR_THE_SERVICE.items():
+        if name in given:
+            raise OptionError(f"{protocol.name}: option {name!r} is not for {PROG}: {why}")
+    raw = {**given, "spoolPath": spool}
+    options = parse_options(protocol.name, READER_OPTIONS + protocol.reader_options, raw)
+    protocol.check_options(options)
+    return options
+
+
+def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol]) -> int:
+    if args.log_level is None:  # a service's own events (joins, drops) belong in its log
+        configure_logging(None, default="INFO")
+    protocol = formats[args.format]
+    spool = os.path.abspath(args.spool)
+    try:
+        options = service_options(protocol, dict(args.option), spool)
+    except OptionError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    stop = _stop_on_signals()
+    service = CaptureService(protocol, options, spool)
+    try:
+        service.start()
+        _say(
+            f"{protocol.name}: capture service (process {os.getpid()} on host "
+            f"{socket.gethostname()}) fills spool {spool}; queries read it with options "
+            f"capture=service, spoolPath={spool}; a line every {args.progress_every:g} s; "
+            f"SIGTERM or SIGINT stops it"
+        )
+        _serve(service, stop, args.progress_every)
+        _say(_progress_line(protocol.name, service.progress(), "since the last line, stopping"))
+    except SparkZmqError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        service.close()
+    _say(f"{protocol.name}: capture service stopped; spool {spool} closed")
+    return 0
+
+
+def _serve(service: CaptureService, stop: threading.Event, every: float) -> None:
+    """Apply commits every second and print a progress line every ``every`` s until ``stop``."""
+    next_line = time.monotonic() + every
+    while not stop.wait(min(COMMIT_POLL_SECONDS, max(0.0, next_line - time.monotonic()))):
+        if time.monotonic() >= next_line:
+            next_line += every
+            _say(_progress_line(service.protocol.name, service.progress(), f"in {every:g} s"))
+        else:
+            service.poll()
+
+
+def _progress_line(name: str, progress: Progress, interval: str) -> str:
+    return (
+        f"{name}: partitions: {progress.live} live, {progress.retired} retired; captured "
+        f"{progress.captured} messages {interval}; spool: {progress.uncommitted} messages not "
+        f"committed, {_size(progress.spool_bytes)}"
+    )
+
+
+def _size(nbytes: int) -> str:
+    """A size for a person: bytes below 1 KiB, else KiB, MiB, GiB or TiB with one decimal."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    size = nbytes / 1024
+    for unit in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _say(line: str) -> None:
+    """A status line of the service on stdout (start, progress, stop), at once."""
+    print(f"{PROG}: {line}", flush=True)
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set: the service then flushes, closes and exits 0."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
