@@ -31,6 +31,8 @@ class DriverCapture(Placement):
     _discovery: Discovery | None = None
     #: who writes the spool, in its LOCK (a capture service is a DriverCapture run by itself)
     spool_role: str = QUERY
+    #: where capture runs, for the log line that says it started
+    runs_where: str = "on the driver"
 
     def start(self) -> None:
         settings = CaptureSettings.of(self.options)
@@ -54,7 +56,7 @@ class DriverCapture(Placement):
         self._capture = Capture.of(self._spool, settings, self.protocol.name, downtime)
         self._capture.start()
         logger.info(
-            "%s: capturing on the driver, spooling to %s", self.protocol.name, self.spool_path
+            "%s: capturing %s, spooling to %s", self.protocol.name, self.runs_where, self.spool_path
         )
         self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
         self._discovery.start(guarded(self._capture, self.protocol.name, self.options))

@@ -102,6 +102,7 @@ class ServiceCapture(DriverCapture):
     spool's LOCK so that queries can tell it from another query's capture."""
 
     spool_role = SERVICE
+    runs_where = "in this capture service"
 
 
 class CaptureService:
