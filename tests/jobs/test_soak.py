@@ -4,6 +4,7 @@ or lost while a peer was down. The full run is ``python benchmarks/soak.py`` (10
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -42,3 +43,41 @@ def test_short_soak_duplicates_nothing_and_marks_every_loss_of_capture(tmp_path)
     faults = result["faults"]
     kinds = ("publisher", "broker", "query", "capture", "driver-kill")
     assert all(faults[kind] >= 1 for kind in kinds), faults
+
+
+def test_the_soak_counts_a_loss_that_no_gap_row_covers_as_unmarked(monkeypatch):
+    """The soak's accounting, on a stream made up here: a publisher at 100 msg/s from t = 1000
+    s whose messages 0-9 were sent before capture connected, 10-19 are at offsets 0-9, 20-39
+    never arrived (a holder stopped between 1000.2 and 1000.4 s: a gap row at offset 10 says
+    so), 40-49 are at offsets 11-20, and 50-79 never arrived with no gap row after offset 20:
+    they are unmarked, although an older gap row (offset 5) names times that cover some."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    soak = importlib.import_module("soak")
+    partition = "soak/1@127.0.0.1:5003"
+
+    def at(sequence: int, offset: int):
+        return soak.Delivered(sequence, partition, offset, 1000 + sequence / 100)
+
+    delivered = {0: [at(s, s - 10) for s in range(10, 20)] + [at(s, s - 29) for s in range(40, 50)]}
+    gaps = {
+        partition: [
+            soak.gap_row(
+                5,
+                "gap: the connection to tcp://127.0.0.1:5003 was dropped at "
+                "1970-01-01T00:16:40.650Z and re-established; what was published meanwhile "
+                "is lost. Cause: the connection was lost",
+                1000.8,
+            ),
+            soak.gap_row(
+                10,
+                "gap: partition soak/1@127.0.0.1:5003 had no holder between "
+                "1970-01-01T00:16:40.200Z and 1970-01-01T00:16:40.400Z (its holder h on "
+                "executor e stopped); what was published meanwhile is lost",
+                1000.4,
+            ),
+        ]
+    }
+    monkeypatch.setattr(soak, "MARK_SLACK", 0.0)
+    found = soak.holes(delivered, {0: 80})
+    kinds = soak.classify(found, {0: soak.Schedule([(0, 1000.0)], 100.0)}, gaps, [])
+    assert kinds == {"marked": 20, "before first capture": 10, "peer down": 0, "unmarked": 30}
