@@ -42,16 +42,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = job_session(f"monitor {args.format}")
-    options = dict(args.option)
+    options, sink_options = dict(args.option), {}
     if args.checkpoint:
         options = with_spool_beside(args.checkpoint, options)
+        sink_options = {"checkpointLocation": args.checkpoint}
     reader = spark.readStream.format(args.format).options(**options)
     spark.streams.addListener(ProgressPrinter())
-    writer = with_gap_count(reader.load()).writeStream.format("noop")
-    if args.checkpoint:
-        writer = writer.option("checkpointLocation", args.checkpoint)
     query = (
-        writer.queryName(f"monitor_{args.format}")
+        with_gap_count(reader.load())
+        .writeStream.format("noop")
+        .options(**sink_options)
+        .queryName(f"monitor_{args.format}")
         .trigger(processingTime=f"{args.trigger:g} seconds")
         .start()
     )
