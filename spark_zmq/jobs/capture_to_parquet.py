@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from spark_zmq.cli import FORMATS
 from spark_zmq.cli.common import add_format_options
-from spark_zmq.jobs.common import add_run_arguments, run
+from spark_zmq.jobs.common import add_run_arguments, run, with_spool_beside
 from spark_zmq.spark.progress import ProgressPrinter, with_gap_count
 from spark_zmq.spark.session import job_session
 
@@ -48,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = job_session(f"capture {args.format} to parquet")
     output = os.path.abspath(args.output)
     checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
-    options = dict(args.option)
-    # beside the checkpoint, which a restart needs as much (see docs/guarantees.md)
-    options.setdefault("spoolPath", checkpoint.rstrip("/") + "_spool")
+    options = with_spool_beside(checkpoint, dict(args.option))
     reader = spark.readStream.format(args.format).options(**options)
     rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))
     spark.streams.addListener(ProgressPrinter())

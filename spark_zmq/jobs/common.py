@@ -1,6 +1,6 @@
-"""What the streaming jobs share: the arguments that say how long and how often to run, and
-running a query to its end with one exit status (a format's options are the command line's
-``add_format_options``)."""
+"""What the streaming jobs share: the arguments that say how long and how often to run, where a
+job's spool lives, and running a query to its end with one exit status (a format's options are
+the command line's ``add_format_options``)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,17 @@ def add_run_arguments(parser: argparse.ArgumentParser, trigger: float) -> None:
         default=0.0,
         help="stop after this long (default 0: run until stopped)",
     )
+
+
+def with_spool_beside(checkpoint: str, options: dict[str, str]) -> dict[str, str]:
+    """The reader ``options`` with ``spoolPath`` defaulted to the checkpoint's path +
+    ``_spool``, beside it.
+
+    A restart from a checkpoint is exactly once only while the spool survives with it (rows
+    captured but not yet committed live only in the spool; docs/guarantees.md), so every job
+    with a checkpoint keeps the two together rather than leaving the spool to the reader's
+    default under the temporary folder. An explicit ``spoolPath`` wins."""
+    return {"spoolPath": checkpoint.rstrip("/") + "_spool", **options}
 
 
 def run(query: StreamingQuery, seconds: float, what: str) -> int:

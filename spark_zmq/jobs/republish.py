@@ -13,7 +13,10 @@ writer wants with ``--select`` expressions, and writes, one micro-batch at a tim
         --to goby --select "'sensors' AS group" --select "'JSON' AS scheme" \\
         --select "'nlohmann::json' AS type" --select "data AS text" --checkpoint /data/cp
 
-Rows the writer cannot send follow its ``mode`` option (``--to-option mode=...``).
+Rows the writer cannot send follow its ``mode`` option (``--to-option mode=...``). The spool
+(``spoolPath``) defaults to the checkpoint's path + ``_spool``, beside it, so that both survive
+together and a restart from the checkpoint sends each row once (an explicit
+``--from-option spoolPath=...`` wins).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import sys
 
 from spark_zmq.cli import FORMATS
 from spark_zmq.cli.common import add_format_options
-from spark_zmq.jobs.common import add_run_arguments, run
+from spark_zmq.jobs.common import add_run_arguments, run, with_spool_beside
 from spark_zmq.spark.progress import ProgressPrinter, with_gap_count
 from spark_zmq.spark.session import job_session
 
@@ -50,7 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = job_session(f"republish {args.source} to {args.target}")
-    reader = spark.readStream.format(args.source).options(**dict(args.from_option))
+    options = with_spool_beside(args.checkpoint, dict(args.from_option))
+    reader = spark.readStream.format(args.source).options(**options)
     rows = with_gap_count(reader.load()).where("error IS NULL").selectExpr(*args.select)
     writer = (
         rows.writeStream.format(args.target)

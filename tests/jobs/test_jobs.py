@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -115,19 +116,16 @@ def test_monitor_job_prints_a_progress_line_per_batch(tmp_path):
     assert {endpoints for _, endpoints, _ in progress if endpoints} == {2}
     assert all(gaps == 0 for _, _, gaps in progress)
     assert any(line.startswith("query monitor_ebus started") for line in lines.lines)
+    assert "monitoring ebus, ephemeral (no --checkpoint)" in "\n".join(lines.lines)
 
 
-def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
-    from spark_zmq.protocols.goby import GobyDaemon, split_message
-
-    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
-    gobyd = GobyDaemon(socket_name=str(tmp_path / "g"))
-    pub = broadcaster(broker)
-    sub = zmq.Context.instance().socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"/sensors/")
-    sub.connect(f"ipc://{tmp_path}/g.xpub")
-    job = spark_submit(
+def republish_to_goby(
+    broker: Broker, tmp_path, *options: str, trigger: float = 1, seconds: float = 60
+) -> subprocess.Popen:
+    """The republish job from EBUS channel sensors/ to the gobyd at ``tmp_path/g``, on the
+    checkpoint ``tmp_path/cp``; ``options`` are more reader options."""
+    more = [arg for option in options for arg in ("--from-option", option)]
+    return spark_submit(
         "republish.py",
         "--from",
         "ebus",
@@ -135,8 +133,7 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
         f"subPort={broker.sub_port}",
         "--from-option",
         "channels=sensors/",
-        "--from-option",
-        f"spoolPath={tmp_path / 'spool'}",
+        *more,
         "--to",
         "goby",
         "--to-option",
@@ -151,28 +148,61 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
         "data AS text",
         "--checkpoint",
         str(tmp_path / "cp"),
+        "--trigger",
+        f"{trigger:g}",
         "--seconds",
-        "60",
+        f"{seconds:g}",
     )
-    lines = Lines(job)
+
+
+def gobyd_subscriber(tmp_path) -> zmq.Socket:
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"/sensors/")
+    sub.connect(f"ipc://{tmp_path}/g.xpub")
+    return sub
+
+
+def relay(job: subprocess.Popen, pub: zmq.Socket, sub: zmq.Socket, numbers: range) -> list:
+    """Broadcast warm-ups until one comes out at gobyd, then ``numbers``; the messages gobyd
+    published until all of ``numbers`` were among them (or a minute passed without one), with
+    any others it published meanwhile."""
     received = []
+
+    def relayed() -> bool:
+        assert job.poll() is None, job.stderr.read()[-3000:]
+        pub.send_multipart([b"sensors/warm", pack({"warm": True})])
+        if not sub.poll(500):
+            return False
+        received.append(sub.recv())
+        return True
+
+    wait_until(relayed, timeout=180, interval=0, what="a broadcast republished to gobyd")
+    for n in numbers:
+        pub.send_multipart([b"sensors/t", pack({"n": n})])
+    while sub.poll(60_000):
+        received.append(sub.recv())
+        if set(numbers) <= set(numbered(received)):
+            break
+    return received
+
+
+def numbered(received: list) -> list[int]:
+    numbers = (json.loads(json_text(m)).get("n") for m in received)
+    return [n for n in numbers if n is not None]
+
+
+def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
+    from spark_zmq.protocols.goby import GobyDaemon, split_message
+
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    gobyd = GobyDaemon(socket_name=str(tmp_path / "g"))
+    pub = broadcaster(broker)
+    sub = gobyd_subscriber(tmp_path)
+    job = republish_to_goby(broker, tmp_path, f"spoolPath={tmp_path / 'spool'}")
+    lines = Lines(job)
     try:
-
-        def relayed() -> bool:
-            assert job.poll() is None, job.stderr.read()[-3000:]
-            pub.send_multipart([b"sensors/warm", pack({"warm": True})])
-            if not sub.poll(500):
-                return False
-            received.append(sub.recv())
-            return True
-
-        wait_until(relayed, timeout=180, interval=0, what="a broadcast republished to gobyd")
-        for n in range(20):
-            pub.send_multipart([b"sensors/t", pack({"n": n})])
-        while sub.poll(60_000):
-            received.append(sub.recv())
-            if sum(b'"n"' in json_text(m) for m in received) == 20:
-                break
+        received = relay(job, pub, sub, range(20))
         code = job.wait(240)
     finally:
         if job.poll() is None:
@@ -186,9 +216,64 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
     assert {(i.group, i.scheme, i.type) for i, _ in messages} == {
         ("sensors", "JSON", "nlohmann::json")
     }
-    numbers = [json.loads(json_text(m)).get("n") for m in received]
-    assert [n for n in numbers if n is not None] == list(range(20))
+    assert numbered(received) == list(range(20))
     assert any(line.startswith("republishing ebus as goby") for line in lines.lines)
+
+
+def test_republish_restarted_after_the_temporary_folder_is_gone_sends_each_message_once(
+    tmp_path, monkeypatch
+):
+    """Issue 33: without spoolPath the job's spool was under the temporary folder, and a
+    restart after that folder was cleaned lost what the first run had captured and not yet
+    sent. Its spool is now beside its checkpoint. The first run has one micro-batch, at its
+    start (trigger 600 s), so what it captures waits in the spool when it stops; the
+    temporary folder is then deleted, and the second run must send those messages, once."""
+    from spark_zmq.protocols.goby import GobyDaemon
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))  # the jobs' Python processes spool there
+    broker = Broker(frontend_port=0, backend_port=0, pub_port=0, sub_port=0)
+    gobyd = GobyDaemon(socket_name=str(tmp_path / "g"))
+    pub = broadcaster(broker)
+    sub = gobyd_subscriber(tmp_path)
+    received, codes, first_run_sent = [], [], 0
+    try:
+        job = republish_to_goby(broker, tmp_path, trigger=600, seconds=45)
+        try:
+            while job.poll() is None:  # 20 numbers a second for as long as the first run lives
+                pub.send_multipart([b"sensors/t", pack({"n": first_run_sent})])
+                first_run_sent += 1
+                while sub.poll(50):
+                    received.append(sub.recv())
+            codes.append((job.wait(), job.stderr.read()[-3000:]))
+        finally:
+            if job.poll() is None:
+                job.kill()
+        shutil.rmtree(temporary)  # a reboot, a temp cleaner
+        temporary.mkdir()
+        job = republish_to_goby(broker, tmp_path)
+        try:
+            received += relay(job, pub, sub, range(100_000, 100_010))
+            codes.append((job.wait(240), job.stderr.read()[-3000:]))
+        finally:
+            if job.poll() is None:
+                job.kill()
+    finally:
+        sub.close(0)
+        pub.close()
+        gobyd.close()
+        broker.close()
+    assert [code for code, _ in codes] == [0, 0], codes
+    numbers = numbered(received)
+    assert len(numbers) == len(set(numbers)), "a message was sent twice"
+    assert [n for n in numbers if n >= 100_000] == list(range(100_000, 100_010))
+    first = sorted(n for n in numbers if n < 100_000)
+    # what the first run captured: every number from when its capture connected to when it
+    # stopped (at least 5 s of them; the process lives some seconds after its query stops)
+    assert len(first) >= 100 and first == list(range(first[0], first[-1] + 1)), first
+    assert first[-1] >= first_run_sent - 20 * 20, (first[-1], first_run_sent)
+    assert (tmp_path / "cp_spool").is_dir()
 
 
 def json_text(message: bytes) -> bytes:
