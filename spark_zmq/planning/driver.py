@@ -24,7 +24,7 @@ class DriverCapture(Placement):
 
     def start(self) -> None:
         settings = CaptureSettings.of(self.options)
-        self._spool = Spool(self.spool_path, settings.max_spool_bytes)
+        self._spool = Spool(self.spool_path, settings.max_spool_bytes, retention=settings.retention)
         left = _retire_leftovers(self._spool)
         if left:
             logger.info(

@@ -15,7 +15,10 @@ Layout of a spool folder::
 Offsets are per-partition sequence numbers: a message's offset never changes, so a micro-batch
 replayed after a failure reads the same rows. A segment records the endpoint it came from and that
 endpoint's metadata (schema metadata), so rows decode the same way whenever they are read.
-``truncate(end)`` deletes whole segments below ``end`` once Spark has committed them.
+``truncate(end)`` marks what Spark committed (``committed`` in the index); committed segments
+are kept for replay, batch reads and backfills until retention deletes them (``Retention``: by
+age, by bytes, and first whenever a write needs room at the spool's bound). A segment that is not
+committed is never deleted.
 """
 
 from __future__ import annotations
@@ -89,10 +92,27 @@ class Source:
         return cls(obj["endpoint"], obj["metadata"])
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How long committed segments are kept (options ``spoolRetention``,
+    ``spoolRetentionBytes``): ``seconds`` after they were written (None: no bound by age), and
+    at most ``nbytes`` of them in the spool (None: no bound of their own; the spool's bound
+    ``maxSpoolBytes`` still deletes them first whenever a write needs room)."""
+
+    seconds: float | None = None
+    nbytes: int | None = None
+
+
 class PartitionState(NamedTuple):
-    start: int  # first offset still retained
+    start: int  # first offset still retained (committed or not)
     end: int  # next offset to be written
     retired: bool  # the endpoint left
+    committed: int = 0  # Spark committed every offset below this one (start <= committed <= end)
+
+    @property
+    def first_uncommitted(self) -> int:
+        """Where a stream that has read everything committed goes on (``start`` at least)."""
+        return max(self.start, self.committed)
 
 
 @dataclass
@@ -101,6 +121,9 @@ class Segment:
     count: int
     nbytes: int
     epoch: int = 0  # the epoch whose folder holds the file
+    #: when it was written (wall-clock seconds), for retention by age; 0: not known (written by
+    #: an earlier release, see ``PartitionIndex.from_json``)
+    at: float = 0.0
 
     @property
     def end(self) -> int:
@@ -113,14 +136,20 @@ class Segment:
 
 @dataclass
 class PartitionIndex:
-    """What index.json holds for one partition."""
+    """What index.json holds for one partition.
+
+    Invariants: ``start <= committed <= end``; ``segments`` cover [start, end) in order, and
+    those that end at or before ``committed`` (a prefix) are the committed ones, the only ones
+    retention deletes.
+    """
 
     key: str
-    start: int = 0  # first offset still retained
+    start: int = 0  # first offset still retained (committed or not)
     end: int = 0  # next offset to be written
     segments: list[Segment] = field(default_factory=list)
     dropped: int = 0  # messages dropped at the spool bound, ever
     retired: bool = False  # the endpoint left; no more appends expected
+    committed: int = 0  # Spark committed every offset below this one
 
     def to_json(self) -> str:
         return json.dumps(
@@ -131,26 +160,50 @@ class PartitionIndex:
                     "end": self.end,
                     "dropped": self.dropped,
                     "retired": self.retired,
+                    "committed": self.committed,
                     "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in self.segments],
+                    # beside the segments, not in them: an earlier release reads this index too
+                    "written_at": [s.at for s in self.segments],
                 }
             )
         )
 
     @classmethod
     def from_json(cls, text: str, where: str = "index.json") -> PartitionIndex:
+        """An index as written by this release or an earlier one: without ``committed`` (an
+        earlier release deleted what was committed at once: everything it kept is uncommitted)
+        and without ``written_at`` (ages not known: 0)."""
         obj = checked_version(json.loads(text), where)
+        segments = [Segment(*s) for s in obj["segments"]]
+        times = obj.get("written_at") or []
+        if len(times) == len(segments):
+            for segment, at in zip(segments, times, strict=True):
+                segment.at = float(at)
         return cls(
             obj["key"],
             obj["start"],
             obj["end"],
-            [Segment(*s) for s in obj["segments"]],
+            segments,
             obj["dropped"],
             obj["retired"],
+            obj.get("committed", obj["start"]),
         )
 
     @property
     def nbytes(self) -> int:
         return sum(s.nbytes for s in self.segments)
+
+    def committed_count(self) -> int:
+        """How many segments, from the first, are committed (end at or before ``committed``)."""
+        count = 0
+        for segment in self.segments:
+            if segment.end > self.committed:
+                break
+            count += 1
+        return count
+
+    def state(self) -> PartitionState:
+        return PartitionState(self.start, self.end, self.retired, self.committed)
 
 
 def versioned(doc: dict) -> dict:

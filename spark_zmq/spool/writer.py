@@ -1,15 +1,23 @@
-"""The writer side of a spool folder: claims partitions, appends segments, truncates.
+"""The writer side of a spool folder: claims partitions, appends segments, records commits and
+deletes what retention lets go.
 
-Each partition has one writer at a time, fenced by epochs (``epochs``).
+Each partition has one writer at a time, fenced by epochs (``epochs``). Only committed segments
+are ever deleted, oldest first across the partitions this process writes: when they are older
+than the retention (``Retention.seconds``), when more of them than ``Retention.nbytes`` are
+kept, and whenever a write needs room at the spool's bound (``has_room``). New messages are
+dropped at the bound only when nothing committed is left to delete.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
+import math
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
@@ -31,6 +39,7 @@ from spark_zmq.spool.layout import (
     LeaseLost,
     PartitionIndex,
     PartitionState,
+    Retention,
     Segment,
     Source,
     SpoolError,
@@ -46,6 +55,10 @@ from spark_zmq.spool.layout import (
     write_atomically,
 )
 from spark_zmq.spool.leases import Lease, process_id
+
+#: at the bound, committed segments are deleted until the spool is this fraction of the bound
+#: below it, so that appends at the bound do not each look for something to delete
+ROOM_MADE_AT_ONCE = 1 / 16
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -78,9 +91,11 @@ class Spool:
         lock_wait: float = 15.0,
         exclusive: bool = True,
         executor: str = "",
+        retention: Retention | None = None,
     ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.retention = retention or Retention()
         self.exclusive = exclusive
         self.executor = executor or process_id()
         _make_folder(root)
@@ -90,9 +105,15 @@ class Spool:
         self.epochs: dict[str, int] = {}  # partitions this process holds -> its epoch
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
+        #: bytes of the committed segments in ``partitions`` (what room can be made of)
+        self.committed_nbytes = 0
+        #: when (wall clock) the oldest committed segment passes the retention by age
+        self._expires_at = math.inf
+        self._made_room_before = False  # the first time room is made at the bound is logged
         if exclusive:
             self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
+        self._recount()
 
     def stopping(self) -> None:
         """Say that this process is about to let go of the folder (see ``lock_folder``)."""
@@ -111,10 +132,7 @@ class Spool:
     @_locked
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, for planning offsets."""
-        return {
-            key: PartitionState(index.start, index.end, index.retired)
-            for key, index in self.partitions.items()
-        }
+        return {key: index.state() for key, index in self.partitions.items()}
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -145,6 +163,7 @@ class Spool:
         self.epochs[key] = mine
         self.inherited[key] = previous if previous and previous.holder else None
         self._beats[key] = 0
+        self._recount()
         self._save(index)
         self.heartbeat(key)
 
@@ -174,17 +193,22 @@ class Spool:
         """This process no longer holds ``key``: the epoch it held it under, if any."""
         epoch = self.epochs.pop(key, None)
         if epoch is not None and not self.exclusive:
-            self.partitions.pop(key, None)
+            gone = self.partitions.pop(key, None)
+            self.nbytes -= gone.nbytes if gone else 0
+            self._recount()
         return epoch
 
     # -- writing -------------------------------------------------------------------------------
 
     def has_room(self, key: str | None = None) -> bool:
-        """Whether more of partition ``key`` may be written: the spool is under its bound, or
-        ``key`` holds less than its share of the bound (the bound divided among the partitions
-        held). So when one peer floods the spool to its bound, its partition is the one that
-        drops, not its neighbours; the spool then holds at most the bound plus what the
-        partitions under their shares add."""
+        """Whether more of partition ``key`` may be written: the spool is under its bound (once
+        committed segments were deleted to make room, see ``make_room``), or ``key`` holds less
+        than its share of the bound (the bound divided among the partitions held). So when one
+        peer floods the spool to its bound, its partition is the one that drops, not its
+        neighbours; the spool then holds at most the bound plus what the partitions under their
+        shares add."""
+        if self.nbytes >= self.max_bytes and self.committed_nbytes:
+            self.make_room()
         if self.nbytes < self.max_bytes or key is None:
             return self.nbytes < self.max_bytes
         index = self.partitions.get(key)
@@ -206,6 +230,7 @@ class Spool:
             segment.nbytes = _write_segment_file(path, source, table)
         except OSError as exc:
             raise self._write_failed(key, path, exc) from None
+        segment.at = time.time()
         updated = dataclasses.replace(
             index,
             segments=[*index.segments, segment],
@@ -225,28 +250,138 @@ class Spool:
 
     @_locked
     def truncate(self, key: str, end: int) -> None:
-        """Drop whole segments that end at or before ``end`` (Spark committed them)."""
+        """Spark committed everything below ``end`` in partition ``key``: record it in the index
+        (so that any later holder knows), then apply the retention, which may now delete it."""
         index = self.partitions.get(key)
-        if index is None:
+        if index is not None and min(end, index.end) > index.committed:
+            index = self._held(key)
+            if index is not None:
+                before = index.committed_count()
+                index.committed = min(end, index.end)
+                newly = index.segments[before : index.committed_count()]
+                self.committed_nbytes += sum(s.nbytes for s in newly)
+                if newly and self.retention.seconds is not None:
+                    oldest = min(s.at for s in newly) + self.retention.seconds
+                    self._expires_at = min(self._expires_at, oldest)
+                if not self._apply_retention(time.time()).get(key):
+                    self._publish(index)  # the commit alone: retention deleted nothing of it
+                return
+        self.expire()
+
+    @_locked
+    def expire(self) -> None:
+        """Apply the retention (segments that passed it by age, or the bytes beyond
+        ``Retention.nbytes``); cheap when nothing is due. The writer's periodic tick calls it,
+        so that retention runs with nothing new written or committed."""
+        max_kept = self.retention.nbytes
+        over = max_kept is not None and self.committed_nbytes > max_kept
+        if over or time.time() >= self._expires_at:
+            self._apply_retention(time.time())
+
+    @_locked
+    def make_room(self) -> None:
+        """At the bound: delete committed segments, oldest first, until the spool is
+        ``ROOM_MADE_AT_ONCE`` of the bound below it or nothing committed is left."""
+        target = self.max_bytes - int(self.max_bytes * ROOM_MADE_AT_ONCE)
+        over = self.nbytes - target
+        if over <= 0 or not self.committed_nbytes:
             return
-        keep = [s for s in index.segments if s.end > end]
-        gone = index.segments[: len(index.segments) - len(keep)]
-        if not gone:
-            return
+        if not self._made_room_before:
+            logger.info(
+                "spool %s reached maxSpoolBytes (%d bytes): committed segments are deleted, "
+                "oldest first, to make room for new messages (logged once)",
+                self.root,
+                self.max_bytes,
+            )
+            self._made_room_before = True
+        self._delete_oldest(lambda segment, freed: freed < over)
+
+    def _apply_retention(self, now: float) -> dict[str, int]:
+        """Delete the committed segments older than ``Retention.seconds`` and the oldest beyond
+        ``Retention.nbytes``; how many went per partition."""
+        seconds, max_kept = self.retention.seconds, self.retention.nbytes
+        cutoff = now - seconds if seconds is not None else -math.inf
+        over = self.committed_nbytes - max_kept if max_kept is not None else 0
+        return self._delete_oldest(lambda segment, freed: segment.at <= cutoff or freed < over)
+
+    def _delete_oldest(self, goes: Callable[[Segment, int], bool]) -> dict[str, int]:
+        """Delete committed segments, oldest first across partitions, while ``goes(segment,
+        bytes freed so far)``; how many went per partition. ``goes`` must stay false once it
+        is (the segments come oldest first), so the walk stops at the first one kept."""
+        doomed: dict[str, int] = {}
+        freed = 0
+        self._expires_at = math.inf
+        for key, segment in self._committed_oldest_first():
+            if not goes(segment, freed):
+                if self.retention.seconds is not None:
+                    self._expires_at = segment.at + self.retention.seconds
+                break
+            doomed[key] = doomed.get(key, 0) + 1
+            freed += segment.nbytes
+        for key, count in doomed.items():
+            self._delete_first(key, count)
+        return doomed
+
+    def _committed_oldest_first(self) -> Iterator[tuple[str, Segment]]:
+        """(key, segment) of every committed segment, oldest first (each partition's are in
+        offset order, which is the order they were written)."""
+
+        def committed(key: str, index: PartitionIndex) -> Iterator[tuple[str, Segment]]:
+            for segment in index.segments:
+                if segment.end > index.committed:
+                    return
+                yield key, segment
+
+        held = [committed(k, i) for k, i in self.partitions.items() if i.committed > i.start]
+        return heapq.merge(*held, key=lambda item: item[1].at)
+
+    def _held(self, key: str) -> PartitionIndex | None:
+        """The index of ``key``, claimed if this (exclusive) process does not hold it yet; None
+        if it may not write it (a holder's partition it does not hold)."""
         if key not in self.epochs:
             if not self.exclusive:
-                return
-            index = self.open_partition(key)
-        index.segments = keep
-        index.start = keep[0].first if keep else index.end
-        try:  # publish first, then delete: a reader never sees a missing file listed
+                return None
+            committed = self.partitions[key].committed
+            self._claim(key, None)  # keeps ``retired`` as it is, unlike open_partition
+            self.partitions[key].committed = max(committed, self.partitions[key].committed)
+        return self.partitions[key]
+
+    def _delete_first(self, key: str, count: int) -> None:
+        """Delete the first ``count`` segments of partition ``key`` (all committed)."""
+        index = self._held(key)
+        if index is None:
+            return
+        gone, index.segments = index.segments[:count], index.segments[count:]
+        index.start = index.segments[0].first if index.segments else index.end
+        self._publish(index)  # publish first, then delete: a listed file is there or retained
+        freed = sum(segment.nbytes for segment in gone)
+        self.nbytes -= freed
+        self.committed_nbytes -= freed
+        _delete_segments(self.root, key, gone, index.segments, self.epochs[key])
+
+    def _publish(self, index: PartitionIndex) -> None:
+        try:
             self._save(index)
         except SpoolWriteError as exc:
             # A full disk cannot take the new index, and only deleting frees space: delete
-            # anyway (Spark never reads committed segments again); the next write publishes it.
-            logger.warning("spool: %s; deleting the committed segments first", exc)
-        self.nbytes -= sum(segment.nbytes for segment in gone)
-        _delete_segments(self.root, key, gone, index.segments, self.epochs[key])
+            # anyway (only committed segments go); the next write of the index publishes it.
+            logger.warning("spool: %s; the next write of the index publishes this change", exc)
+
+    def _recount(self) -> None:
+        """Recount ``committed_nbytes`` and the next expiry from the indexes (after a claim or
+        a release); segments an earlier release wrote (age not known) count from now."""
+        now = time.time()
+        self.committed_nbytes = 0
+        oldest = math.inf
+        for index in self.partitions.values():
+            for segment in index.segments:
+                if not segment.at:
+                    segment.at = now
+                if segment.end <= index.committed:
+                    self.committed_nbytes += segment.nbytes
+                    oldest = min(oldest, segment.at)
+        seconds = self.retention.seconds
+        self._expires_at = oldest + seconds if seconds is not None else math.inf
 
     def state(self, name: str) -> JsonState:
         """A small JSON document kept beside the partitions (discovery's durable state)."""
