@@ -113,7 +113,7 @@ def _deleted(key: str, start: int, end: int) -> tuple[int, Source, pa.Table]:
 
 def read_snapshot(root: str) -> dict[str, PartitionState]:
     """Every partition's retained range, read from the folder (a process that writes none)."""
-    return {key: index.state() for key, index in load_indexes(root).items()}
+    return {key: index.state() for key, index in load_indexes(root, history=False).items()}
 
 
 def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int, Source, pa.Table]]:
@@ -122,7 +122,9 @@ def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int,
     Offsets that retention deleted (below the index's start, or a segment whose file went after
     the index was read) come as one gap row at the first of them (``_deleted``); a spool that
     never held the range is a SpoolError."""
-    index = load_index(root, key)
+    index = load_index(root, key, history=False)
+    if index is not None and start < (index.segments[0].first if index.segments else index.end):
+        index = load_index(root, key)  # committed segments too, from the history file
     if index is None or end > index.end:
         held = "nothing" if index is None else f"[{index.start}, {index.end})"
         raise SpoolError(
@@ -148,7 +150,7 @@ def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int,
 def _gone(root: str, key: str, segment: Segment, lo: int, hi: int) -> tuple[int, Source, pa.Table]:
     """The rows for [lo, hi) of a segment whose file is gone: a gap row if retention deleted
     it since the index was read (the index now starts after it), else a SpoolError."""
-    now = load_index(root, key)
+    now = load_index(root, key, history=False)
     if now is not None and now.start >= segment.end:
         return _deleted(key, lo, hi)
     raise SpoolError(

@@ -10,7 +10,6 @@ dropped at the bound only when nothing committed is left to delete.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import heapq
 import math
@@ -32,6 +31,7 @@ from spark_zmq.spool.epochs import (
 )
 from spark_zmq.spool.layout import (
     BATCH_ROWS,
+    HISTORY_NAME,
     INDEX_NAME,
     LEASE_NAME,
     SPOOL_SCHEMA,
@@ -56,6 +56,9 @@ from spark_zmq.spool.layout import (
 )
 from spark_zmq.spool.leases import Lease, process_id
 
+#: dead lines (segments deleted since) a history file may hold beyond its live ones before it is
+#: written anew
+HISTORY_SLACK = 1024
 #: at the bound, committed segments are deleted until the spool is this fraction of the bound
 #: below it, so that appends at the bound do not each look for something to delete
 ROOM_MADE_AT_ONCE = 1 / 16
@@ -110,6 +113,9 @@ class Spool:
         #: when (wall clock) the oldest committed segment passes the retention by age
         self._expires_at = math.inf
         self._made_room_before = False  # the first time room is made at the bound is logged
+        #: per held partition, what its epoch's history file holds: (the end of the last
+        #: segment in it, its lines); none yet: written whole at the next save
+        self._history: dict[str, tuple[int, int]] = {}
         if exclusive:
             self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
@@ -161,6 +167,7 @@ class Spool:
         self.nbytes += index.nbytes - (old.nbytes if old else 0)
         self.partitions[key] = index
         self.epochs[key] = mine
+        self._history.pop(key, None)  # a new epoch folder, without a history file yet
         self.inherited[key] = previous if previous and previous.holder else None
         self._beats[key] = 0
         self._recount()
@@ -192,6 +199,7 @@ class Spool:
     def _forget(self, key: str) -> int | None:
         """This process no longer holds ``key``: the epoch it held it under, if any."""
         epoch = self.epochs.pop(key, None)
+        self._history.pop(key, None)
         if epoch is not None and not self.exclusive:
             gone = self.partitions.pop(key, None)
             self.nbytes -= gone.nbytes if gone else 0
@@ -231,14 +239,15 @@ class Spool:
         except OSError as exc:
             raise self._write_failed(key, path, exc) from None
         segment.at = time.time()
-        updated = dataclasses.replace(
-            index,
-            segments=[*index.segments, segment],
-            end=segment.end,
-            dropped=index.dropped + dropped,
-        )
-        self._save(updated)  # a file not in the index is never read, and replaced later
-        self.partitions[key] = updated
+        before = (index.end, index.dropped)
+        index.segments.append(segment)  # in place: retention may keep many segments
+        index.end, index.dropped = segment.end, index.dropped + dropped
+        try:
+            self._save(index)  # a file not in the index is never read, and replaced later
+        except SpoolError:
+            index.segments.pop()
+            index.end, index.dropped = before
+            raise
         self.nbytes += segment.nbytes
 
     @_locked
@@ -391,7 +400,40 @@ class Spool:
         return os.path.join(partition_dir(self.root, key), epoch_name(self.epochs[key]), name)
 
     def _save(self, index: PartitionIndex) -> None:
+        """Publish ``index``: its committed segments in the history file first, then
+        index.json, which lists the others (so the history holds whatever an index names)."""
+        self._save_history(index)
         self._write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
+
+    def _save_history(self, index: PartitionIndex) -> None:
+        """Add the newly committed segments to the epoch's history file: appended, so a commit
+        costs what it committed, not what retention keeps; written whole in a new epoch, and
+        once it holds more than HISTORY_SLACK (and as many as its live lines) of segments that
+        retention deleted."""
+        key = index.key
+        committed = index.committed_count()
+        written = self._history.get(key)
+        if written is None and not committed:
+            return
+        if written is None or written[1] - committed > max(HISTORY_SLACK, committed):
+            data, lines, mode = index.history_lines(0, committed), committed, "wb"
+        else:
+            begin = index.count_before(written[0])
+            data, lines, mode = index.history_lines(begin, committed), written[1], "ab"
+            lines += committed - begin
+            if not data:
+                return
+        path = self._path(key, HISTORY_NAME)
+        self._history.pop(key, None)  # written whole next time if this write fails
+        try:
+            if mode == "wb":
+                write_atomically(path, data.encode())
+            else:
+                with open(path, "ab") as f:
+                    f.write(data.encode())
+        except OSError as exc:
+            raise self._write_failed(key, path, exc) from None
+        self._history[key] = (index.segments[committed - 1].end if committed else 0, lines)
 
     def _write(self, key: str, name: str, data: bytes) -> None:
         path = self._path(key, name)

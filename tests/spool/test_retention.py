@@ -9,6 +9,7 @@ import time
 
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.spool.layout import (
+    HISTORY_NAME,
     INDEX_NAME,
     Retention,
     Source,
@@ -151,9 +152,11 @@ def test_an_index_written_before_retention_existed_still_loads(tmp_path):
     path = os.path.join(partition_dir(root, "k"), f"e{epoch:08d}.sealed", INDEX_NAME)
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    del doc["committed"], doc["written_at"]
-    doc["start"] = 1  # as that release left it: the committed segment deleted
-    doc["segments"] = doc["segments"][1:]
+    # as that release left it: the committed segment deleted, no history file
+    assert doc["start"] == 1 and [s[0] for s in doc["segments"]] == [1, 2]
+    del doc["committed"], doc["written_at"], doc["retained_from"]
+    os.remove(os.path.join(os.path.dirname(path), HISTORY_NAME))
+    os.remove(os.path.join(os.path.dirname(path), f"{0:020d}.arrow"))
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
     assert read_snapshot(root)["k"] == (1, 3, False, 1)
@@ -183,3 +186,63 @@ def test_a_read_that_meets_segments_retention_deleted_meanwhile_gets_a_gap_row(t
     assert rest[0][1][0].startswith("gap: 1 messages at offsets [1, 2) of partition k were")
     assert rest[2][1] == [None], "the uncommitted segment is read as usual"
     spool.close()
+
+
+def history_file(root: str, key: str) -> str:
+    epoch = epochs(partition_dir(root, key))[-1][0]
+    return os.path.join(partition_dir(root, key), f"e{epoch:08d}", HISTORY_NAME)
+
+
+def test_committed_segments_go_to_an_append_only_history_so_the_index_stays_small(tmp_path):
+    """index.json is written at every append: it lists only what is not committed; the
+    committed segments are appended to the history file at commit, which is written anew only
+    once mostly dead. A restart, and readers, find them all again."""
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    fill(spool, "k", 50)
+    spool.truncate("k", 40)
+    index_path = os.path.join(os.path.dirname(history_file(root, "k")), INDEX_NAME)
+    with open(index_path, encoding="utf-8") as f:
+        assert [s[0] for s in json.load(f)["segments"]] == list(range(40, 50))
+    size = os.path.getsize(history_file(root, "k"))
+    fill(spool, "k", 1)
+    assert os.path.getsize(history_file(root, "k")) == size, "an append leaves it alone"
+    spool.truncate("k", 45)
+    with open(history_file(root, "k"), encoding="utf-8") as f:
+        assert [json.loads(line)[0] for line in f] == list(range(45)), "appended"
+    assert [first for first, _, _ in read_range(root, "k", 0, 51)] == list(range(51))
+    spool.close()
+    again = Spool(root, 1 << 30, retention=Retention(nbytes=5 * segment_size(tmp_path)))
+    assert [s.first for s in again.partitions["k"].segments] == list(range(51))
+    for _ in range(1100):  # each commit deletes one: dead lines pile up, then go at once
+        fill(again, "k", 1)
+        again.truncate("k", again.partitions["k"].end)
+    with open(history_file(root, "k"), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    assert 5 <= len(lines) <= 5 + 1024 + 1, len(lines)
+    again.close()
+    assert kept(root, "k") == list(range(1146, 1151))
+
+
+def test_a_history_cut_short_counts_its_lost_lines_as_deleted(tmp_path):
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    fill(spool, "k", 6)
+    spool.truncate("k", 4)
+    folder, name = os.path.split(history_file(root, "k"))
+    spool.close()
+    path = os.path.join(f"{folder}.sealed", name)
+    with open(path, "r+b") as f:  # the first line lost, a torn line at the end
+        lines = f.read().splitlines(keepends=True)
+        f.seek(0)
+        f.truncate()
+        f.write(b"".join(lines[1:]) + b"[4, 1, 2")
+    index = load_index(root, "k")
+    assert index.start == 1 and [s.first for s in index.segments] == [1, 2, 3, 4, 5]
+    assert [first for first, _, _ in read_range(root, "k", 0, 6)] == [0, 1, 2, 3, 4, 5]
+    assert (
+        next(read_range(root, "k", 0, 6))[2]
+        .column("fault")[0]
+        .as_py()
+        .startswith("gap: 1 messages at offsets [0, 1) of partition k were deleted")
+    )
