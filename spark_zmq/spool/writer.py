@@ -119,7 +119,8 @@ class Spool:
         if exclusive:
             self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
-        self._recount()
+        for index in self.partitions.values():
+            self._count(index, +1)
 
     def stopping(self) -> None:
         """Say that this process is about to let go of the folder (see ``lock_folder``)."""
@@ -170,7 +171,8 @@ class Spool:
         self._history.pop(key, None)  # a new epoch folder, without a history file yet
         self.inherited[key] = previous if previous and previous.holder else None
         self._beats[key] = 0
-        self._recount()
+        self._count(old, -1)
+        self._count(index, +1)
         self._save(index)
         self.heartbeat(key)
 
@@ -203,7 +205,7 @@ class Spool:
         if epoch is not None and not self.exclusive:
             gone = self.partitions.pop(key, None)
             self.nbytes -= gone.nbytes if gone else 0
-            self._recount()
+            self._count(gone, -1)
         return epoch
 
     # -- writing -------------------------------------------------------------------------------
@@ -350,9 +352,7 @@ class Spool:
         if key not in self.epochs:
             if not self.exclusive:
                 return None
-            committed = self.partitions[key].committed
             self._claim(key, None)  # keeps ``retired`` as it is, unlike open_partition
-            self.partitions[key].committed = max(committed, self.partitions[key].committed)
         return self.partitions[key]
 
     def _delete_first(self, key: str, count: int) -> None:
@@ -376,21 +376,22 @@ class Spool:
             # anyway (only committed segments go); the next write of the index publishes it.
             logger.warning("spool: %s; the next write of the index publishes this change", exc)
 
-    def _recount(self) -> None:
-        """Recount ``committed_nbytes`` and the next expiry from the indexes (after a claim or
-        a release); segments an earlier release wrote (age not known) count from now."""
+    def _count(self, index: PartitionIndex | None, sign: int) -> None:
+        """Add (``sign`` +1: loaded or claimed) or take away (-1: let go) what ``index``'s
+        committed segments count in ``committed_nbytes``; a new index also moves the next
+        expiry earlier if its oldest committed segment is due sooner. Segments an earlier
+        release wrote (age not known) count from now."""
+        if index is None:
+            return
         now = time.time()
-        self.committed_nbytes = 0
-        oldest = math.inf
-        for index in self.partitions.values():
-            for segment in index.segments:
-                if not segment.at:
-                    segment.at = now
-                if segment.end <= index.committed:
-                    self.committed_nbytes += segment.nbytes
-                    oldest = min(oldest, segment.at)
+        committed = index.committed_count()
+        for segment in index.segments:
+            if not segment.at:
+                segment.at = now
+        self.committed_nbytes += sign * sum(s.nbytes for s in index.segments[:committed])
         seconds = self.retention.seconds
-        self._expires_at = oldest + seconds if seconds is not None else math.inf
+        if sign > 0 and committed and seconds is not None:
+            self._expires_at = min(self._expires_at, index.segments[0].at + seconds)
 
     def state(self, name: str) -> JsonState:
         """A small JSON document kept beside the partitions (discovery's durable state)."""
