@@ -274,7 +274,7 @@ class Spool:
                 if newly and self.retention.seconds is not None:
                     oldest = min(s.at for s in newly) + self.retention.seconds
                     self._expires_at = min(self._expires_at, oldest)
-                if not self._apply_retention(time.time()).get(key):
+                if not (self._retention_due() and self._apply_retention(time.time()).get(key)):
                     self._publish(index)  # the commit alone: retention deleted nothing of it
                 return
         self.expire()
@@ -284,10 +284,16 @@ class Spool:
         """Apply the retention (segments that passed it by age, or the bytes beyond
         ``Retention.nbytes``); cheap when nothing is due. The writer's periodic tick calls it,
         so that retention runs with nothing new written or committed."""
+        if self._retention_due():
+            self._apply_retention(time.time())
+
+    def _retention_due(self) -> bool:
+        """Whether retention would delete something: committed bytes over
+        ``Retention.nbytes``, or the oldest committed segment past its age (checked without
+        walking the partitions)."""
         max_kept = self.retention.nbytes
         over = max_kept is not None and self.committed_nbytes > max_kept
-        if over or time.time() >= self._expires_at:
-            self._apply_retention(time.time())
+        return over or time.time() >= self._expires_at
 
     @_locked
     def make_room(self) -> None:
