@@ -115,7 +115,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = {k: s.end for k, s in state.items()}
         # latest: what this run captured before Spark's first call is read, not skipped
         ends_at_start = self._started().ends_at_start
-        latest = {k: ends_at_start.get(k, v) for k, v in end.items()}
+        latest = {k: ends_at_start.get(k, s.start) for k, s in state.items()}
         spec = self.settings.starting_offsets or "latest"
         if spec == "latest":
             return StreamOffset(latest).to_json()
