@@ -91,12 +91,13 @@ def boolean(value: str) -> bool:
     raise ValueError(value)
 
 
-_DURATION_UNITS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_UNITS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def duration(value: str) -> float:
-    """Seconds, from a number with an optional unit (ms, s, m, h): ``500ms``, ``30s``, ``15m``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|m|h|)\s*", value.lower())
+    """Seconds, from a number with an optional unit (ms, s, m, h, d): ``500ms``, ``30s``,
+    ``15m``, ``7d``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|m|h|d|)\s*", value.lower())
     if match is None:
         raise ValueError(value)
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]

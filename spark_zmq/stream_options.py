@@ -93,6 +93,13 @@ def _offset_spec(value: str, words: tuple[str, ...]) -> OffsetSpec:
     return {str(k): int(v) for k, v in doc.items()}
 
 
+def retention_duration(value: str) -> float | None:
+    """Option parser: a duration (``duration``), or ``forever`` (None: no bound by age)."""
+    if value.strip().lower() == "forever":
+        return None
+    return duration(value)
+
+
 # ---------------------------------------------------------------------------------------------
 # Options of the generic stream reader, shared by every format.
 
@@ -152,11 +159,11 @@ READER_OPTIONS: tuple[Option, ...] = (
         None,
         "Where a read starts in a spool that already holds messages. A new stream (no "
         "checkpoint), default `latest`: after them (what is captured from now on), or at the "
-        "first one still held (`earliest`: what an earlier query with the same spool left "
-        "uncommitted; the default with `capture=service`, where it is what the capture "
-        "service holds that no earlier run committed); a restart from a checkpoint goes on "
-        "where it stopped either way. A "
-        "batch read, default `earliest`. In JSON, a partition not named starts at earliest.",
+        "first one still held (`earliest`: the history `spoolRetention` kept, committed or "
+        "not, as Kafka's earliest; the default with `capture=service`, where it is all that "
+        "the capture service holds); a restart from a checkpoint goes on where it stopped "
+        "either way. A batch read, default `earliest`. In JSON, a partition not named starts "
+        "at earliest.",
     ),
     Option(
         "endingOffsets",
@@ -171,7 +178,8 @@ READER_OPTIONS: tuple[Option, ...] = (
         text,
         "a folder path",
         None,
-        "Where captured messages are kept until Spark commits them. Default: a folder under "
+        "Where captured messages are kept until Spark commits them, and after that for "
+        "`spoolRetention` (batch reads of it replay them). Default: a folder under "
         "the local temporary directory derived from the format and options, so a restart with "
         "the same options finds it; its path is logged.",
     ),
@@ -193,7 +201,31 @@ READER_OPTIONS: tuple[Option, ...] = (
         "Bound of the spool on disk. At the bound new messages are dropped, counted, logged "
         "and reported as a row with `error` set (a gap): those of the partitions that hold "
         "more than their share of the bound (the bound divided among the partitions), so "
-        "that one flooding peer does not cost its neighbours their messages.",
+        "that one flooding peer does not cost its neighbours their messages. Before any "
+        "message is dropped, committed messages kept by `spoolRetention` are deleted, oldest "
+        "first: history never costs capture a message.",
+    ),
+    Option(
+        "spoolRetention",
+        retention_duration,
+        "a duration such as 7d, 12h or 30m (a bare number: seconds), 0, or forever",
+        "7d",
+        "How long messages are kept in the spool after Spark committed them, counted from when "
+        "they were written, so that batch reads (`spark.read`) and new streams with "
+        "`startingOffsets=earliest` can replay them (debugging, backfills). Default 7 days, "
+        "as Kafka's `retention.ms`; `0` deletes them at commit. Only committed messages are "
+        "ever deleted; retention runs in the process that writes the partition (at each "
+        "commit and on capture's flush tick).",
+    ),
+    Option(
+        "spoolRetentionBytes",
+        byte_size,
+        "a size such as 1g, 512m or 1048576",
+        None,
+        "Most bytes of committed messages the spool keeps (with `capture=executors`, each "
+        "partition's capture process keeps this much); older ones are deleted first. Not set "
+        "by default: `maxSpoolBytes` already bounds them, since committed messages are deleted "
+        "first whenever a write needs room.",
     ),
     Option(
         "maxMessageBytes",

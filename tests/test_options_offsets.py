@@ -19,6 +19,25 @@ def test_defaults_and_case_insensitive_names():
     assert options.is_set("mode") and not options.is_set("session")
 
 
+def test_retention_options_reach_capture_as_a_retention():
+    """spoolRetention takes days and ``forever``; the defaults keep committed data 7 days with no
+    byte bound of its own (maxSpoolBytes deletes it first when room is needed)."""
+    from spark_zmq.capture.assignment import CaptureSettings
+    from spark_zmq.spool.layout import Retention
+
+    assert CaptureSettings.of(parse_options("zeroeq", SPECS, {})).retention == Retention(
+        7 * 86400.0, None
+    )
+    given = {"spoolRetention": "1.5d", "spoolRetentionBytes": "512m"}
+    settings = CaptureSettings.of(parse_options("zeroeq", SPECS, given))
+    assert settings.retention == Retention(1.5 * 86400, 512 << 20)
+    forever = parse_options("zeroeq", SPECS, {"spoolRetention": "Forever"})
+    assert forever["spoolRetention"] is None
+    assert parse_options("zeroeq", SPECS, {"spoolRetention": "0"})["spoolRetention"] == 0.0
+    with pytest.raises(OptionError, match="'spoolRetention' must be a duration such as 7d"):
+        parse_options("zeroeq", SPECS, {"spoolRetention": "a week"})
+
+
 @pytest.mark.parametrize(
     "raw, words",
     [

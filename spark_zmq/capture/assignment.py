@@ -11,6 +11,7 @@ from pyspark.sql.datasource import InputPartition
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS
 from spark_zmq.options import Options
 from spark_zmq.security import Curve
+from spark_zmq.spool.layout import Retention
 
 ASSIGNMENT = "assignment"
 COMMITS = "commits"
@@ -35,6 +36,10 @@ class CaptureSettings:
     core: str | None = None
     #: frames in one message at most (``maxMessageParts``; ``max_message_bytes`` bounds its bytes)
     max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS
+    #: how long committed segments are kept (``spoolRetention``; None: no bound by age)
+    retention_seconds: float | None = None
+    #: most bytes of committed segments kept (``spoolRetentionBytes``; None: not bounded)
+    retention_bytes: int | None = None
 
     @classmethod
     def of(cls, options: Options) -> CaptureSettings:
@@ -56,7 +61,13 @@ class CaptureSettings:
             keys,
             options["captureCore"],
             options["maxMessageParts"],
+            options["spoolRetention"],
+            options["spoolRetentionBytes"],
         )
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.retention_seconds, self.retention_bytes)
 
     def curve_keys(self) -> Curve:
         server, public, secret = (k.encode() if k else None for k in self.curve)

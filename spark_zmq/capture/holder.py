@@ -8,7 +8,8 @@ until it has claimed the partition's next epoch in the spool. The holder then ru
 - renews its lease (and stops at once if a newer holder has taken the partition over),
 - follows the driver's assignment: metadata changes, the endpoint leaving (read until its peer
   disconnects, then the partition is retired),
-- truncates what the query committed.
+- records what the query committed in the partition's index, and deletes what retention lets
+  go (``spoolRetention``).
 
 It ends, flushing what it received and sealing its epoch so the partition is free again, when
 its executor's JVM is gone, when the query has not renewed the assignment for
@@ -247,7 +248,11 @@ class Holder:
         self.name = settings.format_name
         self.jvm = jvm_pid()
         self.spool = Spool(
-            spool_path, settings.max_spool_bytes, exclusive=False, executor=executor_id()
+            spool_path,
+            settings.max_spool_bytes,
+            exclusive=False,
+            executor=executor_id(),
+            retention=settings.retention,
         )
         self.assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self.commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))

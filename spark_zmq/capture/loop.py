@@ -321,6 +321,7 @@ class Capture:
         tickets = self._flushes.start_flush()
         for conn in self._members:
             self._drain(conn)
+        self.spool.expire()  # retention by age runs with nothing new written, too
         self._flushes.served(tickets)
 
     def _drain(self, conn: Connection) -> None:

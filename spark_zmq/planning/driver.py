@@ -36,7 +36,12 @@ class DriverCapture(Placement):
 
     def start(self) -> None:
         settings = CaptureSettings.of(self.options)
-        self._spool = Spool(self.spool_path, settings.max_spool_bytes, role=self.spool_role)
+        self._spool = Spool(
+            self.spool_path,
+            settings.max_spool_bytes,
+            role=self.spool_role,
+            retention=settings.retention,
+        )
         previous = load_alive(self.spool_path)  # before this run's capture replaces it
         left = _retire_leftovers(self._spool)
         downtime = Downtime(_owed(self._spool, left, previous), alive_record(self.spool_path))

@@ -4,8 +4,8 @@ spool and renews that document every second. Each partition is captured by one h
 an executor (``spark_zmq.capture.holder``), started by a *claim* task of that partition and
 fenced by the spool's epochs. The driver watches every holder's heartbeat; a partition whose
 holder is gone, or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the
-next micro-batch (the reader forces one). Commits go to ``commits.json``; each holder truncates
-its partition.
+next micro-batch (the reader forces one). Commits go to ``commits.json``; each holder records
+them in its partition's index and applies the retention to it.
 
 A restarted query starts from the previous run's assignment, not from an empty one: right after
 a start, an endpoint discovery has not found yet is *unknown*, not gone. Its holder (which
@@ -63,6 +63,9 @@ class ExecutorCapture(Placement):
         self._stopping = threading.Event()
         self._renewer: threading.Thread | None = None
         self._discovery: Discovery | None = None
+        #: what the query committed (commits.json), per partition: holders record it in the
+        #: indexes on their next tick
+        self._committed: dict[str, int] = {}
 
     def start(self) -> None:
         try:
@@ -73,6 +76,7 @@ class ExecutorCapture(Placement):
                 f"spoolPath): {exc.strerror or exc}"
             ) from None
         self.ends_at_start = {k: s.end for k, s in read_snapshot(self.spool_path).items()}
+        self._committed = dict(self._commits.load() or {})
         previous = self._assignment.load() or {}
         self._spool_id = previous.get("spool_id") or uuid.uuid4().hex
         self._carry_over(previous)
@@ -175,11 +179,13 @@ class ExecutorCapture(Placement):
         with self._lock:
             assigned = set(self._endpoints)
         state = read_snapshot(self.spool_path)
-        # a partition whose endpoint left while nobody held it will not be retired by a holder
+        # a partition whose endpoint left while nobody held it will not be retired by a holder;
+        # what the query committed counts at once, before its holder records it in the index
         return {
-            k: s._replace(retired=True)
-            if not s.retired and k not in assigned and k not in live
-            else s
+            k: s._replace(
+                retired=s.retired or (k not in assigned and k not in live),
+                committed=min(s.end, max(s.committed, self._committed.get(k, 0))),
+            )
             for k, s in state.items()
         }
 
@@ -227,6 +233,7 @@ class ExecutorCapture(Placement):
         committed = self._commits.load() or {}
         committed.update(end)
         self._commits.save(committed)
+        self._committed.update(end)
 
     def close(self) -> None:
         self._stopping.set()

@@ -144,7 +144,8 @@ def resolve(
             raise OffsetRangeError(
                 f"option {option!r} asks for offset {offset} of partition {key}, but the spool "
                 f"holds [{first[key]}, {end[key]}) of it (earlier offsets were committed and "
-                f"deleted)"
+                f"deleted by retention: options spoolRetention, spoolRetentionBytes, "
+                f"maxSpoolBytes)"
             )
         else:
             resolved[key] = offset

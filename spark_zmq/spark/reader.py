@@ -102,24 +102,31 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._placement
 
     def _available(self) -> tuple[PartitionOffsets, PartitionOffsets, set[str]]:
-        """(end, first available, retired) of every partition, with all captured so far."""
+        """(end, first uncommitted, retired) of every partition, with all captured so far.
+
+        A partition that the offsets do not name (new, or one that left them) starts at its
+        first uncommitted offset, not at the first retained one: what was committed stays in
+        the spool for retention (batch reads, ``startingOffsets=earliest``), not to be read by
+        this stream again."""
         state = self._started().snapshot()
         return (
             {k: s.end for k, s in state.items()},
-            {k: s.start for k, s in state.items()},
+            {k: s.first_uncommitted for k, s in state.items()},
             {k for k, s in state.items() if s.retired},
         )
 
     def initialOffset(self) -> dict:
-        end, first, _ = self._available()
+        state = self._started().snapshot()
+        end = {k: s.end for k, s in state.items()}
         # latest: what this run captured before Spark's first call is read, not skipped
         placement = self._started()
         ends_at_start = placement.ends_at_start
-        latest = {k: ends_at_start.get(k, v) for k, v in first.items()}
+        latest = {k: ends_at_start.get(k, s.start) for k, s in state.items()}
         spec = self.settings.starting_offsets or placement.default_starting_offsets
         if spec == "latest":
             return StreamOffset(latest).to_json()
-        return StreamOffset(resolve(spec, first, end, "earliest", "startingOffsets")).to_json()
+        retained = {k: s.start for k, s in state.items()}  # earliest: all the spool keeps
+        return StreamOffset(resolve(spec, retained, end, "earliest", "startingOffsets")).to_json()
 
     def latestOffset(self, start_json: dict, limit: ReadLimit) -> dict:
         offset = StreamOffset.from_json(start_json)
@@ -179,7 +186,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start, end = StreamOffset.from_json(start_json), StreamOffset.from_json(end_json)
         first = {}
         if any(k not in start.ends for k in end.ends):  # partitions new since ``start`` begin
-            first = {k: s.start for k, s in self._started().snapshot().items()}
+            first = {k: s.first_uncommitted for k, s in self._started().snapshot().items()}
         planned: list[InputPartition] = [
             SpoolRange(self.spool_path, r.key, r.start, r.end)
             for r in ranges(start.ends, end.ends, first)

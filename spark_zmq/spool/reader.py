@@ -1,12 +1,15 @@
 """Reading a spool (any process, no lock): retained ranges, and rows by offset range.
 
 Readers (offset planning, ``read_range`` on executors) take the index of the highest epoch that
-has one and look a segment up in its epoch's folder, sealed or not; they need no lock.
+has one and look a segment up in its epoch's folder, sealed or not; they need no lock. Retention
+may delete committed segments while a read runs (the writer publishes the index first, then
+deletes): offsets it deleted before the read reached them are read as one gap row, not an error.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -27,7 +30,9 @@ from spark_zmq.spool.layout import (
 IPC_FILE_MAGIC = b"ARROW1\0\0"
 
 
-def _read_segment(root: str, key: str, segment: Segment) -> tuple[Source, pa.Table]:
+def _read_segment(root: str, key: str, segment: Segment) -> tuple[Source, pa.Table] | None:
+    """A segment's source and rows (a damaged file: ``_recover_segment``); None if its file
+    is gone, sealed or not."""
     paths = segment_paths(root, key, segment)
     for path in paths:
         try:
@@ -43,10 +48,7 @@ def _read_segment(root: str, key: str, segment: Segment) -> tuple[Source, pa.Tab
             except (pa.ArrowInvalid, OSError, KeyError, ValueError):
                 pass
         return _recover_segment(path, segment)
-    raise SpoolError(
-        f"spool segment {paths[0]} of partition {key!r} is missing, sealed or not; "
-        f"the spool was changed by something other than spark_zmq"
-    )
+    return None
 
 
 def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
@@ -70,18 +72,40 @@ def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
         f"are lost: spool segment {path} is damaged (cut short by a crash or a full disk)"
     )
     logger.warning("spool: %s; %d rows of it recovered", text, rows.num_rows)
-    when = int(os.path.getmtime(path) * 1e6)
-    faults = pa.table(
+    faults = _fault_rows(text, lost, int(os.path.getmtime(path) * 1e6))
+    return source, pa.concat_tables([rows, faults])
+
+
+def _fault_rows(text: str, count: int, when_us: int) -> pa.Table:
+    """``count`` rows of fault ``text``, received at ``when_us`` (microseconds, UTC)."""
+    return pa.table(
         {
-            "received_at": pa.array([when] * lost, pa.int64()).cast(
+            "received_at": pa.array([when_us] * count, pa.int64()).cast(
                 SPOOL_SCHEMA.field("received_at").type
             ),
-            "frames": pa.array([[]] * lost, SPOOL_SCHEMA.field("frames").type),
-            "fault": pa.array([text] * lost, pa.string()),
+            "frames": pa.array([[]] * count, SPOOL_SCHEMA.field("frames").type),
+            "fault": pa.array([text] * count, pa.string()),
         },
         schema=SPOOL_SCHEMA,
     )
-    return source, pa.concat_tables([rows, faults])
+
+
+#: the source of a row that stands for deleted messages (the segments that named it are gone)
+DELETED = Source("(deleted from the spool by retention)", {})
+
+
+def _deleted(key: str, start: int, end: int) -> tuple[int, Source, pa.Table]:
+    """One gap row, at offset ``start``, for offsets [start, end) that retention deleted before
+    a read reached them (a checkpoint or startingOffsets older than what the spool keeps, or a
+    batch read that ran while retention deleted)."""
+    text = (
+        f"gap: {end - start} messages at offsets [{start}, {end}) of partition {key} were "
+        f"deleted from the spool by retention (options spoolRetention, spoolRetentionBytes, "
+        f"or room made at maxSpoolBytes) after Spark committed them, before this read reached "
+        f"them"
+    )
+    logger.warning("spool: %s", text)
+    return start, DELETED, _fault_rows(text, 1, time.time_ns() // 1000)
 
 
 # -- reading (any process) ---------------------------------------------------------------------
@@ -89,26 +113,47 @@ def _recover_segment(path: str, segment: Segment) -> tuple[Source, pa.Table]:
 
 def read_snapshot(root: str) -> dict[str, PartitionState]:
     """Every partition's retained range, read from the folder (a process that writes none)."""
-    return {
-        key: PartitionState(index.start, index.end, index.retired)
-        for key, index in load_indexes(root).items()
-    }
+    return {key: index.state() for key, index in load_indexes(root, history=False).items()}
 
 
 def read_range(root: str, key: str, start: int, end: int) -> Iterator[tuple[int, Source, pa.Table]]:
-    """Yield (first offset, source, rows) for offsets [start, end) of one partition, in order."""
-    index = load_index(root, key)
-    if index is None or start < index.start or end > index.end:
+    """Yield (first offset, source, rows) for offsets [start, end) of one partition, in order.
+
+    Offsets that retention deleted (below the index's start, or a segment whose file went after
+    the index was read) come as one gap row at the first of them (``_deleted``); a spool that
+    never held the range is a SpoolError."""
+    index = load_index(root, key, history=False)
+    if index is not None and start < (index.segments[0].first if index.segments else index.end):
+        index = load_index(root, key)  # committed segments too, from the history file
+    if index is None or end > index.end:
         held = "nothing" if index is None else f"[{index.start}, {index.end})"
         raise SpoolError(
             f"spool {root} cannot serve offsets [{start}, {end}) of partition {key!r}: it holds "
             f"{held}. The spool was deleted or belongs to another query; restore it or start "
             f"the query with a new checkpoint"
         )
+    if start < index.start:
+        yield _deleted(key, start, min(end, index.start))
     for segment in index.segments:
         if segment.end <= start or segment.first >= end:
             continue
-        source, table = _read_segment(root, key, segment)
-        lo = max(start, segment.first) - segment.first
-        hi = min(end, segment.end) - segment.first
-        yield segment.first + lo, source, table.slice(lo, hi - lo)
+        lo = max(start, segment.first)
+        hi = min(end, segment.end)
+        found = _read_segment(root, key, segment)
+        if found is None:
+            yield _gone(root, key, segment, lo, hi)
+            continue
+        source, table = found
+        yield lo, source, table.slice(lo - segment.first, hi - lo)
+
+
+def _gone(root: str, key: str, segment: Segment, lo: int, hi: int) -> tuple[int, Source, pa.Table]:
+    """The rows for [lo, hi) of a segment whose file is gone: a gap row if retention deleted
+    it since the index was read (the index now starts after it), else a SpoolError."""
+    now = load_index(root, key, history=False)
+    if now is not None and now.start >= segment.end:
+        return _deleted(key, lo, hi)
+    raise SpoolError(
+        f"spool segment {segment_paths(root, key, segment)[0]} of partition {key!r} is "
+        f"missing, sealed or not; the spool was changed by something other than spark_zmq"
+    )

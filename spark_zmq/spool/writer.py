@@ -1,15 +1,22 @@
-"""The writer side of a spool folder: claims partitions, appends segments, truncates.
+"""The writer side of a spool folder: claims partitions, appends segments, records commits and
+deletes what retention lets go.
 
-Each partition has one writer at a time, fenced by epochs (``epochs``).
+Each partition has one writer at a time, fenced by epochs (``epochs``). Only committed segments
+are ever deleted, oldest first across the partitions this process writes: when they are older
+than the retention (``Retention.seconds``), when more of them than ``Retention.nbytes`` are
+kept, and whenever a write needs room at the spool's bound (``has_room``). New messages are
+dropped at the bound only when nothing committed is left to delete.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import heapq
+import math
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
@@ -25,6 +32,7 @@ from spark_zmq.spool.epochs import (
 )
 from spark_zmq.spool.layout import (
     BATCH_ROWS,
+    HISTORY_NAME,
     INDEX_NAME,
     LEASE_NAME,
     SPOOL_SCHEMA,
@@ -32,6 +40,7 @@ from spark_zmq.spool.layout import (
     LeaseLost,
     PartitionIndex,
     PartitionState,
+    Retention,
     Segment,
     Source,
     SpoolError,
@@ -47,6 +56,13 @@ from spark_zmq.spool.layout import (
     write_atomically,
 )
 from spark_zmq.spool.leases import Lease, process_id
+
+#: dead lines (segments deleted since) a history file may hold beyond its live ones before it is
+#: written anew
+HISTORY_SLACK = 1024
+#: at the bound, committed segments are deleted until the spool is this fraction of the bound
+#: below it, so that appends at the bound do not each look for something to delete
+ROOM_MADE_AT_ONCE = 1 / 16
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -81,9 +97,11 @@ class Spool:
         exclusive: bool = True,
         executor: str = "",
         role: str = QUERY,
+        retention: Retention | None = None,
     ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.retention = retention or Retention()
         self.exclusive = exclusive
         self.executor = executor or process_id()
         _make_folder(root)
@@ -93,9 +111,19 @@ class Spool:
         self.epochs: dict[str, int] = {}  # partitions this process holds -> its epoch
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
+        #: bytes of the committed segments in ``partitions`` (what room can be made of)
+        self.committed_nbytes = 0
+        #: when (wall clock) the oldest committed segment passes the retention by age
+        self._expires_at = math.inf
+        self._made_room_before = False  # the first time room is made at the bound is logged
+        #: per held partition, what its epoch's history file holds: (the end of the last
+        #: segment in it, its lines); none yet: written whole at the next save
+        self._history: dict[str, tuple[int, int]] = {}
         if exclusive:
             self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
+        for index in self.partitions.values():
+            self._count(index, +1)
 
     def stopping(self) -> None:
         """Say that this process is about to let go of the folder (see ``lock_folder``)."""
@@ -114,10 +142,7 @@ class Spool:
     @_locked
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, for planning offsets."""
-        return {
-            key: PartitionState(index.start, index.end, index.retired)
-            for key, index in self.partitions.items()
-        }
+        return {key: index.state() for key, index in self.partitions.items()}
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -146,8 +171,11 @@ class Spool:
         self.nbytes += index.nbytes - (old.nbytes if old else 0)
         self.partitions[key] = index
         self.epochs[key] = mine
+        self._history.pop(key, None)  # a new epoch folder, without a history file yet
         self.inherited[key] = previous if previous and previous.holder else None
         self._beats[key] = 0
+        self._count(old, -1)
+        self._count(index, +1)
         self._save(index)
         self.heartbeat(key)
 
@@ -176,18 +204,24 @@ class Spool:
     def _forget(self, key: str) -> int | None:
         """This process no longer holds ``key``: the epoch it held it under, if any."""
         epoch = self.epochs.pop(key, None)
+        self._history.pop(key, None)
         if epoch is not None and not self.exclusive:
-            self.partitions.pop(key, None)
+            gone = self.partitions.pop(key, None)
+            self.nbytes -= gone.nbytes if gone else 0
+            self._count(gone, -1)
         return epoch
 
     # -- writing -------------------------------------------------------------------------------
 
     def has_room(self, key: str | None = None) -> bool:
-        """Whether more of partition ``key`` may be written: the spool is under its bound, or
-        ``key`` holds less than its share of the bound (the bound divided among the partitions
-        held). So when one peer floods the spool to its bound, its partition is the one that
-        drops, not its neighbours; the spool then holds at most the bound plus what the
-        partitions under their shares add."""
+        """Whether more of partition ``key`` may be written: the spool is under its bound (once
+        committed segments were deleted to make room, see ``make_room``), or ``key`` holds less
+        than its share of the bound (the bound divided among the partitions held). So when one
+        peer floods the spool to its bound, its partition is the one that drops, not its
+        neighbours; the spool then holds at most the bound plus what the partitions under their
+        shares add."""
+        if self.nbytes >= self.max_bytes and self.committed_nbytes:
+            self.make_room()
         if self.nbytes < self.max_bytes or key is None:
             return self.nbytes < self.max_bytes
         index = self.partitions.get(key)
@@ -209,14 +243,16 @@ class Spool:
             segment.nbytes = _write_segment_file(path, source, table)
         except OSError as exc:
             raise self._write_failed(key, path, exc) from None
-        updated = dataclasses.replace(
-            index,
-            segments=[*index.segments, segment],
-            end=segment.end,
-            dropped=index.dropped + dropped,
-        )
-        self._save(updated)  # a file not in the index is never read, and replaced later
-        self.partitions[key] = updated
+        segment.at = time.time()
+        before = (index.end, index.dropped)
+        index.segments.append(segment)  # in place: retention may keep many segments
+        index.end, index.dropped = segment.end, index.dropped + dropped
+        try:
+            self._save(index)  # a file not in the index is never read, and replaced later
+        except SpoolError:
+            index.segments.pop()
+            index.end, index.dropped = before
+            raise
         self.nbytes += segment.nbytes
 
     @_locked
@@ -228,28 +264,143 @@ class Spool:
 
     @_locked
     def truncate(self, key: str, end: int) -> None:
-        """Drop whole segments that end at or before ``end`` (Spark committed them)."""
+        """Spark committed everything below ``end`` in partition ``key``: record it in the index
+        (so that any later holder knows), then apply the retention, which may now delete it."""
         index = self.partitions.get(key)
-        if index is None:
+        if index is not None and min(end, index.end) > index.committed:
+            index = self._held(key)
+            if index is not None:
+                before = index.committed_count()
+                index.committed = min(end, index.end)
+                newly = index.segments[before : index.committed_count()]
+                self.committed_nbytes += sum(s.nbytes for s in newly)
+                if newly and self.retention.seconds is not None:
+                    oldest = min(s.at for s in newly) + self.retention.seconds
+                    self._expires_at = min(self._expires_at, oldest)
+                if not (self._retention_due() and self._apply_retention(time.time()).get(key)):
+                    self._publish(index)  # the commit alone: retention deleted nothing of it
+                return
+        self.expire()
+
+    @_locked
+    def expire(self) -> None:
+        """Apply the retention (segments that passed it by age, or the bytes beyond
+        ``Retention.nbytes``); cheap when nothing is due. The writer's periodic tick calls it,
+        so that retention runs with nothing new written or committed."""
+        if self._retention_due():
+            self._apply_retention(time.time())
+
+    def _retention_due(self) -> bool:
+        """Whether retention would delete something: committed bytes over
+        ``Retention.nbytes``, or the oldest committed segment past its age (checked without
+        walking the partitions)."""
+        max_kept = self.retention.nbytes
+        over = max_kept is not None and self.committed_nbytes > max_kept
+        return over or time.time() >= self._expires_at
+
+    @_locked
+    def make_room(self) -> None:
+        """At the bound: delete committed segments, oldest first, until the spool is
+        ``ROOM_MADE_AT_ONCE`` of the bound below it or nothing committed is left."""
+        target = self.max_bytes - int(self.max_bytes * ROOM_MADE_AT_ONCE)
+        over = self.nbytes - target
+        if over <= 0 or not self.committed_nbytes:
             return
-        keep = [s for s in index.segments if s.end > end]
-        gone = index.segments[: len(index.segments) - len(keep)]
-        if not gone:
-            return
+        if not self._made_room_before:
+            logger.info(
+                "spool %s reached maxSpoolBytes (%d bytes): committed segments are deleted, "
+                "oldest first, to make room for new messages (logged once)",
+                self.root,
+                self.max_bytes,
+            )
+            self._made_room_before = True
+        self._delete_oldest(lambda segment, freed: freed < over)
+
+    def _apply_retention(self, now: float) -> dict[str, int]:
+        """Delete the committed segments older than ``Retention.seconds`` and the oldest beyond
+        ``Retention.nbytes``; how many went per partition."""
+        seconds, max_kept = self.retention.seconds, self.retention.nbytes
+        cutoff = now - seconds if seconds is not None else -math.inf
+        over = self.committed_nbytes - max_kept if max_kept is not None else 0
+        return self._delete_oldest(lambda segment, freed: segment.at <= cutoff or freed < over)
+
+    def _delete_oldest(self, goes: Callable[[Segment, int], bool]) -> dict[str, int]:
+        """Delete committed segments, oldest first across partitions, while ``goes(segment,
+        bytes freed so far)``; how many went per partition. ``goes`` must stay false once it
+        is (the segments come oldest first), so the walk stops at the first one kept."""
+        doomed: dict[str, int] = {}
+        freed = 0
+        self._expires_at = math.inf
+        for key, segment in self._committed_oldest_first():
+            if not goes(segment, freed):
+                if self.retention.seconds is not None:
+                    self._expires_at = segment.at + self.retention.seconds
+                break
+            doomed[key] = doomed.get(key, 0) + 1
+            freed += segment.nbytes
+        for key, count in doomed.items():
+            self._delete_first(key, count)
+        return doomed
+
+    def _committed_oldest_first(self) -> Iterator[tuple[str, Segment]]:
+        """(key, segment) of every committed segment, oldest first (each partition's are in
+        offset order, which is the order they were written)."""
+
+        def committed(key: str, index: PartitionIndex) -> Iterator[tuple[str, Segment]]:
+            for segment in index.segments:
+                if segment.end > index.committed:
+                    return
+                yield key, segment
+
+        held = [committed(k, i) for k, i in self.partitions.items() if i.committed > i.start]
+        return heapq.merge(*held, key=lambda item: item[1].at)
+
+    def _held(self, key: str) -> PartitionIndex | None:
+        """The index of ``key``, claimed if this (exclusive) process does not hold it yet; None
+        if it may not write it (a holder's partition it does not hold)."""
         if key not in self.epochs:
             if not self.exclusive:
-                return
-            index = self.open_partition(key)
-        index.segments = keep
-        index.start = keep[0].first if keep else index.end
-        try:  # publish first, then delete: a reader never sees a missing file listed
+                return None
+            self._claim(key, None)  # keeps ``retired`` as it is, unlike open_partition
+        return self.partitions[key]
+
+    def _delete_first(self, key: str, count: int) -> None:
+        """Delete the first ``count`` segments of partition ``key`` (all committed)."""
+        index = self._held(key)
+        if index is None:
+            return
+        gone, index.segments = index.segments[:count], index.segments[count:]
+        index.start = index.segments[0].first if index.segments else index.end
+        self._publish(index)  # publish first, then delete: a listed file is there or retained
+        freed = sum(segment.nbytes for segment in gone)
+        self.nbytes -= freed
+        self.committed_nbytes -= freed
+        _delete_segments(self.root, key, gone, index.segments, self.epochs[key])
+
+    def _publish(self, index: PartitionIndex) -> None:
+        try:
             self._save(index)
         except SpoolWriteError as exc:
             # A full disk cannot take the new index, and only deleting frees space: delete
-            # anyway (Spark never reads committed segments again); the next write publishes it.
-            logger.warning("spool: %s; deleting the committed segments first", exc)
-        self.nbytes -= sum(segment.nbytes for segment in gone)
-        _delete_segments(self.root, key, gone, index.segments, self.epochs[key])
+            # anyway (only committed segments go); the next write of the index publishes it.
+            logger.warning("spool: %s; the next write of the index publishes this change", exc)
+
+    def _count(self, index: PartitionIndex | None, sign: int) -> None:
+        """Add (``sign`` +1: loaded or claimed) or take away (-1: let go) what ``index``'s
+        committed segments count in ``committed_nbytes``; a new index also moves the next
+        expiry earlier if its oldest committed segment is due sooner. Segments an earlier
+        release wrote (age not known) count from now."""
+        if index is None:
+            return
+        now = time.time()
+        committed = index.committed_count()
+        for segment in index.segments:
+            if not segment.at:
+                segment.at = now
+        self.committed_nbytes += sign * sum(s.nbytes for s in index.segments[:committed])
+        seconds = self.retention.seconds
+        if sign > 0 and committed and seconds is not None:
+            self._expires_at = min(self._expires_at, index.segments[0].at + seconds)
 
     def state(self, name: str) -> JsonState:
         """A small JSON document kept beside the partitions (discovery's durable state)."""
@@ -259,7 +410,40 @@ class Spool:
         return os.path.join(partition_dir(self.root, key), epoch_name(self.epochs[key]), name)
 
     def _save(self, index: PartitionIndex) -> None:
+        """Publish ``index``: its committed segments in the history file first, then
+        index.json, which lists the others (so the history holds whatever an index names)."""
+        self._save_history(index)
         self._write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
+
+    def _save_history(self, index: PartitionIndex) -> None:
+        """Add the newly committed segments to the epoch's history file: appended, so a commit
+        costs what it committed, not what retention keeps; written whole in a new epoch, and
+        once it holds more than HISTORY_SLACK (and as many as its live lines) of segments that
+        retention deleted."""
+        key = index.key
+        committed = index.committed_count()
+        written = self._history.get(key)
+        if written is None and not committed:
+            return
+        if written is None or written[1] - committed > max(HISTORY_SLACK, committed):
+            data, lines, mode = index.history_lines(0, committed), committed, "wb"
+        else:
+            begin = index.count_before(written[0])
+            data, lines, mode = index.history_lines(begin, committed), written[1], "ab"
+            lines += committed - begin
+            if not data:
+                return
+        path = self._path(key, HISTORY_NAME)
+        self._history.pop(key, None)  # written whole next time if this write fails
+        try:
+            if mode == "wb":
+                write_atomically(path, data.encode())
+            else:
+                with open(path, "ab") as f:
+                    f.write(data.encode())
+        except OSError as exc:
+            raise self._write_failed(key, path, exc) from None
+        self._history[key] = (index.segments[committed - 1].end if committed else 0, lines)
 
     def _write(self, key: str, name: str, data: bytes) -> None:
         path = self._path(key, name)

@@ -78,7 +78,11 @@ def test_a_holder_whose_endpoint_left_stays_until_the_query_committed_what_it_ca
         commits.save({endpoint.key: end})
         thread.join(30)
         assert stopped == ["its endpoint left, and the query committed all it captured"]
-        assert load_index(str(spool), endpoint.key).segments == []
+        index = load_index(str(spool), endpoint.key)
+        assert index.committed == end, "the holder recorded the commit in the index"
+        assert index.start == 0 and sum(s.count for s in index.segments) == end, (
+            "what was committed stays, for retention to delete"
+        )
     finally:
         holder.close(stopped[0] if stopped else "test ended")
         publisher.close()

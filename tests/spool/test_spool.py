@@ -1,4 +1,5 @@
-"""The spool: append, re-read any range, truncate on commit, survive a restart, one writer."""
+"""The spool: append, re-read any range, commits and retention (``spoolRetention=0``: deleted at
+commit), survive a restart, one writer. Retention itself: test_retention."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import pyarrow as pa
 import pytest
 
 from spark_zmq.capture.buffer import spool_table
-from spark_zmq.spool.layout import LeaseLost, Source, SpoolError, epochs, load_index, partition_dir
+from spark_zmq.spool.layout import (
+    LeaseLost,
+    Retention,
+    Source,
+    SpoolError,
+    epochs,
+    load_index,
+    partition_dir,
+)
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
@@ -33,16 +42,28 @@ def read_all(root, key, start, end):
 
 
 def test_append_read_any_range_truncate(tmp_path):
-    spool = Spool(str(tmp_path), 1 << 30)
+    spool = Spool(str(tmp_path), 1 << 30, retention=Retention(seconds=0))
     spool.append("k", SOURCE, messages(0, 5))
     spool.append("k", SOURCE, messages(5, 5))
     assert read_all(str(tmp_path), "k", 3, 8) == ["m3", "m4", "m5", "m6", "m7"]
     assert read_all(str(tmp_path), "k", 3, 8) == ["m3", "m4", "m5", "m6", "m7"]  # replayable
     spool.truncate("k", 7)  # the first segment is committed, the second is still needed
     assert load_index(str(tmp_path), "k").start == 5
+    assert load_index(str(tmp_path), "k").committed == 7
     assert read_all(str(tmp_path), "k", 7, 10) == ["m7", "m8", "m9"]
-    with pytest.raises(SpoolError, match=r"cannot serve offsets \[2, 4\) of partition 'k'"):
-        read_all(str(tmp_path), "k", 2, 4)
+    # offsets retention deleted: one gap row saying so, not an error
+    [(first, _, deleted)] = list(read_range(str(tmp_path), "k", 2, 4))
+    assert first == 2 and deleted.num_rows == 1
+    assert (
+        deleted.column("fault")[0]
+        .as_py()
+        .startswith(
+            "gap: 2 messages at offsets [2, 4) of partition k were deleted from the spool by "
+            "retention"
+        )
+    )
+    with pytest.raises(SpoolError, match=r"cannot serve offsets \[2, 12\) of partition 'k'"):
+        read_all(str(tmp_path), "k", 2, 12)  # past its end: never held
     spool.close()
 
 
@@ -75,7 +96,7 @@ def test_offsets_continue_after_restart_and_the_folder_has_one_writer(tmp_path):
     )
     spool.close()
     again = Spool(str(tmp_path), 1 << 30)
-    assert again.snapshot()["a:1"] == (0, 3, False)
+    assert again.snapshot()["a:1"] == (0, 3, False, 0)
     again.append("a:1", SOURCE, messages(3, 2))
     assert read_all(str(tmp_path), "a:1", 0, 5) == ["m0", "m1", "m2", "m3", "m4"]
     again.close()
@@ -89,8 +110,8 @@ def test_fault_rows_and_size_accounting(tmp_path):
     table = next(read_range(str(tmp_path), "k", 0, 2))[2]
     assert table.column("fault").to_pylist() == [None, "gap: test"]
     assert table.schema.field("received_at").type == pa.timestamp("us", tz="UTC")
-    spool.truncate("k", 2)
-    assert spool.nbytes == 0 and spool.has_room()
+    spool.truncate("k", 2)  # committed: deleted as soon as a write needs the room
+    assert spool.has_room() and spool.nbytes == 0
     spool.close()
 
 
@@ -120,7 +141,7 @@ def test_a_claim_fences_the_previous_holder(tmp_path):
     first.append("k", SOURCE, messages(0, 3))
     assert load_lease(root, "k").epoch == 1
 
-    second = Spool(root, 1 << 30, exclusive=False)
+    second = Spool(root, 1 << 30, exclusive=False, retention=Retention(seconds=0))
     with pytest.raises(LeaseLost, match="held by epoch 1, not 0"):
         second.open_partition("k", expect_epoch=0)
     second.open_partition("k", expect_epoch=1)
@@ -148,7 +169,7 @@ def test_an_exclusive_spool_takes_every_partition_over(tmp_path):
     holder.open_partition("k", expect_epoch=0)
     holder.append("k", SOURCE, messages(0, 2))
     driver = Spool(root, 1 << 30)
-    assert driver.snapshot() == {"k": (0, 2, False)}
+    assert driver.snapshot() == {"k": (0, 2, False, 0)}
     driver.append("k", SOURCE, messages(2, 1))
     assert load_lease(root, "k").epoch == 2
     with pytest.raises(LeaseLost):
