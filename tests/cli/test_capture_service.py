@@ -151,9 +151,10 @@ def test_available_now_runs_deliver_what_the_service_captured_exactly_once(
     second = run()
     assert second.awaitTermination(60), "an availableNow run must end by itself"
     assert second.exception() is None
-    # the service let go of what the runs committed (the first run's batches, at least)
+    # the service applied what the runs committed (the first run's batches, at least); it
+    # keeps that data for spoolRetention, so batch reads see it
     wait_until(
-        lambda: min(s.start for s in read_snapshot(str(spool)).values()) >= 50,
+        lambda: min(s.committed for s in read_snapshot(str(spool)).values()) >= 50,
         timeout=10,
         what="the service to apply the runs' commits",
     )
