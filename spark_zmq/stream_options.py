@@ -4,6 +4,8 @@ CURVE's (applied by ``spark_zmq.security``). Each is defined once (see ``options
 from __future__ import annotations
 
 import json
+import re
+from urllib.parse import urlparse
 
 from spark_zmq import security
 from spark_zmq.options import (
@@ -101,6 +103,35 @@ def retention_duration(value: str) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------
+# spoolPath: a folder on a POSIX file system
+
+#: a URI's scheme, as an object store's paths begin (``s3a://``, ``abfss://``, ``dbfs:/``)
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
+
+
+class NotAPosixFolder(ValueError):
+    """A spoolPath on storage the spool cannot live on (an object store, HDFS, DBFS)."""
+
+
+def spool_folder(value: str) -> str:
+    """Option parser: a folder path; a ``file:`` URI is taken as its path. Any other URI is
+    refused: the spool needs what a POSIX file system gives (``flock`` for one writer,
+    ``rename`` that replaces a file whole, ``mkdir`` that one claimant wins), which object
+    stores do not; taken as a path, ``s3a://b/x`` would quietly become the local ``s3a:/b/x``."""
+    match = _SCHEME.match(value.strip())
+    if match is None:
+        return value
+    scheme = match.group(1).lower()
+    if scheme == "file":
+        return urlparse(value.strip()).path
+    hint = " (on Databricks, the FUSE path /dbfs/... is a local path)" if scheme == "dbfs" else ""
+    raise NotAPosixFolder(
+        f"{scheme}:// is not a POSIX file system: the spool needs flock, atomic rename and "
+        f"mkdir; give a local folder or an NFS mount{hint}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
 # Options of the generic stream reader, shared by every format.
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
@@ -175,8 +206,8 @@ READER_OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "spoolPath",
-        text,
-        "a folder path",
+        spool_folder,
+        "a folder path on a POSIX file system (local disk or NFS; a file: URI is its path)",
         None,
         "Where captured messages are kept until Spark commits them, and after that for "
         "`spoolRetention` (batch reads of it replay them). Default: a folder under "
@@ -300,7 +331,7 @@ READER_OPTIONS: tuple[Option, ...] = (
         "discovery and no capture, reads the spool the service fills (`spoolPath` must name "
         "it) and hands the service what Spark committed, so a scheduled "
         "`Trigger.AvailableNow` job loses nothing between its runs; its `startingOffsets` "
-        "default is `earliest` (everything the service holds that no earlier run committed). "
+        "default is `earliest` (everything the service holds, within `spoolRetention`). "
         "With `executors`, `spoolPath` must name storage that every node reaches.",
     ),
     Option(

@@ -38,6 +38,21 @@ def test_retention_options_reach_capture_as_a_retention():
         parse_options("zeroeq", SPECS, {"spoolRetention": "a week"})
 
 
+def test_a_spool_path_on_an_object_store_is_refused_naming_the_reason():
+    """An object store's URI would otherwise become a local relative folder (s3a:/b/x)."""
+    for uri in ("s3a://bucket/spool", "abfss://c@a.dfs.core.windows.net/s", "dbfs:/spool"):
+        with pytest.raises(OptionError, match="'spoolPath' must be a folder path on a POSIX"):
+            parse_options("zeroeq", SPECS, {"spoolPath": uri})
+    with pytest.raises(OptionError, match=r"s3a:// is not a POSIX file system.*NFS mount"):
+        parse_options("zeroeq", SPECS, {"spoolPath": "s3a://bucket/spool"})
+    with pytest.raises(OptionError, match=r"/dbfs/\.\.\. is a local path"):
+        parse_options("zeroeq", SPECS, {"spoolPath": "dbfs:/spool"})
+    assert parse_options("zeroeq", SPECS, {"spoolPath": "file:///data/spool"})["spoolPath"] == (
+        "/data/spool"
+    )
+    assert parse_options("zeroeq", SPECS, {"spoolPath": "/data/a:b"})["spoolPath"] == "/data/a:b"
+
+
 @pytest.mark.parametrize(
     "raw, words",
     [
