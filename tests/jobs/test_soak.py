@@ -94,7 +94,7 @@ def test_the_soak_counts_a_loss_that_no_gap_row_covers_as_unmarked(monkeypatch):
 def test_the_soak_dates_a_capture_restart_gap_row_by_the_times_it_names(monkeypatch):
     """A restart of capture on the driver or of a capture service writes the gap row of
     ``spool.downtime``; the soak's matching rule must read its span from the text capture writes
-    (both times, not the third mention of the second), so that a hole inside the downtime is
+    (from T1 to T2, not to when the row was written), so that a hole inside the downtime is
     marked and one after it is not."""
     from spark_zmq.capture.buffer import utc_text
     from spark_zmq.spool.downtime import restart_gap_text
