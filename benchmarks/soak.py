@@ -2,9 +2,11 @@
 
 An EBUS broker (``python -m spark_zmq ebus broker``), publisher processes that broadcast
 ``{"p": publisher, "s": sequence, "t": send time}`` on channel ``soak/<p>`` at a fixed rate, and
-a query (``format("ebus")``, ``capture=executors`` on ``local[2]`` unless ``--capture driver``,
-into a Parquet table) run for ``--minutes``. Every ``--fault-every`` seconds one fault of the
-``FAULTS`` table is injected, in turn:
+a query (``format("ebus")``, ``capture=executors`` on ``local[2]`` unless ``--capture driver``
+or ``--capture service``, into a Parquet table) run for ``--minutes``. With ``--capture service``
+a capture service (``spark-zmq capture --format ebus`` with the query's broker options) fills
+the soak's spool, and the query reads it with ``capture=service`` (it captures nothing itself).
+Every ``--fault-every`` seconds one fault of the ``FAULTS`` table is injected, in turn:
 
 - ``publisher``: a publisher restarts (it goes on with its sequence numbers),
 - ``broker``: the broker restarts on the same ports,
@@ -12,14 +14,20 @@ into a Parquet table) run for ``--minutes``. Every ``--fault-every`` seconds one
   query runs in a session of its own) is killed (SIGKILL), and the query restarts on the same
   checkpoint and spool. Capture processes of ``capture=executors`` run in sessions of their
   own, and stop when they see their executor's JVM gone; with ``capture=driver`` capture dies
-  with the driver,
+  with the driver; with ``capture=service`` the service lives on (nothing should be lost),
 - ``query``: the query stops (SIGTERM) and restarts from its checkpoint and spool,
 - ``capture``: a capture process is killed (SIGKILL) and replaced through its lease
-  (``capture=executors`` only: with ``capture=driver`` there is no such process).
+  (``capture=executors`` only: with ``capture=driver`` there is no such process),
+- ``capture-service``: the capture service's process group is stopped, by SIGTERM and by SIGKILL
+  in turn, and the service restarts on the same spool (``capture=service`` only); its downtime
+  is a gap row ("capture of partition K was not running between T1 and T2").
 
-A run goes on past its end until each kind of fault has come once (at most 2 minutes more).
+A run goes on past its end until each kind of fault has come once, the service's restart twice
+(``FAULTS_AT_LEAST``; at most 2 minutes more).
 
-At the end the publishers stop, the query drains its spool into the table, and the table is
+At the end capture must be running (the spool grows: a restarted capture owes its downtime's gap
+row until the first message it receives again, or until it stops, after the table was counted),
+then the publishers stop, the query drains its spool into the table, and the table is
 checked (with Spark, which reads only committed files). Every message missing from the table
 belongs to a *hole*: a run of one publisher's sequence numbers between two of its delivered
 messages (the one before stored at offset o1 of its partition, the one after at o2; a hole at
@@ -51,7 +59,7 @@ duplicated, the four kinds of loss, lost after capture (offsets below the last c
 missing from the table: must be 0), peak memory and peak spool size. Exit status 1 if
 anything was duplicated, lost after capture, or lost unmarked.
 
-Run it as ``python benchmarks/soak.py [--minutes 10] [--short] [--capture driver]``; it
+Run it as ``python benchmarks/soak.py [--minutes 10] [--short] [--capture driver|service]``; it
 re-executes itself inside ``scripts/netns.sh`` (a private network namespace holding only
 ``lo``).
 """
@@ -84,15 +92,20 @@ from spark_zmq.testing.standalone import free_port
 HERE = Path(__file__).resolve()
 CHANNEL = "soak/"
 #: every fault, in the order a run injects them, with the placements it applies to
-#: (``Run.inject`` does it). A ``capture-service`` fault (a restart of a ``spark-zmq capture``
-#: service, for ``capture=service``) joins this table with that command.
+#: (``Run.inject`` does it). ``capture-service`` comes second so that a short run (7 faults)
+#: stops the service both ways.
 FAULTS: dict[str, tuple[str, ...]] = {
-    "publisher": ("executors", "driver"),
-    "broker": ("executors", "driver"),
-    "driver-kill": ("executors", "driver"),
-    "query": ("executors", "driver"),
+    "publisher": ("executors", "driver", "service"),
+    "capture-service": ("service",),
+    "broker": ("executors", "driver", "service"),
+    "driver-kill": ("executors", "driver", "service"),
+    "query": ("executors", "driver", "service"),
     "capture": ("executors",),
 }
+#: how many times a run injects a fault at least (it goes on past its end until then): the
+#: service's restart alternates SIGTERM and SIGKILL, and each must come
+FAULTS_AT_LEAST = {"capture-service": 2}
+PLACEMENTS = ("executors", "driver", "service")
 #: seconds that a gap row's time span is widened by when matched against a hole
 MARK_SLACK = 0.5
 #: seconds after a restarted publisher or broker starts that its peers may still be connecting
@@ -146,14 +159,7 @@ def run_query(args: argparse.Namespace) -> int:
     spark = loopback_session("soak", {"spark.sql.session.timeZone": "UTC"}, log_level="ERROR")
     query = (
         spark.readStream.format("ebus")
-        .options(
-            subPort=str(args.sub_port),
-            channels=CHANNEL,
-            capture=args.capture,
-            spoolPath=args.spool,
-            leaseTimeout="3",
-            captureIdleTimeout="30",
-        )
+        .options(**capture_options(args.sub_port), capture=args.capture, spoolPath=args.spool)
         .load()
         .select("partition", "offset", "channel", "data", "error", "received_at")
         .writeStream.format("parquet")
@@ -170,6 +176,16 @@ def run_query(args: argparse.Namespace) -> int:
     if failure is not None:
         print(f"query failed: {failure}", file=sys.stderr, flush=True)
     return 1 if failure is not None else 0
+
+
+def capture_options(sub_port: int) -> dict[str, str]:
+    """The reader options of the soak's capture, whoever captures: the query or the service."""
+    return {
+        "subPort": str(sub_port),
+        "channels": CHANNEL,
+        "leaseTimeout": "3",
+        "captureIdleTimeout": "30",
+    }
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -189,6 +205,8 @@ class Run:
     backend_port: int = 0
     broker: subprocess.Popen | None = None
     query: subprocess.Popen | None = None
+    #: the capture service (``capture=service`` only)
+    service: subprocess.Popen | None = None
     senders: dict[int, subprocess.Popen] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
     #: restarts of peers, in epoch seconds
@@ -238,6 +256,19 @@ class Run:
             str(self.folder / f"publisher-{index}.json"),
         )
 
+    def start_service(self) -> None:
+        """``spark-zmq capture`` on the soak's spool, with the query's capture options; it leads
+        a process group of its own."""
+        given = capture_options(self.sub_port)
+        options = [f"--option={name}={value}" for name, value in given.items()]
+        self.service = subprocess.Popen(
+            [sys.executable, "-m", "spark_zmq", "capture", "--format", "ebus", *options]
+            + ["--spool", str(self.spool), "--progress-every", "10"],
+            stdout=open(self.folder / "service.log", "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
     def start_query(self) -> None:
         self.query = self.part(
             "query",
@@ -265,6 +296,10 @@ class Run:
         """The faults that apply to this run's placement, in the order they are injected."""
         return [kind for kind, placements in FAULTS.items() if self.capture in placements]
 
+    def faults_to_come(self) -> bool:
+        """True while a fault of this placement has come fewer times than it must."""
+        return any(self.faults.get(k, 0) < FAULTS_AT_LEAST.get(k, 1) for k in self.kinds())
+
     def inject(self, fault: str, rng: random.Random) -> str:
         """Inject one fault of ``FAULTS``; what was done."""
         self.faults[fault] = self.faults.get(fault, 0) + 1
@@ -286,6 +321,8 @@ class Run:
             return "query restarted from its checkpoint"
         if fault == "driver-kill":
             return self.kill_driver()
+        if fault == "capture-service":
+            return self.restart_service()
         holders = sorted(wait_for_capture(self, timeout=60) and running_holders())
         victim = rng.choice(holders)
         os.kill(victim, signal.SIGKILL)
@@ -304,16 +341,32 @@ class Run:
         self.start_query()
         return f"query's process group {group} killed (SIGKILL); restarted on its checkpoint"
 
+    def restart_service(self) -> str:
+        """Stop the capture service's process group, by SIGTERM (a clean stop) and by SIGKILL
+        in turn, then start it again on the same spool."""
+        assert self.service is not None
+        group = os.getpgid(self.service.pid)
+        assert group == self.service.pid, "the service must lead a process group of its own"
+        how = signal.SIGKILL if self.faults["capture-service"] % 2 == 0 else signal.SIGTERM
+        os.killpg(group, how)
+        try:
+            self.service.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(group, signal.SIGKILL)
+            self.service.wait()
+        wait_for_group_gone(group, timeout=30)
+        self.start_service()
+        return f"capture service's process group {group} stopped ({how.name}); restarted"
+
     def sample(self) -> None:
-        self.peak_capture_rss = max(
-            [self.peak_capture_rss] + [rss_bytes(pid) for pid in running_holders()]
-        )
+        holders = list(running_holders()) + ([self.service.pid] if self.service else [])
+        self.peak_capture_rss = max([self.peak_capture_rss] + [rss_bytes(p) for p in holders])
         if self.query is not None:
             self.peak_query_rss = max(self.peak_query_rss, tree_rss_bytes(self.query.pid))
         self.peak_spool = max(self.peak_spool, folder_bytes(self.spool))
 
     def stop_all(self) -> None:
-        for process in [*self.senders.values(), self.query, self.broker]:
+        for process in [*self.senders.values(), self.query, self.service, self.broker]:
             if process is not None:
                 stop(process, timeout=60)
 
@@ -325,6 +378,23 @@ def wait_for_capture(run: Run, timeout: float) -> float:
     while not capturing(run):
         if time.monotonic() > deadline:
             raise RuntimeError(f"no capture within {timeout:.0f} s; see {run.folder}")
+        run.sample()
+        time.sleep(0.5)
+    return time.monotonic()
+
+
+def wait_for_spool_growth(run: Run, timeout: float) -> float:
+    """The time at which the spool holds more rows than at the call: capture runs (after a
+    restart, it wrote its downtime's gap row before that first message)."""
+    from spark_zmq.spool.reader import read_snapshot
+
+    def rows() -> int:
+        return sum(state.end for state in read_snapshot(str(run.spool)).values())
+
+    before, deadline = rows(), time.monotonic() + timeout
+    while rows() <= before:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"capture did not resume within {timeout:.0f} s; see {run.folder}")
         run.sample()
         time.sleep(0.5)
     return time.monotonic()
@@ -643,6 +713,8 @@ def soak(args: argparse.Namespace) -> dict:
     started = time.monotonic()
     try:
         run.start_broker()
+        if args.capture == "service":
+            run.start_service()
         run.start_query()
         for index in range(args.publishers):
             run.start_publisher(index)
@@ -651,7 +723,7 @@ def soak(args: argparse.Namespace) -> dict:
         end = ready + args.minutes * 60
         next_fault, turn = ready + args.fault_every, 0
         # past the end while a kind of fault is still to come (a slow restart delays the rest)
-        while time.monotonic() < end or (turn < len(kinds) and time.monotonic() < end + 120):
+        while time.monotonic() < end or (run.faults_to_come() and time.monotonic() < end + 120):
             run.sample()
             if time.monotonic() >= next_fault:
                 what = run.inject(kinds[turn % len(kinds)], rng)
@@ -659,6 +731,8 @@ def soak(args: argparse.Namespace) -> dict:
                 turn += 1
                 next_fault += args.fault_every
             time.sleep(0.5)
+        resumed = wait_for_spool_growth(run, timeout=120)
+        print(f"  {resumed - started:6.1f} s  capture running after the last fault", flush=True)
         for process in run.senders.values():
             stop(process)
         states = [
@@ -729,7 +803,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("--spool", "--checkpoint", "--sink"):
         query.add_argument(name, required=True)
     query.add_argument("--sub-port", type=int, required=True)
-    query.add_argument("--capture", choices=("executors", "driver"), required=True)
+    query.add_argument("--capture", choices=PLACEMENTS, required=True)
     parser.add_argument("--minutes", type=float, default=10.0, help="how long (default 10)")
     parser.add_argument(
         "--short", action="store_true", help="the CI version: 1 minute, a fault every 8 s"
@@ -742,7 +816,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--capture",
-        choices=("executors", "driver"),
+        choices=PLACEMENTS,
         default="executors",
         help="the query's capture placement (default executors)",
     )
