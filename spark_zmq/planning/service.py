@@ -39,7 +39,7 @@ def commits_state(spool_path: str) -> JsonState:
 class ServiceSpool(Placement):
     """``capture=service``: the query reads a spool that a capture service fills (module doc)."""
 
-    #: a new stream reads everything the service holds that no earlier run committed
+    #: a new stream reads everything the service holds (committed data within spoolRetention)
     default_starting_offsets = "earliest"
 
     def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
