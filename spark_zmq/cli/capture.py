@@ -75,12 +75,12 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol])
     if args.log_level is None:  # a service's own events (joins, drops) belong in its log
         configure_logging(None, default="INFO")
     protocol = formats[args.format]
-    spool = os.path.abspath(args.spool)
-    try:
-        options = service_options(protocol, dict(args.option), spool)
+    try:  # --spool is checked as option spoolPath is (an object store's URI is refused)
+        options = service_options(protocol, dict(args.option), args.spool)
     except OptionError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    spool = os.path.abspath(options["spoolPath"])
     stop = _stop_on_signals()
     service = CaptureService(protocol, options, spool)
     try:

@@ -260,3 +260,13 @@ def test_a_bad_option_fails_the_service_with_the_options_error(tmp_path, option)
             parse_options("zeroeq", READER_OPTIONS + ZeroEQ().reader_options, {key: value})
         assert result.stderr.strip() == f"spark-zmq capture: {expected.value}"
     assert not (tmp_path / "spool").exists(), "nothing is created before the options are good"
+
+
+def test_a_spool_on_an_object_store_fails_the_service_naming_the_reason(tmp_path):
+    """--spool is checked as option spoolPath: s3a://... is not taken as a local folder."""
+    result = subprocess.run(
+        [*CAPTURE, "--spool", "s3a://bucket/spool"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert "option 'spoolPath' must be a folder path on a POSIX file system" in result.stderr
+    assert "s3a:// is not a POSIX file system" in result.stderr
