@@ -8,6 +8,7 @@ import re
 from urllib.parse import urlparse
 
 from spark_zmq import security
+from spark_zmq.errors import SparkZmqError
 from spark_zmq.options import (
     Option,
     boolean,
@@ -109,7 +110,7 @@ def retention_duration(value: str) -> float | None:
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
 
 
-class NotAPosixFolder(ValueError):
+class NotAPosixFolder(SparkZmqError, ValueError):
     """A spoolPath on storage the spool cannot live on (an object store, HDFS, DBFS)."""
 
 

@@ -16,15 +16,17 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_zmq.cli.common import add_format_options, positive_seconds_arg
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
 from spark_zmq.options import OptionError, Options, parse_options
-from spark_zmq.planning.service import CaptureService, Progress
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.stream_options import READER_OPTIONS
+
+if TYPE_CHECKING:  # (planning imports pyspark, which the rest of the command line does not need)
+    from spark_zmq.planning.service import CaptureService, Progress
 
 PROG = "spark-zmq capture"
 #: seconds between two looks at what queries committed
@@ -82,6 +84,8 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol])
         return 2
     spool = os.path.abspath(options["spoolPath"])
     stop = _stop_on_signals()
+    from spark_zmq.planning.service import CaptureService
+
     service = CaptureService(protocol, options, spool)
     try:
         service.start()
