@@ -8,7 +8,6 @@ the reader's capture together), in local mode, while a publisher sends numbered 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_zmq.log import logger
+from spark_zmq.testing.logs import logged_warnings
 from support.common import ROOT, wait_until
 from support.jobs import LOOPBACK_CONF, SPARK_SUBMIT
 from support.sequences import ECHO
@@ -216,15 +215,6 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
     )
 
 
-class WarningLines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
 def placement(spool: Path, session: str):
     """Capture on the driver as a query's reader runs it (``make_placement``), for ``session``."""
     from spark_zmq.options import parse_options
@@ -277,15 +267,13 @@ def test_a_gap_owed_by_a_run_that_ended_before_its_endpoint_joined_is_owed_by_th
     assert second.snapshot()[key].retired
     second.close()
     third = placement(spool, "owed")
-    warnings = WarningLines()
-    logger.addHandler(warnings)
-    third.start()
-    try:
-        end = spooled(third, key, publisher, end + 20)  # many flushes: still one row, one line
-    finally:
-        third.close()
-        logger.removeHandler(warnings)
-    assert len([w for w in warnings.lines if "was not running" in w]) == 1, warnings.lines
+    with logged_warnings() as warnings:
+        third.start()
+        try:
+            end = spooled(third, key, publisher, end + 20)  # many flushes: one row, one line
+        finally:
+            third.close()
+    assert len([w for w in warnings if "was not running" in w]) == 1, warnings
     rows = [
         fault
         for _, _, table in read_range(str(spool), key, 0, end)
