@@ -169,3 +169,22 @@ def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path, se
     finally:
         writer.stop()
     assert 8000 <= adding < 30000, adding  # per event, it was >= 40000
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "*"])
+def test_what_a_publisher_announces_for_each_bind_interface(bind):
+    """The table of docs/formats/zeroeq.md: with an address, the instance name and the
+    vocabulary address are that address; with ``*``, the host name and ``0.0.0.0``."""
+    import socket
+
+    from spark_zmq.protocols.zeroeq import Publisher
+
+    publisher = Publisher("announce", host=bind, announce=False)
+    try:
+        txt = publisher.txt()
+        host = socket.gethostname() if bind == "*" else bind
+        assert publisher.instance_name == f"{host}:{publisher.port}"
+        vocabulary = "0.0.0.0" if bind == "*" else bind
+        assert txt["vocabulary_request"].startswith(f"tcp://{vocabulary}:")
+    finally:
+        publisher.close()
