@@ -6,6 +6,9 @@ time from the one place they are defined, so that they cannot drift from the pac
   ``<!-- generated:options shared -->`` the tables of the options every format shares: both from
   ``spark_zmq.cli.options_markdown`` and ``spark_zmq.options.option_table``, the functions the
   CLI prints with.
+- ``<!-- generated:columns NAME -->`` becomes the table of the columns of format NAME's rows,
+  with their Spark SQL types, from the schema the reader gives Spark
+  (``spark_zmq.spark.rows.output_schema``, through pyspark's ``from_arrow_schema``).
 - ``<!-- generated:cli -->`` becomes the command line reference: the help of every command and
   subcommand, rendered from ``spark_zmq.cli.build_parser()``, the parser the CLI runs.
 - The notebooks (``notebooks/*.ipynb``) join the site as pages, rendered by mkdocs-jupyter
@@ -40,7 +43,7 @@ NOTEBOOKS = ROOT / "notebooks"
 EXECUTED = ROOT / "build" / "notebooks"
 #: the metadata key of an executed copy that holds its source's digest
 SOURCE_KEY = "spark_zmq_docs"
-GENERATED = re.compile(r"<!-- generated:(options|cli)(?: (\w+))? -->")
+GENERATED = re.compile(r"<!-- generated:(options|columns|cli)(?: (\w+))? -->")
 #: width of the CLI reference's help texts
 CLI_COLUMNS = 96
 
@@ -71,6 +74,23 @@ def options_section(name: str) -> str:
             f"Options of every format's writer:\n\n{option_table(WRITER_OPTIONS)}\n"
         )
     return escape_outside_code(options_markdown(name, shared=False))
+
+
+def columns_section(name: str) -> str:
+    """The columns of a format's rows with their Spark SQL types, as ``df.printSchema()`` would
+    name them, from the schema that the format's reader gives Spark: the shared columns first."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from spark_zmq.cli import FORMATS
+    from spark_zmq.spark.rows import SHARED_COLUMNS, output_schema
+
+    schema = from_arrow_schema(output_schema(FORMATS[name]))
+    rows = [
+        f"| `{field.name}` | `{field.dataType.simpleString()}` | "
+        f"{'every format' if field.name in SHARED_COLUMNS.names else name} |"
+        for field in schema.fields
+    ]
+    return "\n".join(["| column | type | from |", "|---|---|---|", *rows]) + "\n"
 
 
 def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -116,6 +136,12 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         kind, name = match.groups()
         if kind == "cli":
             return cli_markdown()
+        if kind == "columns":
+            from spark_zmq.cli import FORMATS
+
+            if name not in FORMATS:
+                raise PluginError(f"{page.file.src_uri}: {match.group(0)}: no format {name!r}")
+            return columns_section(name)
         if not name:
             raise PluginError(f"{page.file.src_uri}: {match.group(0)} names no format")
         from spark_zmq.cli import FORMATS

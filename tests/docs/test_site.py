@@ -136,3 +136,19 @@ def test_the_readmes_links_lead_to_pages_and_anchors_of_the_site(site):
             assert html.is_file(), target
             if anchor:
                 assert f'id="{anchor}"' in html.read_text(), f"{target}#{anchor}"
+
+
+@pytest.mark.last
+def test_every_format_page_lists_its_columns_with_their_spark_types(site):
+    """The columns tables are generated from the reader's schema: every column is there with
+    the type Spark shows for it."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from spark_zmq.spark.rows import output_schema
+
+    for name, protocol in FORMATS.items():
+        page = (site / "formats" / name / "index.html").read_text()
+        for field in from_arrow_schema(output_schema(protocol)).fields:
+            kind = re.escape(field.dataType.simpleString())
+            row = rf"<tr>\s*<td><code>{field.name}</code></td>\s*<td><code>{kind}</code></td>"
+            assert re.search(row, unescape(page)), f"formats/{name}: column {field.name}"
