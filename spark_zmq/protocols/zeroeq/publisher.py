@@ -84,6 +84,9 @@ class Publisher:
             ) from None
         announced_host = socket.gethostname() if bind_host == "*" else host
         self.port = port
+        #: the host subscribers are told to connect to (the instance name's, and the vocabulary
+        #: server's): the bound address, or the host name when bound to every interface
+        self.announced_host = announced_host
         self.instance_name = f"{announced_host}:{port}"
         self.address = f"tcp://{zmq_host(announced_host)}:{port}"
         self.instance_id = "{:x}:{:x}".format(*divmod(uuid.uuid4().int, 1 << 64))
@@ -127,7 +130,10 @@ class Publisher:
             keys["Session"] = self.session
         if self.vocabulary is not None:
             keys["vocabulary"] = self.vocabulary.txt_value()
-            keys["vocabulary_request"] = self.vocabulary.address
+            # the announced host, not the bound one: bound to every interface, the server's
+            # own address is tcp://0.0.0.0:PORT, which no subscriber can connect to
+            port = self.vocabulary.address.rsplit(":", 1)[1]
+            keys["vocabulary_request"] = f"tcp://{zmq_host(self.announced_host)}:{port}"
         return keys
 
     def _announce_vocabulary(self) -> None:
