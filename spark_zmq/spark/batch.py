@@ -1,13 +1,12 @@
 """Batch reads of a spool: ``spark.read.format(F).option("spoolPath", P).load()``.
 
 What a stream captured stays in its spool, committed or not, until retention deletes it
-(``spoolRetention``); a batch read plans one task per partition (at least
-``minPartitions`` tasks when set) over [startingOffsets,
-endingOffsets) of what the spool holds when the read is planned (replay, debugging, a backfill
-into a table), and reads it with the stream's own rows: the same schema, ``mode``,
-``failOnDataLoss`` and gap rows. It opens no socket and writes nothing: a live stream on the
-same spool goes on undisturbed (its retention may delete committed segments meanwhile, which the
-read gets as one gap row naming the offsets).
+(``spoolRetention``); a batch read plans one task per partition (at least ``minPartitions`` tasks
+when set) over [startingOffsets, endingOffsets) of what the spool holds when the read is planned
+(replay, debugging, a backfill into a table), and reads it with the stream's own rows: the same
+schema, ``mode``, ``failOnDataLoss`` and gap rows. It opens no socket and writes nothing: a live
+stream on the same spool goes on undisturbed (its retention may delete committed segments meanwhile,
+which the read gets as one gap row naming the offsets).
 """
 
 from __future__ import annotations
