@@ -46,7 +46,6 @@ from hermetic import ensure_private_network
 PAYLOAD_BYTES = 100
 SEND_HWM = 1000
 TICK_SECONDS = 0.001
-HEAD_BYTES = 16  # sequence number and send time, 8-byte big-endian each (send_sequence)
 EVENT = "bench::Tick"
 LOOPBACK = "127.0.0.1"
 SUBSCRIBE_TIMEOUT = 120.0
