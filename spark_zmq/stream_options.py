@@ -206,6 +206,20 @@ READER_OPTIONS: tuple[Option, ...] = (
         "spool holds when the read is planned. In JSON, a partition not named ends at latest.",
     ),
     Option(
+        "minPartitions",
+        positive_int,
+        "a positive integer (read tasks)",
+        None,
+        "The fewest read tasks a micro-batch (or a batch read) is split into, as Kafka's "
+        "`minPartitions`. Default: one task per partition with new messages. When there are "
+        "fewer such partitions than this, each partition's offset range is cut into "
+        "contiguous pieces in proportion to its size, so one busy endpoint is decoded and "
+        "written by several tasks at once (a sink such as Parquet that one task per "
+        "endpoint cannot keep up with). The rows are the same, gap rows included once; each "
+        "task costs Spark a few milliseconds, so set it to about the number of cores the "
+        "query's tasks get.",
+    ),
+    Option(
         "spoolPath",
         spool_folder,
         "a folder path on a POSIX file system (local disk or NFS; a file: URI is its path)",

@@ -1,12 +1,12 @@
 """Batch reads of a spool: ``spark.read.format(F).option("spoolPath", P).load()``.
 
 What a stream captured stays in its spool, committed or not, until retention deletes it
-(``spoolRetention``); a batch read plans one task per partition over [startingOffsets,
-endingOffsets) of what the spool holds when the read is planned (replay, debugging, a backfill
-into a table), and reads it with the stream's own rows: the same schema, ``mode``,
-``failOnDataLoss`` and gap rows. It opens no socket and writes nothing: a live stream on the
-same spool goes on undisturbed (its retention may delete committed segments meanwhile, which the
-read gets as one gap row naming the offsets).
+(``spoolRetention``); a batch read plans one task per partition (at least ``minPartitions`` tasks
+when set) over [startingOffsets, endingOffsets) of what the spool holds when the read is planned
+(replay, debugging, a backfill into a table), and reads it with the stream's own rows: the same
+schema, ``mode``, ``failOnDataLoss`` and gap rows. It opens no socket and writes nothing: a live
+stream on the same spool goes on undisturbed (its retention may delete committed segments meanwhile,
+which the read gets as one gap row naming the offsets).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from spark_zmq.errors import OptionError, SpoolError
 from spark_zmq.log import configure_spark_worker_logging
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
-from spark_zmq.spark.offsets import ranges, resolve
+from spark_zmq.spark.offsets import ranges, resolve, split_ranges
 from spark_zmq.spark.rows import SpoolRange, read_rows
 from spark_zmq.spark.settings import SourceSettings
 from spark_zmq.spool.reader import read_snapshot
@@ -63,7 +63,8 @@ class ZmqBatchReader(DataSourceReader):
                     f"{self.protocol.name}: partition {key}: endingOffsets ({stop[key]}) is "
                     f"before startingOffsets ({start[key]})"
                 )
-        return [SpoolRange(self.spool_path, r.key, r.start, r.end) for r in ranges(start, stop, {})]
+        planned = split_ranges(ranges(start, stop, {}), self.settings.min_partitions, first)
+        return [SpoolRange(self.spool_path, r.key, r.start, r.end) for r in planned]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         configure_spark_worker_logging()

@@ -7,6 +7,8 @@ plus the format version and, with ``capture=executors``, the round of claims pla
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -79,6 +81,39 @@ def ranges(
         if stop > begin:
             result.append(OffsetRange(key, begin, stop))
     return result
+
+
+def split_ranges(
+    planned: list[OffsetRange], min_partitions: int | None, floor: Mapping[str, int]
+) -> list[OffsetRange]:
+    """``planned`` cut into at least ``min_partitions`` read tasks, when it has fewer.
+
+    As Kafka's ``minPartitions``: each range gets ``ceil(size / total * min_partitions)``
+    contiguous pieces of near-equal size (never more pieces than offsets), so one busy
+    partition is read by several tasks and a quiet one by one. Invariant: the pieces of a
+    range cover it exactly, in order, without overlap, so the rows read are those of the
+    unsplit range (each spool offset is one row, gap rows included). No cut falls below
+    ``floor[key]``, the partition's first retained offset: offsets below it were deleted by
+    retention and read as one gap row per range (``spool.reader.read_range``), which a cut
+    there would repeat."""
+    if min_partitions is None or len(planned) >= min_partitions:
+        return list(planned)
+    total = sum(r.size for r in planned)
+    result: list[OffsetRange] = []
+    for r in planned:
+        pieces = math.ceil(r.size * min_partitions / total) if total else 1
+        result.extend(_split(r, pieces, floor.get(r.key, r.start)))
+    return result
+
+
+def _split(whole: OffsetRange, pieces: int, floor: int) -> list[OffsetRange]:
+    """``whole`` in ``pieces`` contiguous ranges cut at or above ``floor``; the first piece
+    also holds what lies below ``floor``."""
+    low = min(max(whole.start, floor), whole.end)
+    pieces = max(1, min(pieces, whole.end - low))
+    cuts = [low + (whole.end - low) * i // pieces for i in range(pieces + 1)]
+    cuts[0] = whole.start
+    return [OffsetRange(whole.key, a, b) for a, b in itertools.pairwise(cuts)]
 
 
 def admit(

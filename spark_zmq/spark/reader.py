@@ -37,7 +37,15 @@ from spark_zmq.options import OptionError, Options
 from spark_zmq.planning import make_placement
 from spark_zmq.planning.placement import Placement
 from spark_zmq.protocols.base import StreamProtocol
-from spark_zmq.spark.offsets import PartitionOffsets, StreamOffset, admit, ranges, resolve
+from spark_zmq.spark.offsets import (
+    OffsetRange,
+    PartitionOffsets,
+    StreamOffset,
+    admit,
+    ranges,
+    resolve,
+    split_ranges,
+)
 from spark_zmq.spark.rows import SpoolRange, read_rows
 from spark_zmq.spark.settings import SourceSettings
 
@@ -189,11 +197,20 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = {k: s.first_uncommitted for k, s in self._started().snapshot().items()}
         planned: list[InputPartition] = [
             SpoolRange(self.spool_path, r.key, r.start, r.end)
-            for r in ranges(start.ends, end.ends, first)
+            for r in self._split(ranges(start.ends, end.ends, first))
         ]
         if end.claims_round is not None and end.claims_round != start.claims_round:
             planned += self._started().claims_of_round(end.claims_round)
         return planned
+
+    def _split(self, planned: list[OffsetRange]) -> list[OffsetRange]:
+        """minPartitions: the ranges cut into at least that many read tasks; no cut below a
+        partition's first retained offset (``split_ranges``)."""
+        wanted = self.settings.min_partitions
+        if wanted is None or len(planned) >= wanted:
+            return planned
+        retained = {k: s.start for k, s in self._started().snapshot().items()}
+        return split_ranges(planned, wanted, retained)
 
     def commit(self, end: dict) -> None:
         if self._placement is not None:

@@ -26,6 +26,8 @@ class SourceSettings:
     min_records_per_trigger: int | None
     max_trigger_delay: float
     capture_on_executors: bool
+    #: minPartitions: the fewest read tasks a read is split into (None: one per partition)
+    min_partitions: int | None
 
     @classmethod
     def of(cls, options: Options) -> SourceSettings:
@@ -37,4 +39,5 @@ class SourceSettings:
             min_records_per_trigger=options["minRecordsPerTrigger"],
             max_trigger_delay=options["maxTriggerDelay"],
             capture_on_executors=options["capture"] == "executors",
+            min_partitions=options["minPartitions"],
         )
