@@ -57,6 +57,7 @@ import numpy as np
 import zmq
 from children import Child, report_errors
 from hermetic import ensure_private_network
+from rate_losses import add_loss_arguments, measure_losses
 
 from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
@@ -72,7 +73,8 @@ SEND_HWM = 1000
 KEEP_UP = 0.97
 #: the publisher sends one burst per tick, sized to stay on schedule
 TICK_SECONDS = 0.001
-#: how long the native publisher waits for room in a full send queue before it drops
+#: how long the patient publisher (``--patient``) waits for room in a full send queue before it
+#: drops; the default publisher drops at once, as every ZeroEQ, Goby and yamz publisher does
 SEND_PATIENCE = 0.01
 #: a receiver that has seen messages and then nothing for this long stops waiting
 IDLE_SECONDS = 3.0
@@ -109,6 +111,9 @@ class PublishPlan:
     #: from the receivers and Spark, so that its send high-water mark overflows only when the
     #: receiving side stops taking, not when the publisher itself waits for a core
     nice: int = 0
+    #: seconds a message waits for room in a full send queue before it is dropped: 0 (the
+    #: default) drops at once, as the real publishers do; SEND_PATIENCE with ``--patient``
+    patience: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -208,8 +213,8 @@ class SearchOutcome:
     @property
     def limited_by_publisher(self) -> bool:
         """The publisher fell behind on its own. One that dropped at its send high-water mark
-        found its queue full for SEND_PATIENCE: the receiving side did not take, and the
-        publisher fell behind waiting on it."""
+        found its queue full: the receiving side did not take (a patient publisher fell
+        behind waiting on it)."""
         bound = self.bound
         return (
             bound is not None
@@ -270,7 +275,11 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
     padding = bytes(plan.payload_bytes - HEAD.size)
     pack, send, wall_ns, clock = HEAD.pack, sock.send_multipart, time.time_ns, time.perf_counter
     count, rate, again, first = plan.count, plan.rate, zmq.Again, plan.first
-    native = native_sender(sock, wire_id, bytes(plan.payload_bytes)) if plan.native else None
+    native = (
+        native_sender(sock, wire_id, bytes(plan.payload_bytes), plan.patience)
+        if plan.native
+        else None
+    )
     sent = dropped = 0
     start = tick = clock()
     while sent < count:
@@ -294,16 +303,18 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
     return PublishResult(sent, clock() - start, dropped)
 
 
-def native_sender(sock: zmq.Socket, topic: bytes, body: bytes) -> Callable[[int, int], int]:
+def native_sender(
+    sock: zmq.Socket, topic: bytes, body: bytes, patience: float
+) -> Callable[[int, int], int]:
     """send(first, count) -> dropped, through the compiled core's send loop. A full send queue
-    is given SEND_PATIENCE before a message counts as dropped: sending a late tick's messages
-    at once can fill it before the publisher's own I/O thread has had a core; a queue that
-    stays full means the receiving side is not taking."""
+    is given ``patience`` seconds before a message counts as dropped (0: at once, as the real
+    publishers drop). The patient mode absorbs stalls of the receiving side shorter than
+    ``patience``: exactly the stalls that lose messages with the real publishers."""
     from spark_zmq.capture.cores import native_module
 
     send_sequence = native_module().send_sequence
     address = sock.underlying
-    return lambda first, count: send_sequence(address, topic, body, first, count, SEND_PATIENCE)
+    return lambda first, count: send_sequence(address, topic, body, first, count, patience)
 
 
 # -- bare SUB receiver process --------------------------------------------------------------------
@@ -470,10 +481,25 @@ class Bench:
     spark: Any = None  # the run's SparkSession, if the connector is measured
     native_publisher: bool = False  # the publisher sends with the compiled core's loop
     publisher_nice: int = 0  # the publisher process's nice value
+    #: seconds the publisher waits at a full send queue before it drops (0: drops at once)
+    patience: float = 0.0
     core: str = "auto"  # the connector's captureCore
     bare_receive_hwm: int = CAPTURE_RECEIVE_HWM  # the bare SUB loop's ZMQ_RCVHWM
     #: the connector query's maxRecordsPerTrigger (0: none)
     max_records_per_trigger: int = MAX_RECORDS_PER_TRIGGER
+    #: further options of the connector query (a candidate's settings, e.g. captureNice)
+    reader_options: tuple[tuple[str, str], ...] = ()
+
+
+def publish_plan(bench: Bench, count: int, rate: float) -> PublishPlan:
+    """The run's publisher (send loop, nice value, patience) sending ``count`` at ``rate``."""
+    return PublishPlan(
+        count,
+        rate,
+        native=bench.native_publisher,
+        nice=bench.publisher_nice,
+        patience=bench.patience,
+    )
 
 
 def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
@@ -482,9 +508,7 @@ def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> 
     trial = Trial("bare", rate, planned_count(rate, duration))
     publisher = receiver = None
     try:
-        plan = PublishPlan(
-            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
-        )
+        plan = publish_plan(bench, trial.planned, rate)
         publisher = PublisherProcess(context, plan)
         receiver = Child(
             context,
@@ -639,9 +663,7 @@ def run_connector_trial(
     folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
     publisher = query = None
     try:
-        plan = PublishPlan(
-            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
-        )
+        plan = publish_plan(bench, trial.planned, rate)
         publisher = PublisherProcess(bench.context, plan)
         query = (
             bench.spark.readStream.format("zeroeq")
@@ -649,6 +671,7 @@ def run_connector_trial(
             .option("spoolPath", str(folder / "spool"))
             .option("captureCore", bench.core)
             .options(**admission(bench))
+            .options(**dict(bench.reader_options))
             .load()
             .writeStream.foreachBatch(collector)
             .option("checkpointLocation", str(folder / "checkpoint"))
@@ -947,6 +970,12 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
     )
     if hasattr(args, "bare_rcvhwm"):
         cap = args.max_records_per_trigger
+        mode = (
+            f"PATIENT: waits up to {SEND_PATIENCE * 1000:g} ms at a full send queue"
+            if getattr(args, "patient", False)
+            else "drops at once at its send HWM, as the real publishers do"
+        )
+        print(f"  publisher : {mode}")
         print(
             f"  receivers : bare SUB loop RCVHWM {args.bare_rcvhwm:,}; connector "
             f"receiveHighWaterMark {CAPTURE_RECEIVE_HWM:,} (default), maxRecordsPerTrigger "
@@ -963,7 +992,7 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
 
 
 TABLE_HEADER = (
-    f"{'receiver':<10} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
+    f"{'receiver':<13} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
     f"{'dups':>5} {'bad':>4} {'pub rate/s':>10} {'HWM drop':>8} {'p50 ms':>8} "
     f"{'p99 ms':>8}  result"
 )
@@ -974,7 +1003,7 @@ def trial_row(trial: Trial) -> str:
     note = f" ({trial.error[:90]})" if trial.error else ""
     note += f"  missing: {trial.missing}" if trial.missing else ""
     return (
-        f"{trial.receiver:<10} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
+        f"{trial.receiver:<13} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
         f"{trial.gaps:>8,} {trial.duplicates:>5} {trial.invalid:>4} "
         f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99}  "
         f"{trial.verdict}{note}"
@@ -998,8 +1027,8 @@ def describe_limit(outcome: SearchOutcome) -> str:
         )
     if not bound.publisher_kept_up and bound.publisher_dropped:
         return (
-            f"the receiving side: at {bound.rate:,.0f} msg/s the publisher's send queue stayed "
-            f"full for {SEND_PATIENCE * 1000:g} ms and dropped {bound.publisher_dropped:,} "
+            f"the receiving side: at {bound.rate:,.0f} msg/s the publisher's send queue was "
+            f"full and it dropped {bound.publisher_dropped:,} "
             f"messages ({bound.gaps:,} lost in all); waiting on it, the publisher sent "
             f"{bound.publisher_rate:,.0f} msg/s"
         )
@@ -1119,7 +1148,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         action="store_true",
         help="short smoke run (1 s trials, x2 steps, 0.1 GiB spool): ~2 minutes",
     )
-    parser.add_argument("--duration", type=float, help="seconds per trial (default 4; quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds per trial (default 8; quick 1)")
     parser.add_argument(
         "--start-rate", type=float, default=20_000.0, help="first rate tried, msg/s (default 20000)"
     )
@@ -1190,6 +1219,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "batch after a backlog outgrows the driver's default 1 GiB heap",
     )
     parser.add_argument(
+        "--patient",
+        action="store_true",
+        help=f"the publisher waits up to {SEND_PATIENCE * 1000:g} ms for room in a full send "
+        "queue before it drops (earlier runs' publisher). Default: it drops at once, as every "
+        "ZeroEQ, Goby and yamz publisher does",
+    )
+    add_loss_arguments(parser)
+    parser.add_argument(
         "--cpu-rate",
         type=float,
         default=50_000.0,
@@ -1198,14 +1235,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--skip",
-        choices=("bare", "connector", "cpu", "memory"),
+        choices=("losses", "bare", "connector", "cpu", "memory"),
         action="append",
         default=[],
         help="leave a part out (repeatable)",
     )
     args = parser.parse_args(argv)
     quick = args.quick
-    args.duration = args.duration or (1.0 if quick else 4.0)
+    args.duration = args.duration or (1.0 if quick else 8.0)
+    args.rates = [float(rate) for rate in args.rates.split(",") if rate.strip()]
+    if quick:
+        args.rates, args.repeats = args.rates[:2], 1
     args.factor = args.factor or (2.0 if quick else 1.5)
     args.max_steps = args.max_steps or (5 if quick else 10)
     args.spool_gb = args.spool_gb if args.spool_gb is not None else (0.1 if quick else 1.0)
@@ -1366,6 +1406,25 @@ def memory_trial(bench: Bench, gib: float, pace: float) -> MemoryResult | None:
     return memory
 
 
+def measure_with_spark(
+    args: argparse.Namespace, bench: Bench
+) -> tuple[list[SearchOutcome], dict[str, list[Trial]]]:
+    """The sections that need the run's one Spark session: the loss table, then the searches
+    (the bare loop's first, while no query runs)."""
+    outcomes: list[SearchOutcome] = []
+    modest: dict[str, list[Trial]] = {}
+    with spark_session() as spark:
+        if "losses" not in args.skip:
+            measure_losses(args, replace(bench, spark=spark))
+        if "bare" not in args.skip:
+            outcomes.append(measure_bare(args, bench))
+        if "connector" not in args.skip:
+            for core in args.cores:
+                outcomes.append(measure_connector(args, replace(bench, spark=spark, core=core)))
+            modest = measure_latency(args, replace(bench, spark=spark))
+    return outcomes, modest
+
+
 def main() -> int:
     args = parse_args(sys.argv[1:])
     ensure_private_network(__file__)
@@ -1380,6 +1439,7 @@ def main() -> int:
         args.trigger_ms,
         native_publisher=args.publisher == "native",
         publisher_nice=args.publisher_nice,
+        patience=SEND_PATIENCE if args.patient else 0.0,
         core=args.cores[0] if args.cores else "auto",
         bare_receive_hwm=args.bare_rcvhwm,
         max_records_per_trigger=args.max_records_per_trigger,
@@ -1387,13 +1447,10 @@ def main() -> int:
     try:
         outcomes: list[SearchOutcome] = []
         modest: dict[str, list[Trial]] = {}
-        if "bare" not in args.skip:  # first, while nothing else runs (not even Spark's JVM)
+        if "losses" not in args.skip or "connector" not in args.skip:
+            outcomes, modest = measure_with_spark(args, bench)
+        elif "bare" not in args.skip:
             outcomes.append(measure_bare(args, bench))
-        if "connector" not in args.skip:
-            with spark_session() as spark:
-                for core in args.cores:
-                    outcomes.append(measure_connector(args, replace(bench, spark=spark, core=core)))
-                modest = measure_latency(args, replace(bench, spark=spark))
         if outcomes:
             print_rates(outcomes, modest, args.trigger_ms)
         if "cpu" not in args.skip:

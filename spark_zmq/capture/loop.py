@@ -37,6 +37,7 @@ from zmq.utils.monitor import recv_monitor_message
 from spark_zmq.capture import cores
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
+from spark_zmq.capture.priority import protect_capture
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
 from spark_zmq.capture.spooling import SegmentWriter
@@ -73,14 +74,17 @@ class Capture:
         core: str | None = None,
         max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS,
         downtime: Downtime | None = None,
+        nice: int | None = None,
     ) -> None:
         """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
         which receive loop runs (see ``cores``). ``max_message_bytes`` (all frames) and
         ``max_message_parts`` bound one message: a larger one is refused (``refusals``).
         ``downtime``: the partitions not captured while capture was not running, each owed a
         gap row when its endpoint is read again, and the alive record this capture keeps
-        (``spool.downtime``)."""
+        (``spool.downtime``). ``nice``: the nice value of capture's thread and its zmq I/O
+        thread (``priority``; None: as the process runs)."""
         self.spool = spool
+        self.nice = nice
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
         self.name = name
@@ -133,6 +137,7 @@ class Capture:
             core=settings.core,
             max_message_parts=settings.max_message_parts,
             downtime=downtime,
+            nice=settings.nice,
         )
 
     @property
@@ -193,6 +198,7 @@ class Capture:
     # -- the capture thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        protect_capture(self.name, self.nice)  # before any socket: zmq's threads inherit it
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
         next_flush = time.monotonic() + self.flush_interval
         try:
