@@ -90,17 +90,20 @@ def run_receiver(name: str, bench: Any, rate: float) -> Any:
     if name == "bare":
         return harness.run_bare_trial(bench, rate)
     if name == "bare+spark":
-        with spark_load(bench, rate):
+        with spark_load(bench, rate) as load:
             trial = harness.run_bare_trial(bench, rate)
+            rows = sum(load)
+        print(f"    (the Spark query beside it took {rows:,} rows in {len(load)} micro-batches)")
         return replace(trial, receiver=name)
     options = (("captureNice", "off"),) if name == "conn-nice-off" else ()
     return harness.run_connector_trial(replace(bench, reader_options=options), rate, name)
 
 
 @contextmanager
-def spark_load(bench: Any, rate: float) -> Iterator[None]:
+def spark_load(bench: Any, rate: float) -> Iterator[list[int]]:
     """A Spark query doing the connector's work at ``rate`` while the block runs: 100-byte
-    payloads from a ``rate`` source, through a Python worker, collected into the driver."""
+    payloads from a ``rate`` source, through a Python worker, collected into the driver. The
+    block starts once a micro-batch has brought rows; it gets the rows of each micro-batch."""
     import pyarrow  # noqa: F401  (toArrow needs it; fail here, not inside the sink)
 
     pass_through: Callable[[Iterator[Any]], Iterator[Any]] = lambda batches: batches  # noqa: E731
@@ -122,9 +125,10 @@ def spark_load(bench: Any, rate: float) -> Iterator[None]:
     )
     try:
         deadline = time.monotonic() + LOAD_START_SECONDS
-        while not batches and time.monotonic() < deadline:
+        while not sum(batches) and time.monotonic() < deadline:
             time.sleep(0.1)
-        yield
+        batches.clear()  # from now on: the micro-batches during the block
+        yield batches
     finally:
         query.stop()
 

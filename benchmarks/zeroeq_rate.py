@@ -124,6 +124,9 @@ class PublishResult:
     sent: int
     seconds: float
     dropped: int
+    #: the publisher's longest delay behind its schedule, ms: a publisher that waited this long
+    #: for a core sends a burst this long at once; more than its queue holds drops by itself
+    late_ms: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -152,6 +155,7 @@ class Trial:
     sent: int = 0
     publisher_rate: float = 0.0
     publisher_dropped: int = 0
+    publisher_late_ms: float = 0.0
     received: int = 0
     duplicates: int = 0
     invalid: int = 0
@@ -163,6 +167,7 @@ class Trial:
     def record_publisher(self, result: PublishResult) -> None:
         self.sent, self.publisher_rate = result.sent, result.rate
         self.publisher_dropped = result.dropped
+        self.publisher_late_ms = result.late_ms
 
     @property
     def gaps(self) -> int:
@@ -281,9 +286,13 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
         else None
     )
     sent = dropped = 0
+    late = 0.0
     start = tick = clock()
     while sent < count:
-        due = count if rate <= 0 else min(count, int((clock() - start) * rate) + 1)
+        now = clock()
+        due = count if rate <= 0 else min(count, int((now - start) * rate) + 1)
+        if rate > 0:
+            late = max(late, now - start - sent / rate)
         if native is not None:  # one call per tick; at most a tick's worth when unpaced
             burst = min(due - sent, max(1000, int(rate * TICK_SECONDS)))
             dropped += native(first + sent, burst)
@@ -300,7 +309,7 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
             time.sleep(delay)
         elif delay <= 0:
             tick = clock()  # behind: the schedule (not sleep debt) decides the next burst
-    return PublishResult(sent, clock() - start, dropped)
+    return PublishResult(sent, clock() - start, dropped, late * 1000)
 
 
 def native_sender(
@@ -994,7 +1003,7 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
 TABLE_HEADER = (
     f"{'receiver':<13} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
     f"{'dups':>5} {'bad':>4} {'pub rate/s':>10} {'HWM drop':>8} {'p50 ms':>8} "
-    f"{'p99 ms':>8}  result"
+    f"{'p99 ms':>8} {'pub late':>8}  result"
 )
 
 
@@ -1005,7 +1014,8 @@ def trial_row(trial: Trial) -> str:
     return (
         f"{trial.receiver:<13} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
         f"{trial.gaps:>8,} {trial.duplicates:>5} {trial.invalid:>4} "
-        f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99}  "
+        f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99} "
+        f"{trial.publisher_late_ms:>6.1f}ms  "
         f"{trial.verdict}{note}"
     )
 
@@ -1190,10 +1200,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--publisher-nice",
         type=int,
-        default=-10,
-        help="nice value of the publisher process (default -10, as root; 0: as the others). "
-        "On a shared 2-core machine a publisher at the same priority as Spark loses the CPU "
-        "for tens of ms and overflows its own send high-water mark",
+        default=-20,
+        help="nice value of the publisher process (default -20, as root; 0: as the others). "
+        "The real publishers run on other hosts: on a shared 2-core machine a publisher that "
+        "waits for a core sends a late burst at once and overflows its own send high-water "
+        "mark (capture runs at captureNice -10, so the publisher stays ahead of it)",
     )
     parser.add_argument(
         "--cores",
@@ -1322,7 +1333,10 @@ def print_rates(
     later = [trial for trials in modest.values() for trial in trials]
     for trial in [t for outcome in outcomes for t in outcome.trials] + later:
         print(trial_row(trial))
-    print("(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps)")
+    print(
+        "(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps; "
+        "pub late: the publisher's longest delay behind its schedule)"
+    )
     print_rate_summary(outcomes)
     for outcome in outcomes:
         if outcome.receiver in modest:

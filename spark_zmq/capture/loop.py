@@ -75,6 +75,7 @@ class Capture:
         max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS,
         downtime: Downtime | None = None,
         nice: int | None = None,
+        own_process: bool = False,
     ) -> None:
         """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
         which receive loop runs (see ``cores``). ``max_message_bytes`` (all frames) and
@@ -82,9 +83,11 @@ class Capture:
         ``downtime``: the partitions not captured while capture was not running, each owed a
         gap row when its endpoint is read again, and the alive record this capture keeps
         (``spool.downtime``). ``nice``: the nice value of capture's thread and its zmq I/O
-        thread (``priority``; None: as the process runs)."""
+        thread (``priority``; None: as the process runs); ``own_process``: this process is
+        capture's (``of``), and its main thread gets ``nice`` too."""
         self.spool = spool
         self.nice = nice
+        self.own_process = own_process
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
         self.name = name
@@ -125,7 +128,8 @@ class Capture:
         name: str,
         downtime: Downtime | None = None,
     ) -> Capture:
-        """A capture configured from the query's options (``CaptureSettings``)."""
+        """A capture configured from the query's options (``CaptureSettings``), in a process
+        of its own: the query's source process, a holder, or the capture service."""
         return cls(
             spool,
             max_message_bytes=settings.max_message_bytes,
@@ -138,6 +142,7 @@ class Capture:
             max_message_parts=settings.max_message_parts,
             downtime=downtime,
             nice=settings.nice,
+            own_process=True,
         )
 
     @property
@@ -198,7 +203,8 @@ class Capture:
     # -- the capture thread --------------------------------------------------------------------
 
     def _run(self) -> None:
-        protect_capture(self.name, self.nice)  # before any socket: zmq's threads inherit it
+        # before any socket: zmq's threads inherit it
+        protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
         next_flush = time.monotonic() + self.flush_interval
         try:

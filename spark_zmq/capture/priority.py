@@ -65,18 +65,38 @@ def raise_this_thread(nice: int) -> PriorityOutcome:
     return PriorityOutcome(nice, thread_nice(tid))
 
 
-def protect_capture(name: str, nice: int | None) -> PriorityOutcome | None:
+def raise_main_thread(nice: int) -> bool:
+    """Give the process's main thread nice value ``nice`` too, if it is above it: True if it
+    runs at ``nice`` now."""
+    main = os.getpid()  # the main thread's id is the process's
+    try:
+        if thread_nice(main) > nice:
+            os.setpriority(os.PRIO_PROCESS, main, nice)
+    except OSError:
+        return False
+    return thread_nice(main) == nice
+
+
+def protect_capture(
+    name: str, nice: int | None, main_thread: bool = False
+) -> PriorityOutcome | None:
     """Called first thing in capture's thread: its priority, and one log line that says which
-    protection took effect. ``nice`` None: leave the priority alone (``captureNice=off``)."""
+    protection took effect. ``nice`` None: leave the priority alone (``captureNice=off``).
+    ``main_thread``: the process is capture's own (the query's source process, a holder, the
+    service), and its main thread, which answers Spark's calls holding Python's lock that
+    capture's thread needs at every flush, gets the same priority: otherwise capture waits
+    for the lock while that thread waits for a core."""
     if nice is None:
         logger.info("%s: capture priority: left as is (captureNice=off)", name)
         return None
     outcome = raise_this_thread(nice)
     if outcome.took_effect:
+        main = main_thread and raise_main_thread(nice)
         logger.info(
-            "%s: capture priority: nice %d for capture's thread and its zmq I/O thread",
+            "%s: capture priority: nice %d for capture's thread and its zmq I/O thread%s",
             name,
             outcome.nice,
+            ", and this process's main thread" if main else "",
         )
     else:
         logger.warning(
