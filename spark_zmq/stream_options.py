@@ -23,6 +23,7 @@ from spark_zmq.options import (
     text,
 )
 
+
 def capture_nice(value: str) -> int | None:
     """``captureNice``: a nice value (-20..19), or None for ``off``."""
     if value.strip().lower() == "off":

@@ -37,7 +37,7 @@ from zmq.utils.monitor import recv_monitor_message
 from spark_zmq.capture import cores
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
-from spark_zmq.capture.priority import protect_capture
+from spark_zmq.capture.priority import PriorityOutcome, protect_capture, restore_main_thread
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
 from spark_zmq.capture.spooling import SegmentWriter
@@ -88,6 +88,7 @@ class Capture:
         self.spool = spool
         self.nice = nice
         self.own_process = own_process
+        self._priority: PriorityOutcome | None = None
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
         self.name = name
@@ -204,7 +205,7 @@ class Capture:
 
     def _run(self) -> None:
         # before any socket: zmq's threads inherit it
-        protect_capture(self.name, self.nice, self.own_process)
+        self._priority = protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
         next_flush = time.monotonic() + self.flush_interval
         try:
@@ -351,6 +352,7 @@ class Capture:
         if self._downtime is not None and self._failure is None and not self._unwritten:
             self._downtime.alive(began, force=True)
         self._flushes.wake_all()
+        restore_main_thread(self._priority)
 
     def _write_last(self, conn: Connection) -> None:
         if not self._writer.write_last(conn, self._receive):

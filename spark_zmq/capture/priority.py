@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spark_zmq.log import logger
 
@@ -37,6 +37,8 @@ class PriorityOutcome:
     asked: int
     nice: int
     reason: str = ""  # why not, when ``nice`` is not ``asked``
+    #: the main thread's nice value before capture raised it (None: not raised)
+    main_before: int | None = None
 
     @property
     def took_effect(self) -> bool:
@@ -65,16 +67,30 @@ def raise_this_thread(nice: int) -> PriorityOutcome:
     return PriorityOutcome(nice, thread_nice(tid))
 
 
-def raise_main_thread(nice: int) -> bool:
-    """Give the process's main thread nice value ``nice`` too, if it is above it: True if it
-    runs at ``nice`` now."""
+def raise_main_thread(nice: int) -> int | None:
+    """Give the process's main thread nice value ``nice`` too, if it is above it: its value
+    before, or None if it was not raised."""
     main = os.getpid()  # the main thread's id is the process's
     try:
-        if thread_nice(main) > nice:
-            os.setpriority(os.PRIO_PROCESS, main, nice)
+        before = thread_nice(main)
+        if before <= nice:
+            return None
+        os.setpriority(os.PRIO_PROCESS, main, nice)
     except OSError:
-        return False
-    return thread_nice(main) == nice
+        return None
+    return before
+
+
+def restore_main_thread(outcome: PriorityOutcome | None) -> None:
+    """Give the main thread back the nice value it had before ``protect_capture`` (always
+    permitted: it lowers priority), so that a process that ran capture for a while (a test, a
+    notebook that read a stream in-process) does not keep capture's priority."""
+    if outcome is None or outcome.main_before is None:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, os.getpid(), outcome.main_before)
+    except OSError as exc:
+        logger.warning("capture priority: main thread's nice value not restored: %s", exc)
 
 
 def protect_capture(
@@ -91,12 +107,13 @@ def protect_capture(
         return None
     outcome = raise_this_thread(nice)
     if outcome.took_effect:
-        main = main_thread and raise_main_thread(nice)
+        main_before = raise_main_thread(nice) if main_thread else None
+        outcome = replace(outcome, main_before=main_before)
         logger.info(
             "%s: capture priority: nice %d for capture's thread and its zmq I/O thread%s",
             name,
             outcome.nice,
-            ", and this process's main thread" if main else "",
+            "" if main_before is None else ", and this process's main thread while it runs",
         )
     else:
         logger.warning(
