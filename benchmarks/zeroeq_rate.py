@@ -2,6 +2,9 @@
 
 Measured side by side in one run, on loopback only:
 
+0. messages lost per rate by each receiver, the receivers taking turns rate by rate
+   (``rate_losses``: the bare loop alone and beside a Spark query, the connector with and
+   without ``captureNice``),
 1. the highest publish rate that a bare pyzmq SUB loop receives with no gaps,
 2. the highest rate at which ``format("zeroeq")`` delivers every message into a
    ``foreachBatch`` sink, once per capture core (``--cores``: the compiled one and the Python
@@ -13,10 +16,13 @@ Measured side by side in one run, on loopback only:
 5. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
 
 The publisher is the same for every receiver: a separate process with an XPUB socket, send
-high-water mark 1000, pacing 100-byte events at a requested rate; by default it sends with the
-compiled core's send loop (``--publisher native``), since a Python publisher on a small machine
-is the first thing to give out. A rate counts as reached only when every sequence number arrived
-exactly once *and* the publisher itself kept up (the report says when it did not). The
+high-water mark 1000, pacing 100-byte events at a requested rate, dropping a message at once
+when its send queue is full as the real publishers do (``--patient``: it waits up to 10 ms
+first), at SCHED_FIFO so that its own stalls are not the receivers' losses; by default it
+sends with the compiled core's send loop (``--publisher native``), since a Python publisher on
+a small machine is the first thing to give out. A rate counts as reached only when every
+sequence number arrived exactly once *and* the publisher itself kept up (the report says when
+it did not). The
 publisher counts what its high-water mark drops, so the report tells gaps made at the publisher
 from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
 delivers everything a run's capture received), each trial with a fresh spool and checkpoint,
