@@ -2,6 +2,9 @@
 
 Measured side by side in one run, on loopback only:
 
+0. messages lost per rate by each receiver, the receivers taking turns rate by rate
+   (``rate_losses``: the bare loop alone and beside a Spark query, the connector with and
+   without ``captureNice``),
 1. the highest publish rate that a bare pyzmq SUB loop receives with no gaps,
 2. the highest rate at which ``format("zeroeq")`` delivers every message into a
    ``foreachBatch`` sink, once per capture core (``--cores``: the compiled one and the Python
@@ -13,10 +16,13 @@ Measured side by side in one run, on loopback only:
 5. capture's peak memory while it writes about 1 GiB into its spool (no Spark).
 
 The publisher is the same for every receiver: a separate process with an XPUB socket, send
-high-water mark 1000, pacing 100-byte events at a requested rate; by default it sends with the
-compiled core's send loop (``--publisher native``), since a Python publisher on a small machine
-is the first thing to give out. A rate counts as reached only when every sequence number arrived
-exactly once *and* the publisher itself kept up (the report says when it did not). The
+high-water mark 1000, pacing 100-byte events at a requested rate, dropping a message at once
+when its send queue is full as the real publishers do (``--patient``: it waits up to 10 ms
+first), at SCHED_FIFO so that its own stalls are not the receivers' losses; by default it
+sends with the compiled core's send loop (``--publisher native``), since a Python publisher on
+a small machine is the first thing to give out. A rate counts as reached only when every
+sequence number arrived exactly once *and* the publisher itself kept up (the report says when
+it did not). The
 publisher counts what its high-water mark drops, so the report tells gaps made at the publisher
 from gaps made after it. The connector runs on its defaults (``startingOffsets=latest``
 delivers everything a run's capture received), each trial with a fresh spool and checkpoint,
@@ -57,6 +63,7 @@ import numpy as np
 import zmq
 from children import Child, report_errors
 from hermetic import ensure_private_network
+from rate_losses import add_loss_arguments, measure_losses
 
 from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
@@ -72,7 +79,8 @@ SEND_HWM = 1000
 KEEP_UP = 0.97
 #: the publisher sends one burst per tick, sized to stay on schedule
 TICK_SECONDS = 0.001
-#: how long the native publisher waits for room in a full send queue before it drops
+#: how long the patient publisher (``--patient``) waits for room in a full send queue before it
+#: drops; the default publisher drops at once, as every ZeroEQ, Goby and yamz publisher does
 SEND_PATIENCE = 0.01
 #: a receiver that has seen messages and then nothing for this long stops waiting
 IDLE_SECONDS = 3.0
@@ -109,6 +117,11 @@ class PublishPlan:
     #: from the receivers and Spark, so that its send high-water mark overflows only when the
     #: receiving side stops taking, not when the publisher itself waits for a core
     nice: int = 0
+    #: seconds a message waits for room in a full send queue before it is dropped: 0 (the
+    #: default) drops at once, as the real publishers do; SEND_PATIENCE with ``--patient``
+    patience: float = 0.0
+    #: SCHED_FIFO (``run_in_real_time``) instead of ``nice``
+    realtime: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +132,9 @@ class PublishResult:
     sent: int
     seconds: float
     dropped: int
+    #: the publisher's longest delay behind its schedule, ms: a publisher that waited this long
+    #: for a core sends a burst this long at once; more than its queue holds drops by itself
+    late_ms: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -147,6 +163,7 @@ class Trial:
     sent: int = 0
     publisher_rate: float = 0.0
     publisher_dropped: int = 0
+    publisher_late_ms: float = 0.0
     received: int = 0
     duplicates: int = 0
     invalid: int = 0
@@ -158,6 +175,7 @@ class Trial:
     def record_publisher(self, result: PublishResult) -> None:
         self.sent, self.publisher_rate = result.sent, result.rate
         self.publisher_dropped = result.dropped
+        self.publisher_late_ms = result.late_ms
 
     @property
     def gaps(self) -> int:
@@ -208,8 +226,8 @@ class SearchOutcome:
     @property
     def limited_by_publisher(self) -> bool:
         """The publisher fell behind on its own. One that dropped at its send high-water mark
-        found its queue full for SEND_PATIENCE: the receiving side did not take, and the
-        publisher fell behind waiting on it."""
+        found its queue full: the receiving side did not take (a patient publisher fell
+        behind waiting on it)."""
         bound = self.bound
         return (
             bound is not None
@@ -230,7 +248,9 @@ def publisher_main(
     at close."""
 
     def body() -> None:
-        if plan.nice:
+        if plan.realtime:
+            run_in_real_time()
+        elif plan.nice:
             with contextlib.suppress(PermissionError):  # not root: the default priority
                 os.setpriority(os.PRIO_PROCESS, 0, plan.nice)
         context = zmq.Context()  # its I/O thread starts now, with the process's priority
@@ -253,6 +273,18 @@ def publisher_main(
     report_errors(conn, body)
 
 
+def run_in_real_time() -> None:
+    """SCHED_FIFO priority 1 for this thread and the threads it starts (zmq's I/O thread): the
+    real publishers run on other hosts, so the publisher must not wait for a core behind the
+    receivers and Spark (at nice -20 it still fell 40 to 180 ms behind on a loaded 2-core
+    machine, and its own late burst overflowed its queue). Not permitted: nice -20, or as is."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except PermissionError:
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, -20)
+
+
 def _wait_for_subscriber(sock: zmq.Socket, timeout: float) -> None:
     """Block until a subscription to every message (prefix b"") arrives: from then on the
     publisher's trie delivers everything to that subscriber."""
@@ -270,11 +302,19 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
     padding = bytes(plan.payload_bytes - HEAD.size)
     pack, send, wall_ns, clock = HEAD.pack, sock.send_multipart, time.time_ns, time.perf_counter
     count, rate, again, first = plan.count, plan.rate, zmq.Again, plan.first
-    native = native_sender(sock, wire_id, bytes(plan.payload_bytes)) if plan.native else None
+    native = (
+        native_sender(sock, wire_id, bytes(plan.payload_bytes), plan.patience)
+        if plan.native
+        else None
+    )
     sent = dropped = 0
+    late = 0.0
     start = tick = clock()
     while sent < count:
-        due = count if rate <= 0 else min(count, int((clock() - start) * rate) + 1)
+        now = clock()
+        due = count if rate <= 0 else min(count, int((now - start) * rate) + 1)
+        if rate > 0:
+            late = max(late, now - start - sent / rate)
         if native is not None:  # one call per tick; at most a tick's worth when unpaced
             burst = min(due - sent, max(1000, int(rate * TICK_SECONDS)))
             dropped += native(first + sent, burst)
@@ -291,19 +331,21 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
             time.sleep(delay)
         elif delay <= 0:
             tick = clock()  # behind: the schedule (not sleep debt) decides the next burst
-    return PublishResult(sent, clock() - start, dropped)
+    return PublishResult(sent, clock() - start, dropped, late * 1000)
 
 
-def native_sender(sock: zmq.Socket, topic: bytes, body: bytes) -> Callable[[int, int], int]:
+def native_sender(
+    sock: zmq.Socket, topic: bytes, body: bytes, patience: float
+) -> Callable[[int, int], int]:
     """send(first, count) -> dropped, through the compiled core's send loop. A full send queue
-    is given SEND_PATIENCE before a message counts as dropped: sending a late tick's messages
-    at once can fill it before the publisher's own I/O thread has had a core; a queue that
-    stays full means the receiving side is not taking."""
+    is given ``patience`` seconds before a message counts as dropped (0: at once, as the real
+    publishers drop). The patient mode absorbs stalls of the receiving side shorter than
+    ``patience``: exactly the stalls that lose messages with the real publishers."""
     from spark_zmq.capture.cores import native_module
 
     send_sequence = native_module().send_sequence
     address = sock.underlying
-    return lambda first, count: send_sequence(address, topic, body, first, count, SEND_PATIENCE)
+    return lambda first, count: send_sequence(address, topic, body, first, count, patience)
 
 
 # -- bare SUB receiver process --------------------------------------------------------------------
@@ -470,10 +512,27 @@ class Bench:
     spark: Any = None  # the run's SparkSession, if the connector is measured
     native_publisher: bool = False  # the publisher sends with the compiled core's loop
     publisher_nice: int = 0  # the publisher process's nice value
+    #: seconds the publisher waits at a full send queue before it drops (0: drops at once)
+    patience: float = 0.0
+    publisher_realtime: bool = False  # the publisher runs SCHED_FIFO (``run_in_real_time``)
     core: str = "auto"  # the connector's captureCore
     bare_receive_hwm: int = CAPTURE_RECEIVE_HWM  # the bare SUB loop's ZMQ_RCVHWM
     #: the connector query's maxRecordsPerTrigger (0: none)
     max_records_per_trigger: int = MAX_RECORDS_PER_TRIGGER
+    #: further options of the connector query (a candidate's settings, e.g. captureNice)
+    reader_options: tuple[tuple[str, str], ...] = ()
+
+
+def publish_plan(bench: Bench, count: int, rate: float) -> PublishPlan:
+    """The run's publisher (send loop, nice value, patience) sending ``count`` at ``rate``."""
+    return PublishPlan(
+        count,
+        rate,
+        native=bench.native_publisher,
+        nice=bench.publisher_nice,
+        patience=bench.patience,
+        realtime=bench.publisher_realtime,
+    )
 
 
 def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
@@ -482,9 +541,7 @@ def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> 
     trial = Trial("bare", rate, planned_count(rate, duration))
     publisher = receiver = None
     try:
-        plan = PublishPlan(
-            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
-        )
+        plan = publish_plan(bench, trial.planned, rate)
         publisher = PublisherProcess(context, plan)
         receiver = Child(
             context,
@@ -639,9 +696,7 @@ def run_connector_trial(
     folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
     publisher = query = None
     try:
-        plan = PublishPlan(
-            trial.planned, rate, native=bench.native_publisher, nice=bench.publisher_nice
-        )
+        plan = publish_plan(bench, trial.planned, rate)
         publisher = PublisherProcess(bench.context, plan)
         query = (
             bench.spark.readStream.format("zeroeq")
@@ -649,6 +704,7 @@ def run_connector_trial(
             .option("spoolPath", str(folder / "spool"))
             .option("captureCore", bench.core)
             .options(**admission(bench))
+            .options(**dict(bench.reader_options))
             .load()
             .writeStream.foreachBatch(collector)
             .option("checkpointLocation", str(folder / "checkpoint"))
@@ -947,6 +1003,12 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
     )
     if hasattr(args, "bare_rcvhwm"):
         cap = args.max_records_per_trigger
+        mode = (
+            f"PATIENT: waits up to {SEND_PATIENCE * 1000:g} ms at a full send queue"
+            if getattr(args, "patient", False)
+            else "drops at once at its send HWM, as the real publishers do"
+        )
+        print(f"  publisher : {mode}")
         print(
             f"  receivers : bare SUB loop RCVHWM {args.bare_rcvhwm:,}; connector "
             f"receiveHighWaterMark {CAPTURE_RECEIVE_HWM:,} (default), maxRecordsPerTrigger "
@@ -957,15 +1019,19 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
     print(
         f"  capture   : cores {', '.join(getattr(args, 'cores', ['auto']))}; compiled core "
         f"{native_status()}; publisher {getattr(args, 'publisher', 'python')} send loop, "
-        f"nice {getattr(args, 'publisher_nice', 0)}"
+        f"{describe_publisher_priority(getattr(args, 'publisher_nice', 0))}"
     )
     print(flush=True)
 
 
+def describe_publisher_priority(nice: int | None) -> str:
+    return "SCHED_FIFO 1 (real time)" if nice is None else f"nice {nice}"
+
+
 TABLE_HEADER = (
-    f"{'receiver':<10} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
+    f"{'receiver':<13} {'rate/s':>9} {'sent':>9} {'received':>9} {'gaps':>8} "
     f"{'dups':>5} {'bad':>4} {'pub rate/s':>10} {'HWM drop':>8} {'p50 ms':>8} "
-    f"{'p99 ms':>8}  result"
+    f"{'p99 ms':>8} {'pub late':>8}  result"
 )
 
 
@@ -974,9 +1040,10 @@ def trial_row(trial: Trial) -> str:
     note = f" ({trial.error[:90]})" if trial.error else ""
     note += f"  missing: {trial.missing}" if trial.missing else ""
     return (
-        f"{trial.receiver:<10} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
+        f"{trial.receiver:<13} {trial.rate:>9,.0f} {trial.sent:>9,} {trial.received:>9,} "
         f"{trial.gaps:>8,} {trial.duplicates:>5} {trial.invalid:>4} "
-        f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99}  "
+        f"{trial.publisher_rate:>10,.0f} {trial.publisher_dropped:>8,} {p50} {p99} "
+        f"{trial.publisher_late_ms:>6.1f}ms  "
         f"{trial.verdict}{note}"
     )
 
@@ -998,8 +1065,8 @@ def describe_limit(outcome: SearchOutcome) -> str:
         )
     if not bound.publisher_kept_up and bound.publisher_dropped:
         return (
-            f"the receiving side: at {bound.rate:,.0f} msg/s the publisher's send queue stayed "
-            f"full for {SEND_PATIENCE * 1000:g} ms and dropped {bound.publisher_dropped:,} "
+            f"the receiving side: at {bound.rate:,.0f} msg/s the publisher's send queue was "
+            f"full and it dropped {bound.publisher_dropped:,} "
             f"messages ({bound.gaps:,} lost in all); waiting on it, the publisher sent "
             f"{bound.publisher_rate:,.0f} msg/s"
         )
@@ -1119,7 +1186,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         action="store_true",
         help="short smoke run (1 s trials, x2 steps, 0.1 GiB spool): ~2 minutes",
     )
-    parser.add_argument("--duration", type=float, help="seconds per trial (default 4; quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds per trial (default 8; quick 1)")
     parser.add_argument(
         "--start-rate", type=float, default=20_000.0, help="first rate tried, msg/s (default 20000)"
     )
@@ -1161,10 +1228,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--publisher-nice",
         type=int,
-        default=-10,
-        help="nice value of the publisher process (default -10, as root; 0: as the others). "
-        "On a shared 2-core machine a publisher at the same priority as Spark loses the CPU "
-        "for tens of ms and overflows its own send high-water mark",
+        default=None,
+        help="nice value of the publisher process (default: none, it runs SCHED_FIFO, as root; "
+        "else nice -20). The real publishers run on other hosts: on a shared 2-core machine a "
+        "publisher that waits for a core sends a late burst at once and overflows its own send "
+        "high-water mark, a loss that is not the receiver's",
     )
     parser.add_argument(
         "--cores",
@@ -1190,6 +1258,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "batch after a backlog outgrows the driver's default 1 GiB heap",
     )
     parser.add_argument(
+        "--patient",
+        action="store_true",
+        help=f"the publisher waits up to {SEND_PATIENCE * 1000:g} ms for room in a full send "
+        "queue before it drops (earlier runs' publisher). Default: it drops at once, as every "
+        "ZeroEQ, Goby and yamz publisher does",
+    )
+    add_loss_arguments(parser)
+    parser.add_argument(
         "--cpu-rate",
         type=float,
         default=50_000.0,
@@ -1198,14 +1274,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--skip",
-        choices=("bare", "connector", "cpu", "memory"),
+        choices=("losses", "bare", "connector", "cpu", "memory"),
         action="append",
         default=[],
         help="leave a part out (repeatable)",
     )
     args = parser.parse_args(argv)
     quick = args.quick
-    args.duration = args.duration or (1.0 if quick else 4.0)
+    args.duration = args.duration or (1.0 if quick else 8.0)
+    args.rates = [float(rate) for rate in args.rates.split(",") if rate.strip()]
+    if quick:
+        args.rates, args.repeats = args.rates[:2], 1
     args.factor = args.factor or (2.0 if quick else 1.5)
     args.max_steps = args.max_steps or (5 if quick else 10)
     args.spool_gb = args.spool_gb if args.spool_gb is not None else (0.1 if quick else 1.0)
@@ -1282,7 +1361,10 @@ def print_rates(
     later = [trial for trials in modest.values() for trial in trials]
     for trial in [t for outcome in outcomes for t in outcome.trials] + later:
         print(trial_row(trial))
-    print("(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps)")
+    print(
+        "(HWM drop: messages the publisher's send high-water mark dropped, part of the gaps; "
+        "pub late: the publisher's longest delay behind its schedule)"
+    )
     print_rate_summary(outcomes)
     for outcome in outcomes:
         if outcome.receiver in modest:
@@ -1366,6 +1448,25 @@ def memory_trial(bench: Bench, gib: float, pace: float) -> MemoryResult | None:
     return memory
 
 
+def measure_with_spark(
+    args: argparse.Namespace, bench: Bench
+) -> tuple[list[SearchOutcome], dict[str, list[Trial]]]:
+    """The sections that need the run's one Spark session: the loss table, then the searches
+    (the bare loop's first, while no query runs)."""
+    outcomes: list[SearchOutcome] = []
+    modest: dict[str, list[Trial]] = {}
+    with spark_session() as spark:
+        if "losses" not in args.skip:
+            measure_losses(args, replace(bench, spark=spark))
+        if "bare" not in args.skip:
+            outcomes.append(measure_bare(args, bench))
+        if "connector" not in args.skip:
+            for core in args.cores:
+                outcomes.append(measure_connector(args, replace(bench, spark=spark, core=core)))
+            modest = measure_latency(args, replace(bench, spark=spark))
+    return outcomes, modest
+
+
 def main() -> int:
     args = parse_args(sys.argv[1:])
     ensure_private_network(__file__)
@@ -1379,7 +1480,9 @@ def main() -> int:
         args.duration,
         args.trigger_ms,
         native_publisher=args.publisher == "native",
-        publisher_nice=args.publisher_nice,
+        publisher_nice=args.publisher_nice or 0,
+        patience=SEND_PATIENCE if args.patient else 0.0,
+        publisher_realtime=args.publisher_nice is None,
         core=args.cores[0] if args.cores else "auto",
         bare_receive_hwm=args.bare_rcvhwm,
         max_records_per_trigger=args.max_records_per_trigger,
@@ -1387,13 +1490,10 @@ def main() -> int:
     try:
         outcomes: list[SearchOutcome] = []
         modest: dict[str, list[Trial]] = {}
-        if "bare" not in args.skip:  # first, while nothing else runs (not even Spark's JVM)
+        if "losses" not in args.skip or "connector" not in args.skip:
+            outcomes, modest = measure_with_spark(args, bench)
+        elif "bare" not in args.skip:
             outcomes.append(measure_bare(args, bench))
-        if "connector" not in args.skip:
-            with spark_session() as spark:
-                for core in args.cores:
-                    outcomes.append(measure_connector(args, replace(bench, spark=spark, core=core)))
-                modest = measure_latency(args, replace(bench, spark=spark))
         if outcomes:
             print_rates(outcomes, modest, args.trigger_ms)
         if "cpu" not in args.skip:

@@ -8,6 +8,7 @@ import re
 from urllib.parse import urlparse
 
 from spark_zmq import security
+from spark_zmq.capture.priority import DEFAULT_CAPTURE_NICE
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.options import (
     Option,
@@ -21,6 +22,17 @@ from spark_zmq.options import (
     positive_int,
     text,
 )
+
+
+def capture_nice(value: str) -> int | None:
+    """``captureNice``: a nice value (-20..19), or None for ``off``."""
+    if value.strip().lower() == "off":
+        return None
+    number = int(value.strip())
+    if not -20 <= number <= 19:
+        raise ValueError("not a nice value")
+    return number
+
 
 # ---------------------------------------------------------------------------------------------
 # CURVE security, for readers and writers of every format (spark_zmq.security applies them).
@@ -359,6 +371,18 @@ READER_OPTIONS: tuple[Option, ...] = (
         "the compiled core when it loads and otherwise logs once that it runs the Python "
         "loop. Not set: the environment variable `SPARK_ZMQ_CAPTURE_CORE` of the capture "
         "process, else `auto`.",
+    ),
+    Option(
+        "captureNice",
+        capture_nice,
+        "a nice value from -20 to 19, or off",
+        str(DEFAULT_CAPTURE_NICE),
+        "Scheduling priority of capture's receive thread and its zmq I/O thread (Linux nice "
+        "value; Spark's tasks run at 0): with a lower value they get a core as soon as "
+        "messages arrive, however busy Spark keeps the host, so publishers that drop at a "
+        "full send queue lose nothing while a micro-batch runs. Raising priority needs "
+        "CAP_SYS_NICE (root) or RLIMIT_NICE; without it capture logs one warning and runs as "
+        "it is. `off`: leave the priority alone.",
     ),
     Option(
         "leaseTimeout",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
+from spark_zmq.capture.priority import DEFAULT_CAPTURE_NICE
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS
 from spark_zmq.options import Options
 from spark_zmq.security import Curve
@@ -40,6 +41,8 @@ class CaptureSettings:
     retention_seconds: float | None = None
     #: most bytes of committed segments kept (``spoolRetentionBytes``; None: not bounded)
     retention_bytes: int | None = None
+    #: nice value of capture's thread and its zmq I/O thread (``captureNice``; None: as is)
+    nice: int | None = DEFAULT_CAPTURE_NICE
 
     @classmethod
     def of(cls, options: Options) -> CaptureSettings:
@@ -63,6 +66,7 @@ class CaptureSettings:
             options["maxMessageParts"],
             options["spoolRetention"],
             options["spoolRetentionBytes"],
+            options["captureNice"],
         )
 
     @property

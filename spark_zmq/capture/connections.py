@@ -67,7 +67,9 @@ class Sockets:
         self.receive_hwm = receive_hwm
         self.max_message_bytes = max_message_bytes
         self.max_message_parts = max_message_parts
-        self._context: zmq.Context = zmq.Context.instance()
+        #: capture's own context, made by the capture thread when it opens its first socket,
+        #: so that zmq's I/O thread inherits that thread's priority (``priority``)
+        self._context: zmq.Context | None = None
         self.core = core
 
     def connect(self, endpoint: Endpoint) -> Connection:
@@ -104,7 +106,16 @@ class Sockets:
         conn.socket.close(0)
 
     def shutdown(self) -> None:
+        """Stop watching; end the context (every socket is closed by now: nothing lingers)."""
         self.core.close()
+        if self._context is not None:
+            self._context.destroy(linger=0)
+            self._context = None
+
+    def _own_context(self) -> zmq.Context:
+        if self._context is None:
+            self._context = zmq.Context()
+        return self._context
 
     @staticmethod
     def resubscribe(sock: zmq.Socket, old: tuple[bytes, ...], new: tuple[bytes, ...]) -> None:
@@ -117,7 +128,10 @@ class Sockets:
             sock.setsockopt(zmq.UNSUBSCRIBE, prefix)
 
     def _open(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
-        sock = self.curve.as_client(self._context.socket(endpoint.socket_type))
+        # inproc:// reaches only sockets of the same context: the process's shared one
+        shared = endpoint.address.startswith("inproc://")
+        context = zmq.Context.instance() if shared else self._own_context()
+        sock = self.curve.as_client(context.socket(endpoint.socket_type))
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, self.receive_hwm)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)

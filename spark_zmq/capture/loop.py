@@ -37,6 +37,7 @@ from zmq.utils.monitor import recv_monitor_message
 from spark_zmq.capture import cores
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
+from spark_zmq.capture.priority import PriorityOutcome, protect_capture, restore_main_thread
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
 from spark_zmq.capture.spooling import SegmentWriter
@@ -73,14 +74,21 @@ class Capture:
         core: str | None = None,
         max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS,
         downtime: Downtime | None = None,
+        nice: int | None = None,
+        own_process: bool = False,
     ) -> None:
         """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
         which receive loop runs (see ``cores``). ``max_message_bytes`` (all frames) and
         ``max_message_parts`` bound one message: a larger one is refused (``refusals``).
         ``downtime``: the partitions not captured while capture was not running, each owed a
         gap row when its endpoint is read again, and the alive record this capture keeps
-        (``spool.downtime``)."""
+        (``spool.downtime``). ``nice``: the nice value of capture's thread and its zmq I/O
+        thread (``priority``; None: as the process runs); ``own_process``: this process is
+        capture's (``of``), and its main thread gets ``nice`` too."""
         self.spool = spool
+        self.nice = nice
+        self.own_process = own_process
+        self._priority: PriorityOutcome | None = None
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
         self.name = name
@@ -121,7 +129,8 @@ class Capture:
         name: str,
         downtime: Downtime | None = None,
     ) -> Capture:
-        """A capture configured from the query's options (``CaptureSettings``)."""
+        """A capture configured from the query's options (``CaptureSettings``), in a process
+        of its own: the query's source process, a holder, or the capture service."""
         return cls(
             spool,
             max_message_bytes=settings.max_message_bytes,
@@ -133,6 +142,8 @@ class Capture:
             core=settings.core,
             max_message_parts=settings.max_message_parts,
             downtime=downtime,
+            nice=settings.nice,
+            own_process=True,
         )
 
     @property
@@ -193,6 +204,8 @@ class Capture:
     # -- the capture thread --------------------------------------------------------------------
 
     def _run(self) -> None:
+        # before any socket: zmq's threads inherit it
+        self._priority = protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
         next_flush = time.monotonic() + self.flush_interval
         try:
@@ -339,6 +352,7 @@ class Capture:
         if self._downtime is not None and self._failure is None and not self._unwritten:
             self._downtime.alive(began, force=True)
         self._flushes.wake_all()
+        restore_main_thread(self._priority)
 
     def _write_last(self, conn: Connection) -> None:
         if not self._writer.write_last(conn, self._receive):
