@@ -21,8 +21,6 @@ from spark_zmq.testing.standalone import StandaloneCluster
 from support.common import ROOT, wait_until
 from support.sequences import Sender, check_exactly_once, sequences, wait_for_all_sent
 
-pytestmark = pytest.mark.spark
-
 
 def holders(spool: Path, keys) -> dict[str, tuple[int, str, int]]:
     """key -> (epoch, executor, holder pid) of partitions with a live, unsealed holder."""

@@ -18,7 +18,6 @@ from spark_zmq.spool.layout import load_index, segment_paths
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until
 
-pytestmark = pytest.mark.spark
 ECHO = "zeroeq::test::Echo"
 MAX_MESSAGE_BYTES = 1024
 
