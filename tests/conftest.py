@@ -82,6 +82,15 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def checked_wheel(tmp_path_factory):
+    """scripts/check_wheel.sh, run once: the packaging tests read its wheel and output, the
+    deployment test installs its wheel (one compile of the capture core, not three)."""
+    from support.packaging import check_wheel
+
+    return check_wheel(tmp_path_factory.mktemp("wheel"))
+
+
 @pytest.fixture
 def zeroconf():
     from spark_zmq.protocols.zeroeq import make_zeroconf
