@@ -27,7 +27,9 @@ from support.common import wait_until
 from support.packaging import WHEELHOUSE
 from support.sequences import Sender, check_exactly_once, sequences, sink_rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+#: the first test's set-up builds and checks the wheel (``checked_wheel``, shared with
+#: tests/test_packaging.py), packs a venv and starts a cluster
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(1200)]
 VENV_PACK = Path(sys.executable).parent / "venv-pack"
 
 
