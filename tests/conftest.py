@@ -1,12 +1,19 @@
-"""Shared fixtures: the hermetic-network guard, one Spark session, ZeroEQ publishers."""
+"""Shared fixtures: the hermetic-network guard, one Spark session, ZeroEQ publishers, and the
+``spark`` marker, applied and enforced here (``-m "not spark"`` is the inner loop)."""
 
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
 ALLOWED_INTERFACES = ("lo",)
+#: fixtures that start a JVM (the shared session, the standalone clusters of tests/test_deploy.py
+#: and tests/planning/test_executor_capture.py, the Spark Connect server, the docs site's build,
+#: which runs the notebooks when it finds no outputs of theirs); a test that uses one, directly
+#: or through another fixture, is marked ``spark`` without having to say so
+SPARK_FIXTURES = frozenset({"spark", "cluster", "connect_server", "site"})
 
 
 def pytest_sessionstart(session):
@@ -26,10 +33,44 @@ def pytest_sessionstart(session):
         )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Tests marked ``last`` run after all others, in their order: the docs site's build renders
-    the notebooks that tests/jobs/test_notebooks.py executed in this run."""
+    """Marks ``spark`` every test that uses a fixture of ``SPARK_FIXTURES`` or is marked
+    ``cluster``, so that ``-m "not spark"`` deselects it (pytest applies ``-m`` after this hook:
+    ``tryfirst``). Tests marked ``last`` run after all others, in their order: the docs site's
+    build renders the notebooks that tests/jobs/test_notebooks.py executed in this run."""
+    for item in items:
+        uses = SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if uses or item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.spark)
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
+@pytest.fixture(scope="session")
+def no_spark_home(tmp_path_factory) -> Path:
+    """A SPARK_HOME whose launcher fails at once, saying which marker the test lacks."""
+    home = tmp_path_factory.mktemp("no-spark-home")
+    (home / "bin").mkdir()
+    for launcher in ("spark-submit", "spark-class"):
+        script = home / "bin" / launcher
+        script.write_text(
+            "#!/bin/sh\n"
+            f"echo 'this test starts Spark ({launcher}) but is not marked spark: mark it "
+            '@pytest.mark.spark (or use the spark fixture), so that -m "not spark" leaves it '
+            "out' >&2\n"
+            "exit 97\n"
+        )
+        script.chmod(0o755)
+    return home
+
+
+@pytest.fixture(autouse=True)
+def spark_only_where_marked(request, monkeypatch):
+    """A test not marked ``spark`` runs with SPARK_HOME pointing at ``no_spark_home``: a JVM it
+    starts through pyspark or the ``spark-submit`` of the venv fails with the reason instead of
+    slowing the inner loop down unseen. (A session already running is not affected.)"""
+    if request.node.get_closest_marker("spark") is None:
+        monkeypatch.setenv("SPARK_HOME", str(request.getfixturevalue("no_spark_home")))
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +80,15 @@ def spark():
     session = loopback_session("spark_zmq tests", {"spark.sql.session.timeZone": "UTC"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def checked_wheel(tmp_path_factory):
+    """scripts/check_wheel.sh, run once: the packaging tests read its wheel and output, the
+    deployment test installs its wheel (one compile of the capture core, not three)."""
+    from support.packaging import check_wheel
+
+    return check_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture

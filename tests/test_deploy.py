@@ -24,18 +24,20 @@ import pytest
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.testing.standalone import LOOPBACK, SPARK_HOME, StandaloneCluster, environment
 from support.common import wait_until
-from support.packaging import WHEELHOUSE, build_wheel
+from support.packaging import WHEELHOUSE
 from support.sequences import Sender, check_exactly_once, sequences, sink_rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+#: the first test's set-up builds and checks the wheel (``checked_wheel``, shared with
+#: tests/test_packaging.py), packs a venv and starts a cluster
+pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(1200)]
 VENV_PACK = Path(sys.executable).parent / "venv-pack"
 
 
 @pytest.fixture(scope="module")
-def packed(tmp_path_factory) -> Path:
+def packed(tmp_path_factory, checked_wheel) -> Path:
     """env.tar.gz: a venv with spark_zmq[zeroeq] (no pyspark), packed by venv-pack."""
     folder = tmp_path_factory.mktemp("deploy")
-    wheel = build_wheel(folder)
+    wheel = checked_wheel.wheel
     venv = folder / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run(

@@ -11,12 +11,10 @@ import zipfile
 from pathlib import Path
 
 import spark_zmq
-from support.common import ROOT
-from support.packaging import build_wheel
 
 
-def test_the_wheel_carries_the_version_licence_type_hints_and_command(tmp_path):
-    wheel = build_wheel(tmp_path)
+def test_the_wheel_carries_the_version_licence_type_hints_and_command(checked_wheel):
+    wheel = checked_wheel.wheel
     assert wheel.name.startswith(f"spark_zmq-{spark_zmq.__version__}-")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -41,17 +39,12 @@ def test_the_spark_zmq_command_says_its_version():
     assert run.stdout.strip() == f"spark_zmq {spark_zmq.__version__}"
 
 
-def test_a_wheel_installed_in_a_fresh_venv_captures_with_its_compiled_core(tmp_path):
+def test_a_wheel_installed_in_a_fresh_venv_captures_with_its_compiled_core(checked_wheel):
     """CI's wheel check (scripts/check_wheel.sh): built offline, installed with no package
     index, the self-test run from outside the checkout with the compiled core required."""
-    run = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    venv = tmp_path / "venv"
+    run = checked_wheel.run
+    assert run.returncode == 0, checked_wheel.output
+    venv = checked_wheel.folder / "venv"
     assert f"check_wheel: core at {venv}/lib/" in run.stdout, run.stdout
     assert "compiled capture core: available, calling " in run.stdout
     assert "capture (native receive loop): 20000 of 20000 messages spooled, all as sent" in (

@@ -18,9 +18,8 @@ import pytest
 
 from support.common import ROOT
 
-pytestmark = pytest.mark.spark
 
-
+@pytest.mark.spark  # benchmarks/soak.py runs its queries under spark-submit
 def test_short_soak_duplicates_nothing_and_marks_every_loss_of_capture(tmp_path):
     result_path = tmp_path / "soak.json"
     run = subprocess.run(

@@ -21,8 +21,6 @@ from spark_zmq.testing.standalone import StandaloneCluster
 from support.common import ROOT, wait_until
 from support.sequences import Sender, check_exactly_once, sequences, wait_for_all_sent
 
-pytestmark = pytest.mark.spark
-
 
 def holders(spool: Path, keys) -> dict[str, tuple[int, str, int]]:
     """key -> (epoch, executor, holder pid) of partitions with a live, unsealed holder."""
@@ -331,6 +329,58 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
         # the one discovery found is its endpoint now, with what discovery learned of it
         assert assignment.load()["endpoints"][found.key]["metadata"] != {}
         assert assignment.load()["spool_id"] == "previous"
+    finally:
+        capture.close()
+
+
+def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_path, monkeypatch):
+    """The driver's claims without Spark or holders: a round claims every assigned partition
+    that no live lease covers, with the epoch it expects and the declines it allows; within
+    CLAIM_RETRY nothing is claimed again; a partition whose holder took it, or whose endpoint
+    left, is not claimed; a round planned by an earlier run (a restart replays its last batch)
+    is worked out anew. The reader's side of rounds: tests/spark/test_reader_planning.py."""
+    from spark_zmq.options import parse_options
+    from spark_zmq.planning import executors, make_placement
+    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.spool.epochs import claim_epoch
+    from spark_zmq.stream_options import READER_OPTIONS
+
+    retry = 0.5
+    monkeypatch.setattr(executors, "CLAIM_RETRY", retry)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    protocol = ZeroEQ()
+    options = parse_options(
+        "zeroeq",
+        READER_OPTIONS + protocol.reader_options,
+        {"publishers": "127.0.0.1:9", "capture": "executors", "spoolPath": str(spool)},
+    )
+    capture = make_placement(protocol, options, str(spool))  # not started: no discovery
+    a, b = "127.0.0.1:7001", "127.0.0.1:7002"
+    for key in (a, b):
+        capture.endpoint_joined(Endpoint(key, f"tcp://{key}"))
+
+    def claimed(claims_round: int) -> list[tuple[str, int, int]]:
+        claims = capture.claims_of_round(claims_round)
+        return [(c.key, c.expect_epoch, c.declines_left) for c in claims]
+
+    try:
+        capture.snapshot()  # the reader reads the leases before it plans
+        assert capture.next_claims_round(None) == 1
+        assert sorted(claimed(1)) == [(a, 0, 2), (b, 0, 2)]
+        capture.snapshot()
+        assert capture.next_claims_round(1) == 1, "claimed again within CLAIM_RETRY"
+        claim_epoch(str(spool), a, 0)  # a's holder took it
+        time.sleep(retry + 0.1)
+        capture.snapshot()
+        assert capture.next_claims_round(1) == 2
+        assert claimed(2) == [(b, 0, 1)], "one decline fewer for each claim that did not lead"
+        assert [key for key, _, _ in claimed(7)] == [b], "round 7: planned by an earlier run"
+        capture.endpoint_left(b)
+        time.sleep(retry + 0.1)
+        capture.snapshot()
+        assert capture.next_claims_round(2) == 2, "nothing left to claim"
     finally:
         capture.close()
 

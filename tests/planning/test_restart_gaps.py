@@ -25,8 +25,6 @@ from support.common import ROOT, wait_until
 from support.jobs import LOOPBACK_CONF, SPARK_SUBMIT
 from support.sequences import ECHO
 
-pytestmark = pytest.mark.spark
-
 #: messages per second the publisher sends
 RATE = 200
 #: ms a message may take from the publisher's clock reading to capture's receive (same host):

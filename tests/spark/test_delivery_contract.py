@@ -18,7 +18,6 @@ from spark_zmq.spool.layout import load_index, segment_paths
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until
 
-pytestmark = pytest.mark.spark
 ECHO = "zeroeq::test::Echo"
 MAX_MESSAGE_BYTES = 1024
 
@@ -252,9 +251,18 @@ def test_ending_offsets_in_a_stream_is_refused(spark, tmp_path):
 
 def test_min_records_per_trigger_waits_for_rows_but_not_past_max_trigger_delay(spark, tmp_path):
     """A slow publisher (20 messages a second) into a parquet sink: with minRecordsPerTrigger=25
-    every micro-batch has at least 25 rows; with 1000 and maxTriggerDelay=2s, batches still come,
-    each about 2 s apart, so no file waits longer than the delay."""
+    and triggers every 200 ms, every micro-batch Spark runs has at least 25 rows (the reader's
+    unchanged offset plans none). When the reader waits, and maxTriggerDelay, is checked without
+    Spark: tests/spark/test_reader_planning.py."""
     publisher = Publisher("", announce=False)
+
+    def rows_in(sink) -> int:
+        try:
+            return spark.read.parquet(str(sink)).count()
+        except Exception as exc:  # the folder before the first file: no schema to read yet
+            if "UNABLE_TO_INFER_SCHEMA" in str(exc) or "PATH_NOT_FOUND" in str(exc):
+                return 0
+            raise
 
     def run(name, **limits):
         sink = tmp_path / f"sink-{name}"
@@ -278,11 +286,7 @@ def test_min_records_per_trigger_waits_for_rows_but_not_past_max_trigger_delay(s
             for i in range(120):
                 publisher.publish(ECHO, b"%d" % i)
                 time.sleep(0.05)
-            wait_until(
-                lambda: spark.read.parquet(str(sink)).count() >= 90 if sink.exists() else False,
-                timeout=60,
-                what="90 rows in the sink",
-            )
+            wait_until(lambda: rows_in(sink) >= 90, timeout=120, what="90 rows in the sink")
             sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
         finally:
             query.stop()
@@ -291,13 +295,10 @@ def test_min_records_per_trigger_waits_for_rows_but_not_past_max_trigger_delay(s
 
     try:
         waiting = run("min", minRecordsPerTrigger="25", maxTriggerDelay="10m")
-        delayed = run("delay", minRecordsPerTrigger="1000", maxTriggerDelay="2s")
-        plain = run("plain")
     finally:
         publisher.close()
+    # 120 messages over 6 s: without the minimum, triggers every 200 ms make batches of about 4
     assert waiting and min(waiting) >= 25, waiting
-    assert len(delayed) >= 2 and max(delayed) < 100, delayed
-    assert len(plain) > len(waiting), (plain, waiting)
 
 
 def test_the_default_spool_says_what_it_means_for_restarts(tmp_path, monkeypatch):
@@ -331,14 +332,15 @@ def test_the_default_spool_says_what_it_means_for_restarts(tmp_path, monkeypatch
     ), lines
 
 
-@pytest.mark.parametrize("starting", ["earliest", "latest"])
+@pytest.mark.parametrize("starting", ["earliest"])
 def test_partitions_an_earlier_run_left_open_are_read_to_their_end_and_leave(
     spark, tmp_path, starting
 ):
     """A spool holds a partition of an earlier run whose endpoint is gone (the run ended
-    without retiring it): a new query reads it (earliest) or skips it (latest), once, and then
-    it leaves the offsets, so it is not counted as a live endpoint; the live publisher's
-    partition stays."""
+    without retiring it): a new query reads it once, and then it leaves the offsets, so it is
+    not counted as a live endpoint; the live publisher's partition stays. (startingOffsets=latest,
+    which skips it, and the offsets of both cases are checked without Spark:
+    tests/spark/test_reader_planning.py.)"""
     from spark_zmq.capture.buffer import spool_table
     from spark_zmq.spool.layout import Source
 

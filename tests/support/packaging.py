@@ -1,31 +1,44 @@
-"""The package's wheel, built offline from a copy of the checkout (an in-tree build would leave
-build/ behind), for the packaging and deployment tests."""
+"""The package's wheel as CI checks it (scripts/check_wheel.sh: built offline from a copy of the
+checkout, installed in a fresh venv, the capture self-test run there), for the packaging and
+deployment tests: built once per session (the ``checked_wheel`` fixture), since each build
+compiles the capture core."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from support.common import ROOT
 
-PYSPARK_MODULES = [f"pyspark_{name}.py" for name in ("zeroeq", "ebus", "goby", "yamz")]
-#: caches, and the editable install's in-place build of the capture core: the wheel compiles its own
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "native.c")
 #: wheels of the run-time dependencies with the zeroeq extra (scripts/setup.sh downloads them)
 WHEELHOUSE = ROOT / ".venv" / "wheelhouse"
 
 
-def build_wheel(folder: Path) -> Path:
-    """spark_zmq's wheel, built in ``folder``."""
-    source = folder / "source"
-    shutil.copytree(ROOT / "spark_zmq", source / "spark_zmq", ignore=IGNORED)
-    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE", *PYSPARK_MODULES):
-        shutil.copy(ROOT / name, source / name)
-    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
-    subprocess.run(
-        [*pip, "-w", str(folder), str(source)], check=True, capture_output=True, timeout=300
+@dataclass(frozen=True)
+class CheckedWheel:
+    """What one run of scripts/check_wheel.sh left in ``folder``, and its output."""
+
+    folder: Path
+    run: subprocess.CompletedProcess
+
+    @property
+    def output(self) -> str:
+        return self.run.stdout + self.run.stderr
+
+    @property
+    def wheel(self) -> Path:
+        """The wheel it built (the check may have failed after the build)."""
+        found = sorted((self.folder / "wheels").glob("spark_zmq-*.whl"))
+        assert len(found) == 1, f"scripts/check_wheel.sh built no wheel:\n{self.output[-3000:]}"
+        return found[0]
+
+
+def check_wheel(folder: Path) -> CheckedWheel:
+    run = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check_wheel.sh"), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    (wheel,) = folder.glob("spark_zmq-*.whl")
-    return wheel
+    return CheckedWheel(folder, run)

@@ -19,7 +19,6 @@ from support.common import wait_until
 from support.queries import rows_of, wait_for_rows
 from support.zeroeq import announced, start_query
 
-pytestmark = pytest.mark.spark
 ECHO, OTHER = "zeroeq::test::Echo", "zeroeq::test::Other"
 
 

@@ -14,8 +14,6 @@ from support.queries import end_offset, rows_of, wait_for_rows
 from support.sequences import ECHO
 from support.zeroeq import start_query
 
-pytestmark = pytest.mark.spark
-
 
 def reader(spark, tmp_path, name, **options):
     stream = spark.readStream.format("zeroeq")
