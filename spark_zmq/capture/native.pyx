@@ -46,6 +46,8 @@ cdef extern from *:
     #include <limits.h>
     #include <time.h>
 
+    #include <poll.h>
+
     /* libzmq >= 4.1 ABI: a message is 64 bytes aligned on a pointer (zmq.h) */
     typedef struct { unsigned char _[64]; } __attribute__((aligned(sizeof(void *)))) szq_msg_t;
     typedef struct { void *socket; int fd; short events; short revents; } szq_pollitem_t;
@@ -82,6 +84,13 @@ cdef extern from *:
         nanosleep(&ts, NULL);
     }
 
+    /* wait up to ns for fd to become readable (ppoll: Python.h defines _GNU_SOURCE) */
+    static void szq_wait_readable_ns(int fd, int64_t ns) {
+        struct pollfd item = {fd, POLLIN, 0};
+        struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+        ppoll(&item, 1, &ts, NULL);
+    }
+
     /* the file that holds the code at address, or NULL */
     static const char *szq_file_of(void *address) {
         Dl_info info;
@@ -112,6 +121,7 @@ cdef extern from *:
     int CLOCK_REALTIME, CLOCK_MONOTONIC
     int64_t szq_clock_ns(int clock) nogil
     void szq_sleep_ns(int64_t ns) nogil
+    void szq_wait_readable_ns(int fd, int64_t ns) nogil
     const char *szq_file_of(void *address)
     void *RTLD_DEFAULT
     void *dlopen(const char *path, int flags)
@@ -239,6 +249,8 @@ ctypedef struct Inbox:
     int64_t max_rows, max_bytes, burst
     int64_t max_message_bytes, max_message_parts  # a larger message is refused
     int error               # errno of a failed receive (-1: the buffer could not grow), 0 if none
+    int64_t emptied_at      # CLOCK_MONOTONIC ns when the queue was last found empty
+    int64_t spacing_ns      # mean ns between the arrivals the last emptying burst took
 
 #: what one frame and one row cost in a buffer besides the frames' bytes (their offsets and
 #: receive time), counted against its bound in bytes like the bytes themselves
@@ -433,10 +445,13 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     """Take up to ``inbox.burst`` messages waiting on ``socket`` (fewer once the buffer holds
     ``max_bytes``): how many, stored or refused (a failure stops the burst, with
     ``inbox.error`` set). Sets ``emptied`` when the queue was found empty and ``queue_full``
-    when the run since it last was reached ``full_run``."""
+    when the run since it last was reached ``full_run``. A burst that empties the queue dates
+    it (``emptied_at``) and measures how far apart the messages it took arrived
+    (``spacing_ns``: they came after the queue was last found empty)."""
     cdef szq_msg_t message
     cdef int count = 0
     cdef int failed = 0
+    cdef int64_t now
     emptied[0] = False
     szq.msg_init(&message)
     while count < inbox.burst:
@@ -459,6 +474,10 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     queue_full[0] = inbox.run >= inbox.full_run
     if emptied[0]:
         inbox.run = 0
+        now = szq_clock_ns(CLOCK_MONOTONIC)
+        if count:
+            inbox.spacing_ns = (now - inbox.emptied_at) // count
+        inbox.emptied_at = now
     if failed:
         inbox.error = failed
     return count
@@ -486,6 +505,7 @@ cdef class NativeBuffer:
         if self.inbox == NULL:
             raise MemoryError()
         memset(self.inbox, 0, sizeof(Inbox))
+        self.inbox.emptied_at = szq_clock_ns(CLOCK_MONOTONIC)  # nothing waits for it before
         if _rows_init(&self.inbox.rows):
             free(self.inbox)
             self.inbox = NULL
@@ -641,6 +661,16 @@ def receive(NativeBuffer buffer not None, size_t socket):
 
 # -- the poll loop ---------------------------------------------------------------------------
 
+cdef enum:
+    QUEUE_SHARE = 4  # a pause lets at most this share of a receive queue (``full_run``) arrive
+
+cdef inline int64_t _time_to_fill(Inbox *inbox) noexcept nogil:
+    """How long messages take to fill 1/QUEUE_SHARE of the inbox's receive queue, or a burst,
+    at the pace its last emptying burst measured (ns)."""
+    cdef int64_t room = min(inbox.full_run // QUEUE_SHARE, inbox.burst)
+    return room * inbox.spacing_ns
+
+
 #: the longest one ``Poller.wait`` waits, whatever it is asked
 MAX_WAIT_SECONDS = 3600.0
 #: what ``Poller.wait`` reports
@@ -663,6 +693,18 @@ cdef class Poller:
     owner is what ``wait`` reports events about. Entries change rarely (an endpoint joins or
     leaves); the arrays are rebuilt then. A receive that fails on one socket is reported about
     its owner (FAILED); the others go on.
+
+    Pauses: a round that took messages and found every queue it read empty is followed by a
+    pause, so that the next round takes a batch rather than the first message to arrive: each
+    round costs both threads a wake-up (capture's, and zmq's I/O thread's write that signals
+    it), and at moderate rates those cost more than the messages (a publisher that sends a
+    burst a millisecond wakes a loop that does not pause once per burst or more). A pause lasts
+    ``longest_pause_seconds``, but never past the ``wait``'s deadline, and never longer than
+    it takes each socket read in the round, at the pace its burst measured (``spacing_ns``),
+    to fill 1/QUEUE_SHARE of its receive queue (``full_run``) or a burst: a fast peer or a
+    small ``receiveHighWaterMark`` shortens it, so that a steady peer never fills its queue
+    during a pause. A command in the mailbox ends a pause at once. A round cut short (a burst
+    at its limit or at the buffer's bound) is followed by the next at once.
     """
 
     cdef szq_pollitem_t *items
@@ -672,14 +714,13 @@ cdef class Poller:
     cdef list owners          # per item: the owner (None for the mailbox)
     cdef list buffers         # keeps the watched buffers alive while their Inbox is used
     cdef int mailbox
-    cdef int coalesce_below
-    cdef int64_t coalesce_ns
-    cdef int64_t rounds, pauses, messages  # statistics: poll rounds, coalescing pauses
+    cdef int64_t longest_pause_ns
+    # statistics: poll rounds, pauses and their total length, messages received
+    cdef int64_t rounds, pauses, paused_ns, messages
 
-    def __cinit__(self, int mailbox, int coalesce_below, double coalesce_seconds):
+    def __cinit__(self, int mailbox, double longest_pause_seconds):
         self.mailbox = mailbox
-        self.coalesce_below = coalesce_below
-        self.coalesce_ns = <int64_t>(coalesce_seconds * 1e9)
+        self.longest_pause_ns = <int64_t>(max(longest_pause_seconds, 0.0) * 1e9)
         self.owners = []
         self.buffers = []
         self._build([])
@@ -690,8 +731,14 @@ cdef class Poller:
         free(self.inboxes)
 
     def statistics(self):
-        """Poll rounds, coalescing pauses and messages received so far (for profiles)."""
-        return {"rounds": self.rounds, "pauses": self.pauses, "messages": self.messages}
+        """Poll rounds, pauses (how many, and their total in seconds) and messages received
+        so far (for profiles)."""
+        return {
+            "rounds": self.rounds,
+            "pauses": self.pauses,
+            "paused_seconds": self.paused_ns / 1e9,
+            "messages": self.messages,
+        }
 
     def set_watched(self, list entries not None):
         """Poll the mailbox and these (owner, socket, buffer, monitor) entries from now on."""
@@ -763,10 +810,11 @@ cdef class Poller:
     cdef int _run(self, int64_t deadline, int *failed) noexcept nogil:
         """Poll and receive until an item needs Python (its revents, or the marks above, are
         left set: the number of such items), the deadline passes (0) or zmq_poll fails (-1
-        with ``failed``; EINTR ends the wait with 0)."""
-        cdef int64_t now, timeout_ms
+        with ``failed``; EINTR ends the wait with 0); pause between rounds (see the class)."""
+        cdef int64_t now, timeout_ms, pause
         cdef int i, count, received, attention
-        cdef bint emptied, queue_full
+        cdef bint emptied, queue_full, all_emptied
+        cdef Inbox *inbox
         while True:
             now = szq_clock_ns(CLOCK_MONOTONIC)
             timeout_ms = (deadline - now + 999999) // 1000000 if deadline > now else 0
@@ -778,6 +826,8 @@ cdef class Poller:
                 return -1
             received = 0
             attention = 0
+            all_emptied = True
+            pause = self.longest_pause_ns
             self.rounds += 1
             for i in range(self.count):
                 if not self.items[i].revents:
@@ -785,13 +835,17 @@ cdef class Poller:
                 if self.kinds[i] != KIND_DATA:
                     attention += 1
                     continue
-                count = _burst(self.inboxes[i], self.items[i].socket, &emptied, &queue_full)
+                inbox = self.inboxes[i]
+                count = _burst(inbox, self.items[i].socket, &emptied, &queue_full)
                 received += count
                 self.messages += count
+                all_emptied = all_emptied and emptied
+                if count:
+                    pause = min(pause, _time_to_fill(inbox))
                 self.items[i].revents = 0
-                if self.inboxes[i].error:
+                if inbox.error:
                     self.items[i].revents |= MARK_FAILED
-                if _full(self.inboxes[i]):
+                if _full(inbox):
                     self.items[i].revents |= MARK_FULL
                 if queue_full:
                     self.items[i].revents |= MARK_QUEUE_FULL
@@ -799,13 +853,14 @@ cdef class Poller:
                     attention += 1
             if attention:
                 return attention
-            if szq_clock_ns(CLOCK_MONOTONIC) >= deadline:
+            now = szq_clock_ns(CLOCK_MONOTONIC)
+            if now >= deadline:
                 return 0
-            if 0 < received < self.coalesce_below:
-                # a thin round: let a batch build up in zmq's queue rather than pay a poll
-                # round per message
+            pause = min(pause, deadline - now)
+            if received and all_emptied and pause > 0:
                 self.pauses += 1
-                szq_sleep_ns(self.coalesce_ns)
+                self.paused_ns += pause
+                szq_wait_readable_ns(self.mailbox, pause)
 
     cdef list _events(self):
         events = []
