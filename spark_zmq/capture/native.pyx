@@ -21,7 +21,8 @@ in, and ``bind`` refuses rather than guess (capture then runs the Python loop). 
 constants) are those of libzmq >= 4.1, checked against pyzmq's constants by ``bind``.
 
 Invariants of a buffer: ``row_offsets`` has ``rows + 1`` entries and ``frame_offsets`` has
-``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries; the
+``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries, in
+microseconds since the epoch as the spool stores them (so that Arrow takes them as they are); the
 bytes of frame i are ``data[frame_offsets[i]:frame_offsets[i + 1]]``. Offsets are int32 (Arrow's
 ``binary``): a buffer never holds 2 GiB (it is written at MAX_SEGMENT_BYTES).
 
@@ -233,7 +234,7 @@ ctypedef struct Refusal:
     int64_t last_ns
 
 ctypedef struct Rows:
-    int64_t *times          # receive time (ns since the epoch) per row
+    int64_t *times          # receive time (us since the epoch: the spool's unit) per row
     int32_t *row_offsets    # rows + 1: row i's frames are frame_offsets[row_offsets[i]..]
     int32_t *frame_offsets  # frames + 1: byte offsets into data
     char *data
@@ -305,7 +306,7 @@ cdef int _grow(void **pointer, Py_ssize_t *capacity, Py_ssize_t needed, Py_ssize
 
 
 cdef inline int _start_row(Rows *rows, int64_t now) noexcept nogil:
-    """Room for one more row, and its time (1 if memory ran out)."""
+    """Room for one more row, and its time (``now`` in ns; 1 if memory ran out)."""
     cdef Py_ssize_t capacity = rows.row_capacity
     cdef void *times
     cdef void *offsets
@@ -320,7 +321,7 @@ cdef inline int _start_row(Rows *rows, int64_t now) noexcept nogil:
             return 1
         rows.row_offsets = <int32_t *>offsets
         rows.row_capacity = capacity
-    rows.times[rows.rows] = now
+    rows.times[rows.rows] = now // 1000
     return 0
 
 
@@ -557,10 +558,10 @@ cdef class NativeBuffer:
         return failed
 
     def time_at(self, Py_ssize_t index):
-        """Receive time (ns) of row ``index``."""
+        """Receive time (ns, whole microseconds: what the spool keeps) of row ``index``."""
         if not 0 <= index < self.inbox.rows.rows:
             raise IndexError(index)
-        return self.inbox.rows.times[index]
+        return self.inbox.rows.times[index] * 1000
 
     def add_fault(self, str text not None):
         """A row with no frames that carries ``text`` (a gap capture observed)."""
@@ -625,7 +626,7 @@ cdef class NativeBuffer:
 
     def columns(self):
         """The arrays as memory that Arrow can reference, without a copy: (rows, frames,
-        times ns int64, row offsets int32, frame offsets int32, data). From then on the buffer
+        times us int64, row offsets int32, frame offsets int32, data). From then on the buffer
         takes nothing more (Arrow's buffers point into its arrays), but it can still be read:
         its length, ``time_at`` and ``faults`` (a failed spool write drops what it held)."""
         cdef Rows *rows = &self.inbox.rows
