@@ -84,6 +84,8 @@ def publisher_main(
             tick = start
             while sent < count:
                 due = min(count, int((time.perf_counter() - start) * rate) + 1)
+                if rate <= 0:  # unpaced: a thousand a call
+                    due = min(count, sent + 1000)
                 send(sock.underlying, topic, body, sent, due - sent, 0.01)
                 sent = due
                 tick += TICK_SECONDS
@@ -144,16 +146,44 @@ def cpu_ns() -> int:
     return round((usage.ru_utime + usage.ru_stime) * 1e9)
 
 
-def capture_role(port: int, count: int) -> dict[str, Any]:
+def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
     """The package's Capture alone, into a spool in a temporary folder."""
     from spark_zmq.capture.loop import Capture
+    from spark_zmq.capture.pushback import PushBack
+    from spark_zmq.capture.spooling import SegmentWriter
     from spark_zmq.protocols.base import Endpoint, StaticDiscovery
     from spark_zmq.protocols.zeroeq import MEERKAT, event_id
     from spark_zmq.spool.writer import Spool
 
+    full_queues = [0]  # QUEUE_FULL reports: runs of receive_hwm messages without an empty queue
+    queue_full = PushBack.queue_full
+
+    def counted(self: PushBack, received: int) -> None:
+        full_queues[0] += 1
+        queue_full(self, received)
+
+    PushBack.queue_full = counted  # type: ignore[method-assign]
+    flushed = [0, 0]  # spool writes: CPU ns of capture's thread in them, and how many
+    flush = SegmentWriter.flush
+
+    def timed(self: SegmentWriter, conn: Any) -> None:
+        began = time.thread_time_ns()
+        try:
+            flush(self, conn)
+        finally:
+            flushed[0] += time.thread_time_ns() - began
+            flushed[1] += 1
+
+    SegmentWriter.flush = timed  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as folder:
         spool = Spool(folder, max_bytes=8 << 30)
-        capture = Capture(spool, max_message_bytes=64 << 20, flush_interval=0.1, name="cpu")
+        capture = Capture(
+            spool,
+            max_message_bytes=64 << 20,
+            flush_interval=0.1,
+            name="cpu",
+            receive_hwm=receive_hwm,
+        )
         capture.start()
         key = f"127.0.0.1:{port}"
         endpoint = Endpoint(key, f"tcp://{key}", {"publisher": key}, (b"", event_id(MEERKAT)))
@@ -166,6 +196,7 @@ def capture_role(port: int, count: int) -> dict[str, Any]:
             first = _wait_for_first(received)
             recorder = _start_perf()
             before, cpu0, start = thread_times(), cpu_ns(), time.monotonic()
+            flushed[:] = [0, 0]
             got0 = received()
             _wait_for_all(received, count)
             capture.sync(timeout=60)
@@ -174,6 +205,8 @@ def capture_role(port: int, count: int) -> dict[str, Any]:
                 cpu0, start, received() - got0, split_threads(before, capture._thread.native_id)
             )
             result["first"] = first
+            result["queue_full"] = full_queues[0]
+            result["flush_ns"], result["flushes"] = flushed
             result["core"] = f"{capture.core} from {Path(sys.modules['spark_zmq'].__file__).parent}"
             poller = getattr(capture._core, "_poller", None)
             if poller is not None and hasattr(poller, "statistics"):
@@ -201,7 +234,7 @@ def _stop_perf(recorder: subprocess.Popen | None) -> None:
         recorder.wait(30)
 
 
-def bare_role(port: int, count: int) -> dict[str, Any]:
+def bare_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
     """A plain pyzmq SUB loop: ``recv_multipart`` per message, nothing kept."""
     import threading
 
@@ -210,6 +243,7 @@ def bare_role(port: int, count: int) -> dict[str, Any]:
     context = zmq.Context()
     sock = context.socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, receive_hwm)
     sock.setsockopt(zmq.RCVTIMEO, 500)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.connect(f"tcp://127.0.0.1:{port}")
@@ -264,7 +298,7 @@ def _wait_for_all(received: Any, count: int) -> None:
 
 
 def run_trial(
-    label: str, tree: str | None, rate: float, count: int, perf: str = ""
+    label: str, tree: str | None, rate: float, count: int, receive_hwm: int, perf: str = ""
 ) -> dict[str, Any]:
     """One publisher and one receiver process (``tree``'s capture, or the bare loop if None);
     with ``perf``, the receiver runs under ``perf record -g`` writing that file."""
@@ -277,7 +311,7 @@ def run_trial(
         env.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
         role = "capture" if tree else "bare"
         command = [sys.executable, __file__, "--role", role, "--port", str(port)]
-        command += ["--count", str(count)]
+        command += ["--count", str(count), "--receive-hwm", str(receive_hwm)]
         if perf:
             env["CAPTURE_CPU_PERF"] = perf
         receiver = subprocess.run(
@@ -304,8 +338,13 @@ def describe(result: dict[str, Any]) -> str:
     for group, (ns, wakes) in result["threads"].items():
         per_s = wakes / result["seconds"] if result["seconds"] else 0.0
         parts.append(f"{group} {us_per_message(ns, messages):.2f} ({per_s:,.0f} wakes/s)")
+    if "flush_ns" in result:
+        flush_us = us_per_message(result["flush_ns"], messages)
+        parts.append(f"of capture's: spool writes {flush_us:.2f} ({result['flushes']})")
     if "core" in result:
         parts.append(result["core"])
+    if result.get("queue_full"):
+        parts.append(f"receive queue found full {result['queue_full']} times")
     if "statistics" in result:
         parts.append(" ".join(f"{k}={v}" for k, v in result["statistics"].items()))
     return ", ".join(parts)
@@ -320,12 +359,23 @@ def summarize(label: str, results: list[dict[str, Any]]) -> str:
     for group in ("capture", "zmq I/O", "other"):
         values = [us_per_message(r["threads"][group][0], r["messages"]) for r in results]
         line += f" {median_of(values):<20}"
+    if all("flush_ns" in r for r in results):
+        values = [us_per_message(r["flush_ns"], r["messages"]) for r in results]
+        line += f" {median_of(values)}"
     return line
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=50_000.0, help="msg/s (default 50000)")
+    parser.add_argument(
+        "--rate", type=float, default=50_000.0, help="msg/s (default 50000; 0: unpaced)"
+    )
+    parser.add_argument(
+        "--receive-hwm",
+        type=int,
+        default=0,
+        help="capture's receive high-water mark (default 0, Capture's and zeroeq_rate's)",
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="per trial (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="trials per variant (default 5)")
     parser.add_argument(
@@ -351,7 +401,7 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     if args.role:
         role = capture_role if args.role == "capture" else bare_role
-        print(json.dumps(role(args.port, args.count)))
+        print(json.dumps(role(args.port, args.count, args.receive_hwm)))
         return 0
     ensure_private_network(__file__)
     variants: list[tuple[str, str | None]] = [
@@ -359,11 +409,16 @@ def main() -> int:
     ] or [("current", str(TREE))]
     if args.bare:
         variants.append((BARE, None))
-    count = max(1, round(args.rate * args.seconds))
+    count = max(1, round((args.rate or 200_000.0) * args.seconds))
+    pace = (
+        f"{args.rate:,.0f} msg/s paced in {TICK_SECONDS * 1e3:g} ms ticks"
+        if args.rate
+        else (f"{count:,} messages unpaced")
+    )
     print(
-        f"capture CPU per message: {args.rate:,.0f} msg/s paced in {TICK_SECONDS * 1e3:g} ms "
-        f"ticks, {PAYLOAD_BYTES}-byte events, {args.seconds:g} s x {args.repeats} per variant, "
-        f"nproc={os.cpu_count()}, load {os.getloadavg()[0]:.1f}",
+        f"capture CPU per message: {pace}, {PAYLOAD_BYTES}-byte events, {args.seconds:g} s x "
+        f"{args.repeats} per variant, receive HWM {args.receive_hwm}, nproc={os.cpu_count()}, "
+        f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in variants}
@@ -372,11 +427,14 @@ def main() -> int:
             perf = ""
             if args.perf:
                 perf = str(Path(args.perf, f"{label.replace(' ', '_')}-{repeat + 1}.data"))
-            result = run_trial(label, tree, args.rate, count, perf)
+            result = run_trial(label, tree, args.rate, count, args.receive_hwm, perf)
             results[label].append(result)
             print(f"  {repeat + 1} {label:<18} {describe(result)}", flush=True)
     print("\nus per message, median [min-max] of the repeats:")
-    print(f"{'variant':<18} {'process':<20} {'capture thread':<20} {'zmq I/O thread':<20} other")
+    print(
+        f"{'variant':<18} {'process':<20} {'capture thread':<20} {'zmq I/O thread':<20} "
+        f"{'other':<20} spool writes (in capture's)"
+    )
     for label, _ in variants:
         print(summarize(label, results[label]))
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")

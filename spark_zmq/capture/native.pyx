@@ -242,6 +242,12 @@ ctypedef struct Rows:
     Refusal *refusals       # by row, rare (NULL until the first)
     Py_ssize_t refusal_count, refusal_capacity
 
+ctypedef struct Pace:
+    # how far apart messages arrive: mean spacings measured over spans of PACE_SPAN_NS or more
+    int64_t spacing_ns      # the shorter of the last two measured (0 until one is)
+    int64_t last_ns         # the last one measured
+    int64_t span_ns, span_messages  # the span being measured: its time and messages so far
+
 ctypedef struct Inbox:
     Rows rows
     int64_t received        # messages taken from sockets since the buffer was made
@@ -251,7 +257,7 @@ ctypedef struct Inbox:
     int64_t max_message_bytes, max_message_parts  # a larger message is refused
     int error               # errno of a failed receive (-1: the buffer could not grow), 0 if none
     int64_t emptied_at      # CLOCK_MONOTONIC ns when the queue was last found empty
-    int64_t spacing_ns      # mean ns between the arrivals the last emptying burst took
+    Pace pace               # how far apart messages arrive (``_measure_pace``)
 
 #: what one frame and one row cost in a buffer besides the frames' bytes (their offsets and
 #: receive time), counted against its bound in bytes like the bytes themselves
@@ -442,13 +448,32 @@ cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
     return -1
 
 
+cdef enum:
+    PACE_SPAN_NS = 2000000  # 2 ms
+
+
+cdef inline void _measure_pace(Pace *pace, int64_t elapsed, int64_t messages) noexcept nogil:
+    """Add ``messages`` that arrived in ``elapsed`` ns (a run, from one time its queue was found
+    empty to the next). Spacings are measured over PACE_SPAN_NS or more: messages come in
+    bursts (a publisher's tick, zmq's I/O thread handing over a read), and a run taken while a
+    burst was still arriving is no measure of the pace; the shorter of the last two is kept."""
+    pace.span_ns += elapsed
+    pace.span_messages += messages
+    if pace.span_ns < PACE_SPAN_NS or not pace.span_messages:
+        return
+    cdef int64_t measured = pace.span_ns // pace.span_messages
+    pace.spacing_ns = min(measured, pace.last_ns) if pace.last_ns else measured
+    pace.last_ns = measured
+    pace.span_ns = pace.span_messages = 0
+
+
 cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noexcept nogil:
     """Take up to ``inbox.burst`` messages waiting on ``socket`` (fewer once the buffer holds
     ``max_bytes``): how many, stored or refused (a failure stops the burst, with
     ``inbox.error`` set). Sets ``emptied`` when the queue was found empty and ``queue_full``
     when the run since it last was reached ``full_run``. A burst that empties the queue dates
-    it (``emptied_at``) and measures how far apart the messages it took arrived
-    (``spacing_ns``: they came after the queue was last found empty)."""
+    it (``emptied_at``) and measures how far apart the run's messages arrived (they came
+    after the queue was last found empty: ``_measure_pace``)."""
     cdef szq_msg_t message
     cdef int count = 0
     cdef int failed = 0
@@ -474,10 +499,9 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     inbox.run += count
     queue_full[0] = inbox.run >= inbox.full_run
     if emptied[0]:
-        inbox.run = 0
         now = szq_clock_ns(CLOCK_MONOTONIC)
-        if count:
-            inbox.spacing_ns = (now - inbox.emptied_at) // count
+        _measure_pace(&inbox.pace, now - inbox.emptied_at, inbox.run)
+        inbox.run = 0
         inbox.emptied_at = now
     if failed:
         inbox.error = failed
@@ -667,9 +691,9 @@ cdef enum:
 
 cdef inline int64_t _time_to_fill(Inbox *inbox) noexcept nogil:
     """How long messages take to fill 1/QUEUE_SHARE of the inbox's receive queue, or a burst,
-    at the pace its last emptying burst measured (ns)."""
+    at its pace (``_measure_pace``): ns."""
     cdef int64_t room = min(inbox.full_run // QUEUE_SHARE, inbox.burst)
-    return room * inbox.spacing_ns
+    return room * inbox.pace.spacing_ns
 
 
 #: the longest one ``Poller.wait`` waits, whatever it is asked
@@ -701,7 +725,7 @@ cdef class Poller:
     it), and at moderate rates those cost more than the messages (a publisher that sends a
     burst a millisecond wakes a loop that does not pause once per burst or more). A pause lasts
     ``longest_pause_seconds``, but never past the ``wait``'s deadline, and never longer than
-    it takes each socket read in the round, at the pace its burst measured (``spacing_ns``),
+    it takes each socket read in the round, at the pace measured lately (``Pace``),
     to fill 1/QUEUE_SHARE of its receive queue (``full_run``) or a burst: a fast peer or a
     small ``receiveHighWaterMark`` shortens it, so that a steady peer never fills its queue
     during a pause. A command in the mailbox ends a pause at once. A round cut short (a burst
