@@ -45,6 +45,8 @@ ROW_OVERHEAD = 12
 
 #: the spool's column of frames: a list of byte strings per message
 FRAMES_TYPE = SPOOL_SCHEMA.field("frames").type
+#: the spool's receive times: microseconds since the epoch, UTC
+RECEIVED_TYPE = SPOOL_SCHEMA.field("received_at").type
 
 
 class MessageBuffer(Protocol):
@@ -222,12 +224,14 @@ def _drain(sock: zmq.Socket) -> tuple[int, int, int]:
 def spool_table(frames: list, times: list, faults: dict) -> pa.Table:
     """Rows in SPOOL_SCHEMA: each message's frames and receive time (ns), and fault texts by
     row index (a fault row has no frames)."""
-    return _rows(np.asarray(times, dtype=np.int64), pa.array(frames, type=FRAMES_TYPE), faults)
+    received = pa.array(np.asarray(times, dtype=np.int64) // 1000, type=RECEIVED_TYPE)
+    return _rows(received, pa.array(frames, type=FRAMES_TYPE), faults)
 
 
 def native_table(buffer: Any) -> pa.Table:
     """The rows of a ``native.NativeBuffer``, without copying its arrays: Arrow's buffers take
-    them over (the buffer cannot be used afterwards)."""
+    them over (the buffer cannot be used afterwards); its receive times are in the spool's
+    unit already."""
     rows, frames, times, row_offsets, frame_offsets, data = buffer.columns()
     binary = pa.Array.from_buffers(
         pa.binary(), frames, [None, pa.py_buffer(frame_offsets), pa.py_buffer(data)]
@@ -235,11 +239,11 @@ def native_table(buffer: Any) -> pa.Table:
     lists = pa.Array.from_buffers(
         FRAMES_TYPE, rows, [None, pa.py_buffer(row_offsets)], children=[binary]
     )
-    return _rows(np.frombuffer(times, dtype=np.int64, count=rows), lists, buffer.faults)
+    received = pa.Array.from_buffers(RECEIVED_TYPE, rows, [None, pa.py_buffer(times)])
+    return _rows(received, lists, buffer.faults)
 
 
-def _rows(times_ns: np.ndarray, frames: pa.Array, faults: dict[int, str]) -> pa.Table:
-    received = pa.array(times_ns // 1000, type=pa.int64())
+def _rows(received: pa.Array, frames: pa.Array, faults: dict[int, str]) -> pa.Table:
     if faults:
         fault_texts: list[str | None] = [None] * len(frames)
         for index, text in faults.items():
@@ -247,10 +251,7 @@ def _rows(times_ns: np.ndarray, frames: pa.Array, faults: dict[int, str]) -> pa.
         fault_column = pa.array(fault_texts, type=pa.string())
     else:
         fault_column = pa.nulls(len(frames), pa.string())
-    return pa.Table.from_arrays(
-        [received.cast(SPOOL_SCHEMA.field("received_at").type), frames, fault_column],
-        schema=SPOOL_SCHEMA,
-    )
+    return pa.Table.from_arrays([received, frames, fault_column], schema=SPOOL_SCHEMA)
 
 
 def utc_text(ns: int) -> str:

@@ -21,7 +21,8 @@ in, and ``bind`` refuses rather than guess (capture then runs the Python loop). 
 constants) are those of libzmq >= 4.1, checked against pyzmq's constants by ``bind``.
 
 Invariants of a buffer: ``row_offsets`` has ``rows + 1`` entries and ``frame_offsets`` has
-``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries; the
+``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries, in
+microseconds since the epoch as the spool stores them (so that Arrow takes them as they are); the
 bytes of frame i are ``data[frame_offsets[i]:frame_offsets[i + 1]]``. Offsets are int32 (Arrow's
 ``binary``): a buffer never holds 2 GiB (it is written at MAX_SEGMENT_BYTES).
 
@@ -45,6 +46,8 @@ cdef extern from *:
     #include <dlfcn.h>
     #include <limits.h>
     #include <time.h>
+
+    #include <poll.h>
 
     /* libzmq >= 4.1 ABI: a message is 64 bytes aligned on a pointer (zmq.h) */
     typedef struct { unsigned char _[64]; } __attribute__((aligned(sizeof(void *)))) szq_msg_t;
@@ -82,6 +85,13 @@ cdef extern from *:
         nanosleep(&ts, NULL);
     }
 
+    /* wait up to ns for fd to become readable (ppoll: Python.h defines _GNU_SOURCE) */
+    static void szq_wait_readable_ns(int fd, int64_t ns) {
+        struct pollfd item = {fd, POLLIN, 0};
+        struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+        ppoll(&item, 1, &ts, NULL);
+    }
+
     /* the file that holds the code at address, or NULL */
     static const char *szq_file_of(void *address) {
         Dl_info info;
@@ -112,6 +122,7 @@ cdef extern from *:
     int CLOCK_REALTIME, CLOCK_MONOTONIC
     int64_t szq_clock_ns(int clock) nogil
     void szq_sleep_ns(int64_t ns) nogil
+    void szq_wait_readable_ns(int fd, int64_t ns) nogil
     const char *szq_file_of(void *address)
     void *RTLD_DEFAULT
     void *dlopen(const char *path, int flags)
@@ -223,13 +234,19 @@ ctypedef struct Refusal:
     int64_t last_ns
 
 ctypedef struct Rows:
-    int64_t *times          # receive time (ns since the epoch) per row
+    int64_t *times          # receive time (us since the epoch: the spool's unit) per row
     int32_t *row_offsets    # rows + 1: row i's frames are frame_offsets[row_offsets[i]..]
     int32_t *frame_offsets  # frames + 1: byte offsets into data
     char *data
     Py_ssize_t rows, row_capacity, frames, frame_capacity, data_capacity
     Refusal *refusals       # by row, rare (NULL until the first)
     Py_ssize_t refusal_count, refusal_capacity
+
+ctypedef struct Pace:
+    # how far apart messages arrive: mean spacings measured over spans of PACE_SPAN_NS or more
+    int64_t spacing_ns      # the shorter of the last two measured (0 until one is)
+    int64_t last_ns         # the last one measured
+    int64_t span_ns, span_messages  # the span being measured: its time and messages so far
 
 ctypedef struct Inbox:
     Rows rows
@@ -239,6 +256,8 @@ ctypedef struct Inbox:
     int64_t max_rows, max_bytes, burst
     int64_t max_message_bytes, max_message_parts  # a larger message is refused
     int error               # errno of a failed receive (-1: the buffer could not grow), 0 if none
+    int64_t emptied_at      # CLOCK_MONOTONIC ns when the queue was last found empty
+    Pace pace               # how far apart messages arrive (``_measure_pace``)
 
 #: what one frame and one row cost in a buffer besides the frames' bytes (their offsets and
 #: receive time), counted against its bound in bytes like the bytes themselves
@@ -293,7 +312,7 @@ cdef int _grow(void **pointer, Py_ssize_t *capacity, Py_ssize_t needed, Py_ssize
 
 
 cdef inline int _start_row(Rows *rows, int64_t now) noexcept nogil:
-    """Room for one more row, and its time (1 if memory ran out)."""
+    """Room for one more row, and its time (``now`` in ns; 1 if memory ran out)."""
     cdef Py_ssize_t capacity = rows.row_capacity
     cdef void *times
     cdef void *offsets
@@ -308,7 +327,7 @@ cdef inline int _start_row(Rows *rows, int64_t now) noexcept nogil:
             return 1
         rows.row_offsets = <int32_t *>offsets
         rows.row_capacity = capacity
-    rows.times[rows.rows] = now
+    rows.times[rows.rows] = now // 1000
     return 0
 
 
@@ -429,14 +448,36 @@ cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
     return -1
 
 
+cdef enum:
+    PACE_SPAN_NS = 2000000  # 2 ms
+
+
+cdef inline void _measure_pace(Pace *pace, int64_t elapsed, int64_t messages) noexcept nogil:
+    """Add ``messages`` that arrived in ``elapsed`` ns (a run, from one time its queue was found
+    empty to the next). Spacings are measured over PACE_SPAN_NS or more: messages come in
+    bursts (a publisher's tick, zmq's I/O thread handing over a read), and a run taken while a
+    burst was still arriving is no measure of the pace; the shorter of the last two is kept."""
+    pace.span_ns += elapsed
+    pace.span_messages += messages
+    if pace.span_ns < PACE_SPAN_NS or not pace.span_messages:
+        return
+    cdef int64_t measured = pace.span_ns // pace.span_messages
+    pace.spacing_ns = min(measured, pace.last_ns) if pace.last_ns else measured
+    pace.last_ns = measured
+    pace.span_ns = pace.span_messages = 0
+
+
 cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noexcept nogil:
     """Take up to ``inbox.burst`` messages waiting on ``socket`` (fewer once the buffer holds
     ``max_bytes``): how many, stored or refused (a failure stops the burst, with
     ``inbox.error`` set). Sets ``emptied`` when the queue was found empty and ``queue_full``
-    when the run since it last was reached ``full_run``."""
+    when the run since it last was reached ``full_run``. A burst that empties the queue dates
+    it (``emptied_at``) and measures how far apart the run's messages arrived (they came
+    after the queue was last found empty: ``_measure_pace``)."""
     cdef szq_msg_t message
     cdef int count = 0
     cdef int failed = 0
+    cdef int64_t now
     emptied[0] = False
     szq.msg_init(&message)
     while count < inbox.burst:
@@ -458,7 +499,10 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     inbox.run += count
     queue_full[0] = inbox.run >= inbox.full_run
     if emptied[0]:
+        now = szq_clock_ns(CLOCK_MONOTONIC)
+        _measure_pace(&inbox.pace, now - inbox.emptied_at, inbox.run)
         inbox.run = 0
+        inbox.emptied_at = now
     if failed:
         inbox.error = failed
     return count
@@ -486,6 +530,7 @@ cdef class NativeBuffer:
         if self.inbox == NULL:
             raise MemoryError()
         memset(self.inbox, 0, sizeof(Inbox))
+        self.inbox.emptied_at = szq_clock_ns(CLOCK_MONOTONIC)  # nothing waits for it before
         if _rows_init(&self.inbox.rows):
             free(self.inbox)
             self.inbox = NULL
@@ -537,10 +582,10 @@ cdef class NativeBuffer:
         return failed
 
     def time_at(self, Py_ssize_t index):
-        """Receive time (ns) of row ``index``."""
+        """Receive time (ns, whole microseconds: what the spool keeps) of row ``index``."""
         if not 0 <= index < self.inbox.rows.rows:
             raise IndexError(index)
-        return self.inbox.rows.times[index]
+        return self.inbox.rows.times[index] * 1000
 
     def add_fault(self, str text not None):
         """A row with no frames that carries ``text`` (a gap capture observed)."""
@@ -605,7 +650,7 @@ cdef class NativeBuffer:
 
     def columns(self):
         """The arrays as memory that Arrow can reference, without a copy: (rows, frames,
-        times ns int64, row offsets int32, frame offsets int32, data). From then on the buffer
+        times us int64, row offsets int32, frame offsets int32, data). From then on the buffer
         takes nothing more (Arrow's buffers point into its arrays), but it can still be read:
         its length, ``time_at`` and ``faults`` (a failed spool write drops what it held)."""
         cdef Rows *rows = &self.inbox.rows
@@ -641,6 +686,16 @@ def receive(NativeBuffer buffer not None, size_t socket):
 
 # -- the poll loop ---------------------------------------------------------------------------
 
+cdef enum:
+    QUEUE_SHARE = 4  # a pause lets at most this share of a receive queue (``full_run``) arrive
+
+cdef inline int64_t _time_to_fill(Inbox *inbox) noexcept nogil:
+    """How long messages take to fill 1/QUEUE_SHARE of the inbox's receive queue, or a burst,
+    at its pace (``_measure_pace``): ns."""
+    cdef int64_t room = min(inbox.full_run // QUEUE_SHARE, inbox.burst)
+    return room * inbox.pace.spacing_ns
+
+
 #: the longest one ``Poller.wait`` waits, whatever it is asked
 MAX_WAIT_SECONDS = 3600.0
 #: what ``Poller.wait`` reports
@@ -663,6 +718,18 @@ cdef class Poller:
     owner is what ``wait`` reports events about. Entries change rarely (an endpoint joins or
     leaves); the arrays are rebuilt then. A receive that fails on one socket is reported about
     its owner (FAILED); the others go on.
+
+    Pauses: a round that took messages and found every queue it read empty is followed by a
+    pause, so that the next round takes a batch rather than the first message to arrive: each
+    round costs both threads a wake-up (capture's, and zmq's I/O thread's write that signals
+    it), and at moderate rates those cost more than the messages (a publisher that sends a
+    burst a millisecond wakes a loop that does not pause once per burst or more). A pause lasts
+    ``longest_pause_seconds``, but never past the ``wait``'s deadline, and never longer than
+    it takes each socket read in the round, at the pace measured lately (``Pace``),
+    to fill 1/QUEUE_SHARE of its receive queue (``full_run``) or a burst: a fast peer or a
+    small ``receiveHighWaterMark`` shortens it, so that a steady peer never fills its queue
+    during a pause. A command in the mailbox ends a pause at once. A round cut short (a burst
+    at its limit or at the buffer's bound) is followed by the next at once.
     """
 
     cdef szq_pollitem_t *items
@@ -672,14 +739,13 @@ cdef class Poller:
     cdef list owners          # per item: the owner (None for the mailbox)
     cdef list buffers         # keeps the watched buffers alive while their Inbox is used
     cdef int mailbox
-    cdef int coalesce_below
-    cdef int64_t coalesce_ns
-    cdef int64_t rounds, pauses, messages  # statistics: poll rounds, coalescing pauses
+    cdef int64_t longest_pause_ns
+    # statistics: poll rounds, pauses and their total length, messages received
+    cdef int64_t rounds, pauses, paused_ns, messages
 
-    def __cinit__(self, int mailbox, int coalesce_below, double coalesce_seconds):
+    def __cinit__(self, int mailbox, double longest_pause_seconds):
         self.mailbox = mailbox
-        self.coalesce_below = coalesce_below
-        self.coalesce_ns = <int64_t>(coalesce_seconds * 1e9)
+        self.longest_pause_ns = <int64_t>(max(longest_pause_seconds, 0.0) * 1e9)
         self.owners = []
         self.buffers = []
         self._build([])
@@ -690,8 +756,14 @@ cdef class Poller:
         free(self.inboxes)
 
     def statistics(self):
-        """Poll rounds, coalescing pauses and messages received so far (for profiles)."""
-        return {"rounds": self.rounds, "pauses": self.pauses, "messages": self.messages}
+        """Poll rounds, pauses (how many, and their total in seconds) and messages received
+        so far (for profiles)."""
+        return {
+            "rounds": self.rounds,
+            "pauses": self.pauses,
+            "paused_seconds": self.paused_ns / 1e9,
+            "messages": self.messages,
+        }
 
     def set_watched(self, list entries not None):
         """Poll the mailbox and these (owner, socket, buffer, monitor) entries from now on."""
@@ -763,10 +835,11 @@ cdef class Poller:
     cdef int _run(self, int64_t deadline, int *failed) noexcept nogil:
         """Poll and receive until an item needs Python (its revents, or the marks above, are
         left set: the number of such items), the deadline passes (0) or zmq_poll fails (-1
-        with ``failed``; EINTR ends the wait with 0)."""
-        cdef int64_t now, timeout_ms
+        with ``failed``; EINTR ends the wait with 0); pause between rounds (see the class)."""
+        cdef int64_t now, timeout_ms, pause
         cdef int i, count, received, attention
-        cdef bint emptied, queue_full
+        cdef bint emptied, queue_full, all_emptied
+        cdef Inbox *inbox
         while True:
             now = szq_clock_ns(CLOCK_MONOTONIC)
             timeout_ms = (deadline - now + 999999) // 1000000 if deadline > now else 0
@@ -778,6 +851,8 @@ cdef class Poller:
                 return -1
             received = 0
             attention = 0
+            all_emptied = True
+            pause = self.longest_pause_ns
             self.rounds += 1
             for i in range(self.count):
                 if not self.items[i].revents:
@@ -785,13 +860,17 @@ cdef class Poller:
                 if self.kinds[i] != KIND_DATA:
                     attention += 1
                     continue
-                count = _burst(self.inboxes[i], self.items[i].socket, &emptied, &queue_full)
+                inbox = self.inboxes[i]
+                count = _burst(inbox, self.items[i].socket, &emptied, &queue_full)
                 received += count
                 self.messages += count
+                all_emptied = all_emptied and emptied
+                if count:
+                    pause = min(pause, _time_to_fill(inbox))
                 self.items[i].revents = 0
-                if self.inboxes[i].error:
+                if inbox.error:
                     self.items[i].revents |= MARK_FAILED
-                if _full(self.inboxes[i]):
+                if _full(inbox):
                     self.items[i].revents |= MARK_FULL
                 if queue_full:
                     self.items[i].revents |= MARK_QUEUE_FULL
@@ -799,13 +878,14 @@ cdef class Poller:
                     attention += 1
             if attention:
                 return attention
-            if szq_clock_ns(CLOCK_MONOTONIC) >= deadline:
+            now = szq_clock_ns(CLOCK_MONOTONIC)
+            if now >= deadline:
                 return 0
-            if 0 < received < self.coalesce_below:
-                # a thin round: let a batch build up in zmq's queue rather than pay a poll
-                # round per message
+            pause = min(pause, deadline - now)
+            if received and all_emptied and pause > 0:
                 self.pauses += 1
-                szq_sleep_ns(self.coalesce_ns)
+                self.paused_ns += pause
+                szq_wait_readable_ns(self.mailbox, pause)
 
     cdef list _events(self):
         events = []

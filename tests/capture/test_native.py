@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -219,7 +220,7 @@ EDGES_SCRIPT = textwrap.dedent("""
     handed = buffer()
     handed.table()  # its arrays now belong to Arrow
     memory = handed.columns()[2]
-    poller = native.Poller(receiver.fileno(), 64, 0.001)
+    poller = native.Poller(receiver.fileno(), 0.001)
     watched = buffer()
     poller.set_watched([("owner", receiver.underlying, watched, receiver.underlying)])
     watched.table()  # handed to Arrow while watched
@@ -275,7 +276,7 @@ def test_a_receive_that_fails_on_one_socket_is_reported_and_the_others_go_on():
     mailbox, wake = os.pipe()
     monitors = [requester.get_monitor_socket(), subscriber.get_monitor_socket()]
     failing, flowing = new_native_buffer(), new_native_buffer()
-    poller = native.Poller(mailbox, 64, 0.001)
+    poller = native.Poller(mailbox, 0.001)
     poller.set_watched(
         [
             ("requester", requester.underlying, failing, monitors[0].underlying),
@@ -351,3 +352,100 @@ def test_an_interrupted_receive_is_retried_between_frames_too():
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(run.stdout.splitlines()[-1]) == {"errors": [], "rows": 30, "intact": True}
+
+
+@pytest.fixture
+def paused_poller():
+    """make(longest_pause, full_run, burst) -> (poller, buffer, sender): a Poller that watches
+    one inproc PAIR socket with a new buffer (the moment it is made is when its queue was last
+    found empty), its mailbox a pipe whose write end is ``poller.wake``; everything closed
+    after the test."""
+    native = native_module()
+    context = zmq.Context.instance()
+    made: list = []
+
+    def make(longest_pause: float, full_run: int, burst: int = BURST):
+        sender, receiver, monitor = (context.socket(zmq.PAIR) for _ in range(3))
+        address = f"inproc://paused-{id(made)}-{len(made)}"
+        sender.bind(address)
+        receiver.connect(address)
+        mailbox, wake = os.pipe()
+        refusals = Refusals("test", address, "peer", 1 << 20, 1000)
+        buffer = native.NativeBuffer(MAX_SEGMENT_ROWS, MAX_SEGMENT_BYTES, burst, full_run, refusals)
+        poller = native.Poller(mailbox, longest_pause)
+        poller.set_watched([("peer", receiver.underlying, buffer, monitor.underlying)])
+        made.append((poller, (sender, receiver, monitor), (mailbox, wake)))
+        return poller, buffer, sender, wake
+
+    yield make
+    for poller, sockets, pipe in made:
+        poller.set_watched([])
+        for sock in sockets:
+            sock.close(0)
+        for end in pipe:
+            os.close(end)
+
+
+def send_messages(sender: zmq.Socket, count: int) -> None:
+    for i in range(count):
+        sender.send_multipart([b"topic", b"%d" % i])
+
+
+def test_a_pause_lasts_no_longer_than_the_peers_pace_takes_to_fill_a_share_of_its_queue(
+    paused_poller,
+):
+    """100 messages that took 0.2 s to arrive (the buffer's queue was empty when it was made)
+    and a queue of 400 messages: at that pace a quarter of the queue fills in 0.2 s, so the
+    pause after taking them lasts that long, not the longest pause (10 s) nor until the
+    wait's deadline (2 s). Nothing else arrives: the wait then ends at its deadline."""
+    poller, buffer, sender, _ = paused_poller(10.0, 400)
+    time.sleep(0.2)
+    send_messages(sender, 100)
+    assert poller.wait(2.0) == []
+    stats = poller.statistics()
+    assert len(buffer) == 100 and stats["pauses"] == 1
+    assert 0.2 <= stats["paused_seconds"] < 1.5, stats
+
+
+def test_a_small_receive_queue_shortens_the_pause(paused_poller):
+    """4 messages in 0.2 s and a queue of 8: the pause lasts as long as 2 took to arrive,
+    0.1 s, where a queue of 400 would allow 5 s (here: until the wait's deadline)."""
+    poller, buffer, sender, _ = paused_poller(10.0, 8)
+    time.sleep(0.2)
+    send_messages(sender, 4)
+    assert poller.wait(2.0) == []
+    stats = poller.statistics()
+    assert len(buffer) == 4 and stats["pauses"] == 1
+    assert 0.1 <= stats["paused_seconds"] < 1.0, stats
+
+
+def test_a_round_cut_short_by_its_burst_is_followed_by_the_next_without_a_pause(paused_poller):
+    """Bursts of 16, and a first message 0.1 s after the queue was empty (at that pace a
+    pause may last 1.6 s): 100 waiting messages then take 7 rounds, and only the last one,
+    which finds the queue empty, pauses."""
+    poller, buffer, sender, _ = paused_poller(10.0, 1 << 20, burst=16)
+    time.sleep(0.1)
+    send_messages(sender, 1)
+    assert poller.wait(0.2) == [] and len(buffer) == 1
+    send_messages(sender, 100)
+    assert poller.wait(0.5) == []
+    stats = poller.statistics()
+    assert len(buffer) == 101 and stats["pauses"] == 2 and stats["rounds"] >= 8, stats
+
+
+def test_a_command_in_the_mailbox_ends_a_pause_at_once(paused_poller):
+    """One message after 0.5 s of silence: the pause that follows would last until the wait's
+    deadline (10 s), but a command posted 0.3 s into it is reported at once."""
+    poller, buffer, sender, wake = paused_poller(20.0, 1 << 20)
+    time.sleep(0.5)
+    send_messages(sender, 1)
+    timer = threading.Timer(0.3, os.write, (wake, b"x"))
+    timer.start()
+    started = time.monotonic()
+    try:
+        events = poller.wait(10.0)
+    finally:
+        timer.join()
+    assert events == [(native_module().MAILBOX, None)]
+    assert time.monotonic() - started < 3.0
+    assert len(buffer) == 1 and poller.statistics()["pauses"] == 1

@@ -1,0 +1,445 @@
+"""Capture's CPU time per message at a paced rate, variants side by side in one run.
+
+A publisher process (XPUB, the compiled core's send loop, ~1 ms ticks as in ``zeroeq_rate``)
+sends 100-byte ZeroEQ events at ``--rate``; a fresh capture process (``Capture`` into a spool,
+no Spark) receives them. Its CPU time is counted from the first message it sees until all of
+them are in the spool, as ``zeroeq_rate``'s CPU part does, and split by thread from
+``/proc/<pid>/task/<tid>/schedstat`` (nanoseconds, not clock ticks): capture's thread, zmq's I/O
+thread(s) and the rest (the main thread, which here only watches the counters every 20 ms).
+Wake-ups are the threads' voluntary context switches.
+
+What is compared, each repeat in turn (so that a noisy neighbour hits all alike):
+
+* ``--variant LABEL=TREE``: capture imported from the source tree ``TREE`` (with its compiled
+  core built in place, e.g. ``git archive <commit> | tar -x -C /tmp/base && cd /tmp/base &&
+  ../venv/bin/python setup.py build_ext --inplace``); default: this checkout, as ``current``;
+* ``--bare``: a plain pyzmq SUB loop (``recv_multipart`` per message) in the same conditions.
+
+Run it as ``python benchmarks/capture_cpu.py [--rate 50000] [--seconds 4] [--repeats 5]
+[--variant base=/tmp/base] [--bare]``; it re-executes itself in a private network namespace.
+The report gives each variant's median (and range) of us per message, overall and by thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from children import Child, report_errors
+from hermetic import ensure_private_network
+
+HERE = Path(__file__).resolve().parent
+TREE = HERE.parent
+PAYLOAD_BYTES = 100
+TICK_SECONDS = 0.001
+#: a receiver that saw messages and then nothing for this long stops waiting
+IDLE_SECONDS = 3.0
+TIMEOUT = 120.0
+BARE = "bare pyzmq loop"
+
+
+# -- publisher ------------------------------------------------------------------------------------
+
+
+def publisher_main(
+    count: int, rate: float, release: Any, conn: multiprocessing.connection.Connection
+) -> None:
+    """XPUB on a random loopback port (send HWM 0: nothing dropped), nice -10 where allowed;
+    report the port, wait for a subscriber, send ``count`` events paced in ~1 ms ticks."""
+
+    def body() -> None:
+        import zmq
+
+        from spark_zmq.capture.cores import native_module
+        from spark_zmq.protocols.zeroeq import event_id
+
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, -10)
+        context = zmq.Context()
+        sock = context.socket(zmq.XPUB)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.LINGER, 2000)
+        try:
+            conn.send(("port", sock.bind_to_random_port("tcp://127.0.0.1")))
+            deadline = time.monotonic() + TIMEOUT
+            while not (sock.poll(100) and sock.recv() == b"\x01"):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no subscriber")
+            send = native_module().send_sequence
+            topic, body = event_id("bench::Tick"), bytes(PAYLOAD_BYTES)
+            sent, start = 0, time.perf_counter()
+            tick = start
+            while sent < count:
+                due = min(count, int((time.perf_counter() - start) * rate) + 1)
+                if rate <= 0:  # unpaced: a thousand a call
+                    due = min(count, sent + 1000)
+                send(sock.underlying, topic, body, sent, due - sent, 0.01)
+                sent = due
+                tick += TICK_SECONDS
+                delay = tick - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                else:
+                    tick = time.perf_counter()
+            conn.send(("sent", (sent, time.perf_counter() - start)))
+            release.wait(TIMEOUT)
+        finally:
+            sock.close()
+            context.term()
+
+    report_errors(conn, body)
+
+
+# -- receivers (run as a subprocess of their own: ``--role``) --------------------------------------
+
+
+def thread_times() -> dict[int, tuple[str, int, int]]:
+    """{thread id: (name, CPU ns, voluntary context switches)} of this process."""
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        base = f"/proc/self/task/{tid}"
+        try:
+            name = Path(f"{base}/comm").read_text().strip()
+            ns = int(Path(f"{base}/schedstat").read_text().split()[0])
+            status = Path(f"{base}/status").read_text()
+        except OSError:
+            continue
+        switches = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        threads[int(tid)] = (name, ns, switches)
+    return threads
+
+
+def split_threads(before: dict[int, tuple[str, int, int]], capture_tid: int) -> dict[str, Any]:
+    """CPU ns and wake-ups since ``before``: capture's thread, zmq's I/O thread(s), the rest."""
+    split: dict[str, list[int]] = {
+        "capture": [0, 0],
+        "zmq I/O": [0, 0],
+        "other": [0, 0],
+    }
+    for tid, (name, ns, switches) in thread_times().items():
+        _, ns0, switches0 = before.get(tid, (name, 0, 0))
+        group = "other"
+        if tid == capture_tid:
+            group = "capture"
+        elif name.startswith("ZMQbg"):
+            group = "zmq I/O"
+        split[group][0] += ns - ns0
+        split[group][1] += switches - switches0
+    return split
+
+
+def cpu_ns() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round((usage.ru_utime + usage.ru_stime) * 1e9)
+
+
+def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
+    """The package's Capture alone, into a spool in a temporary folder."""
+    from spark_zmq.capture.loop import Capture
+    from spark_zmq.capture.pushback import PushBack
+    from spark_zmq.capture.spooling import SegmentWriter
+    from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+    from spark_zmq.protocols.zeroeq import MEERKAT, event_id
+    from spark_zmq.spool.writer import Spool
+
+    full_queues = [0]  # QUEUE_FULL reports: runs of receive_hwm messages without an empty queue
+    queue_full = PushBack.queue_full
+
+    def counted(self: PushBack, received: int) -> None:
+        full_queues[0] += 1
+        queue_full(self, received)
+
+    PushBack.queue_full = counted  # type: ignore[method-assign]
+    flushed = [0, 0]  # spool writes: CPU ns of capture's thread in them, and how many
+    flush = SegmentWriter.flush
+
+    def timed(self: SegmentWriter, conn: Any) -> None:
+        began = time.thread_time_ns()
+        try:
+            flush(self, conn)
+        finally:
+            flushed[0] += time.thread_time_ns() - began
+            flushed[1] += 1
+
+    SegmentWriter.flush = timed  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as folder:
+        spool = Spool(folder, max_bytes=8 << 30)
+        capture = Capture(
+            spool,
+            max_message_bytes=64 << 20,
+            flush_interval=0.1,
+            name="cpu",
+            receive_hwm=receive_hwm,
+        )
+        capture.start()
+        key = f"127.0.0.1:{port}"
+        endpoint = Endpoint(key, f"tcp://{key}", {"publisher": key}, (b"", event_id(MEERKAT)))
+        StaticDiscovery([endpoint]).start(capture)
+        try:
+
+            def received() -> int:
+                return sum(capture.received().values())
+
+            first = _wait_for_first(received)
+            recorder = _start_perf()
+            before, cpu0, start = thread_times(), cpu_ns(), time.monotonic()
+            flushed[:] = [0, 0]
+            got0 = received()
+            _wait_for_all(received, count)
+            capture.sync(timeout=60)
+            _stop_perf(recorder)
+            result = _result(
+                cpu0, start, received() - got0, split_threads(before, capture._thread.native_id)
+            )
+            result["first"] = first
+            result["queue_full"] = full_queues[0]
+            result["flush_ns"], result["flushes"] = flushed
+            result["core"] = f"{capture.core} from {Path(sys.modules['spark_zmq'].__file__).parent}"
+            poller = getattr(capture._core, "_poller", None)
+            if poller is not None and hasattr(poller, "statistics"):
+                result["statistics"] = poller.statistics()
+        finally:
+            capture.close()
+            spool.close()
+    return result
+
+
+def _start_perf() -> subprocess.Popen | None:
+    """``perf record -g`` of this process from now on, if CAPTURE_CPU_PERF names its file."""
+    path = os.environ.get("CAPTURE_CPU_PERF")
+    if not path:
+        return None
+    command = ["perf", "record", "-q", "-g", "-F", "4999", "-o", path, "-p", str(os.getpid())]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    time.sleep(0.3)  # perf attaches
+    return recorder
+
+
+def _stop_perf(recorder: subprocess.Popen | None) -> None:
+    if recorder is not None:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(30)
+
+
+def bare_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
+    """A plain pyzmq SUB loop: ``recv_multipart`` per message, nothing kept."""
+    import threading
+
+    import zmq
+
+    context = zmq.Context()
+    sock = context.socket(zmq.SUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, receive_hwm)
+    sock.setsockopt(zmq.RCVTIMEO, 500)
+    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    sock.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        sock.recv_multipart()
+        recorder = _start_perf()
+        before, cpu0, start = thread_times(), cpu_ns(), time.monotonic()
+        got, idle_since = 0, time.monotonic()
+        while got < count - 1 and time.monotonic() - idle_since < IDLE_SECONDS:
+            try:
+                sock.recv_multipart()
+            except zmq.Again:
+                continue
+            got += 1
+            idle_since = time.monotonic()
+        result = _result(cpu0, start, got, split_threads(before, threading.get_native_id()))
+        _stop_perf(recorder)
+        return result
+    finally:
+        sock.close()
+        context.term()
+
+
+def _result(cpu0: int, start: float, messages: int, threads: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cpu_ns": cpu_ns() - cpu0,
+        "seconds": time.monotonic() - start,
+        "messages": messages,
+        "threads": threads,
+    }
+
+
+def _wait_for_first(received: Any) -> int:
+    deadline = time.monotonic() + TIMEOUT
+    while not received():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no message arrived")
+        time.sleep(0.02)
+    return int(received())
+
+
+def _wait_for_all(received: Any, count: int) -> None:
+    last, changed = received(), time.monotonic()
+    while last < count and time.monotonic() - changed < IDLE_SECONDS:
+        time.sleep(0.02)
+        now = received()
+        if now != last:
+            last, changed = now, time.monotonic()
+
+
+# -- the parent -----------------------------------------------------------------------------------
+
+
+def run_trial(
+    label: str, tree: str | None, rate: float, count: int, receive_hwm: int, perf: str = ""
+) -> dict[str, Any]:
+    """One publisher and one receiver process (``tree``'s capture, or the bare loop if None);
+    with ``perf``, the receiver runs under ``perf record -g`` writing that file."""
+    context = multiprocessing.get_context("spawn")
+    release = context.Event()
+    publisher = Child(context, publisher_main, count, rate, release)
+    try:
+        port = publisher.expect("port", 60.0)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree or str(TREE), str(HERE)]))
+        env.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
+        role = "capture" if tree else "bare"
+        command = [sys.executable, __file__, "--role", role, "--port", str(port)]
+        command += ["--count", str(count), "--receive-hwm", str(receive_hwm)]
+        if perf:
+            env["CAPTURE_CPU_PERF"] = perf
+        receiver = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=TIMEOUT + 60, check=False
+        )
+        publisher.expect("sent", 60.0)
+        if receiver.returncode:
+            raise RuntimeError(f"{label}: receiver failed: {receiver.stderr[-2000:]}")
+        result: dict[str, Any] = json.loads(receiver.stdout.strip().splitlines()[-1])
+        return result
+    finally:
+        release.set()
+        publisher.stop()
+
+
+def us_per_message(ns: float, messages: int) -> float:
+    return ns / 1000 / messages if messages else float("nan")
+
+
+def describe(result: dict[str, Any]) -> str:
+    messages = result["messages"]
+    rate = messages / result["seconds"] if result["seconds"] else 0.0
+    parts = [f"{us_per_message(result['cpu_ns'], messages):5.2f} us/msg", f"{rate:8,.0f} msg/s"]
+    for group, (ns, wakes) in result["threads"].items():
+        per_s = wakes / result["seconds"] if result["seconds"] else 0.0
+        parts.append(f"{group} {us_per_message(ns, messages):.2f} ({per_s:,.0f} wakes/s)")
+    if "flush_ns" in result:
+        flush_us = us_per_message(result["flush_ns"], messages)
+        parts.append(f"of capture's: spool writes {flush_us:.2f} ({result['flushes']})")
+    if "core" in result:
+        parts.append(result["core"])
+    if result.get("queue_full"):
+        parts.append(f"receive queue found full {result['queue_full']} times")
+    if "statistics" in result:
+        parts.append(" ".join(f"{k}={v}" for k, v in result["statistics"].items()))
+    return ", ".join(parts)
+
+
+def summarize(label: str, results: list[dict[str, Any]]) -> str:
+    def median_of(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+    total = [us_per_message(r["cpu_ns"], r["messages"]) for r in results]
+    line = f"{label:<18} {median_of(total):<20}"
+    for group in ("capture", "zmq I/O", "other"):
+        values = [us_per_message(r["threads"][group][0], r["messages"]) for r in results]
+        line += f" {median_of(values):<20}"
+    if all("flush_ns" in r for r in results):
+        values = [us_per_message(r["flush_ns"], r["messages"]) for r in results]
+        line += f" {median_of(values)}"
+    return line
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rate", type=float, default=50_000.0, help="msg/s (default 50000; 0: unpaced)"
+    )
+    parser.add_argument(
+        "--receive-hwm",
+        type=int,
+        default=0,
+        help="capture's receive high-water mark (default 0, Capture's and zeroeq_rate's)",
+    )
+    parser.add_argument("--seconds", type=float, default=4.0, help="per trial (default 4)")
+    parser.add_argument("--repeats", type=int, default=5, help="trials per variant (default 5)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=TREE",
+        help="capture from source tree TREE (its core built in place); default current=<here>",
+    )
+    parser.add_argument("--bare", action="store_true", help="also the bare pyzmq SUB loop")
+    parser.add_argument(
+        "--perf",
+        metavar="FOLDER",
+        help="record each receiver with perf record -g into FOLDER/<label>-<repeat>.data",
+    )
+    parser.add_argument("--role", choices=("capture", "bare"), help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    if args.role:
+        role = capture_role if args.role == "capture" else bare_role
+        print(json.dumps(role(args.port, args.count, args.receive_hwm)))
+        return 0
+    ensure_private_network(__file__)
+    variants: list[tuple[str, str | None]] = [
+        (text.split("=", 1)[0], str(Path(text.split("=", 1)[1]).resolve())) for text in args.variant
+    ] or [("current", str(TREE))]
+    if args.bare:
+        variants.append((BARE, None))
+    count = max(1, round((args.rate or 200_000.0) * args.seconds))
+    pace = (
+        f"{args.rate:,.0f} msg/s paced in {TICK_SECONDS * 1e3:g} ms ticks"
+        if args.rate
+        else (f"{count:,} messages unpaced")
+    )
+    print(
+        f"capture CPU per message: {pace}, {PAYLOAD_BYTES}-byte events, {args.seconds:g} s x "
+        f"{args.repeats} per variant, receive HWM {args.receive_hwm}, nproc={os.cpu_count()}, "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in variants}
+    for repeat in range(args.repeats):
+        for label, tree in variants:
+            perf = ""
+            if args.perf:
+                perf = str(Path(args.perf, f"{label.replace(' ', '_')}-{repeat + 1}.data"))
+            result = run_trial(label, tree, args.rate, count, args.receive_hwm, perf)
+            results[label].append(result)
+            print(f"  {repeat + 1} {label:<18} {describe(result)}", flush=True)
+    print("\nus per message, median [min-max] of the repeats:")
+    print(
+        f"{'variant':<18} {'process':<20} {'capture thread':<20} {'zmq I/O thread':<20} "
+        f"{'other':<20} spool writes (in capture's)"
+    )
+    for label, _ in variants:
+        print(summarize(label, results[label]))
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
