@@ -282,6 +282,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     from spark_zmq.spool.layout import JsonState
     from spark_zmq.spool.writer import Spool
     from spark_zmq.stream_options import READER_OPTIONS
+    from spark_zmq.stream_settings import ReaderSettings
 
     grace = 4.0
     monkeypatch.setattr(executors, "RECONFIRM_SECONDS", grace)
@@ -313,7 +314,8 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
             "spoolPath": str(spool),
         },
     )
-    capture = make_placement(protocol, options, str(spool))
+    query = ReaderSettings.of(options, protocol.read_settings(options))
+    capture = make_placement(protocol, query, str(spool))
     started = time.monotonic()
     capture.start()
     try:

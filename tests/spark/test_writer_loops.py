@@ -46,7 +46,7 @@ def subscribed():
 
     def connect(session: str, **options: str) -> zmq.Socket:
         made = writer(session, **options)
-        publisher = shared_publisher(made.protocol, made.options)
+        publisher = shared_publisher(made.protocol, made.format_settings)
         sock = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -145,7 +145,7 @@ def test_a_new_event_in_the_middle_of_a_batch_waits_for_its_subscriber(core):
     the subscriber subscribes to B only after A's messages arrived, so a loop that sent B
     without waiting would have sent it to nobody."""
     made = writer(f"loops-wait-{core}", sendCore=core, waitForSubscribers="30")
-    publisher = shared_publisher(made.protocol, made.options)
+    publisher = shared_publisher(made.protocol, made.format_settings)
     sock = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SUBSCRIBE, event_id(A))
