@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -234,7 +235,7 @@ def _stop_on_sigterm() -> None:
         return
     fired: list[int] = []
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         if not fired:
             fired.append(signum)
             raise SystemExit(128 + signum)

@@ -12,6 +12,7 @@ become messages of this process and thread, sent through the Router's XSUB under
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -257,7 +258,7 @@ def _malformed(payload: bytes, error: str) -> tuple:
     return (payload, error) + (None,) * 8
 
 
-def _decode_message(frames: list[bytes], types) -> tuple:
+def _decode_message(frames: list[bytes], types: DescriptorSet | None) -> tuple:
     """(payload, error, group, scheme, scheme_id, type, process, thread, text, json) of one
     captured message."""
     if len(frames) != 1:
@@ -297,9 +298,18 @@ def _decode_message(frames: list[bytes], types) -> tuple:
 
 
 def encode_message(
-    group, scheme, type_name, payload, text_value, *, process: int, thread: str
+    group: Any,
+    scheme: Any,
+    type_name: Any,
+    payload: Any,
+    text_value: Any,
+    *,
+    process: int,
+    thread: str,
 ) -> bytes:
-    """The one frame of a row's message; ValueError (and kin) says why there is none."""
+    """The one frame of a row's message; ValueError (and kin) says why there is none. The
+    row's values are as Arrow gives them (typed Any: any column type may come; the rules
+    here check each)."""
     head, body = message_parts(
         group, scheme, type_name, payload is not None, text_value, process=process, thread=thread
     )
@@ -309,7 +319,14 @@ def encode_message(
 
 
 def message_parts(
-    group, scheme, type_name, has_payload: bool, text_value, *, process: int, thread: str
+    group: Any,
+    scheme: Any,
+    type_name: Any,
+    has_payload: bool,
+    text_value: Any,
+    *,
+    process: int,
+    thread: str,
 ) -> tuple[bytes, bytes | None]:
     """A row's identifier and its payload made from ``text`` (None: the row's own payload):
     all of a message that depends on a row but its payload's bytes. ValueError (and kin) says

@@ -217,14 +217,16 @@ def _as_bytes(value: bytes | str) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-def _message(frames, topic, payload) -> list[bytes] | str:
+def _message(
+    frames: list[bytes | str | None] | None, topic: bytes | str | None, payload: bytes | str | None
+) -> list[bytes] | str:
     """A row's frames, or why it has none."""
     if frames is not None:
         if topic is not None or payload is not None:
             return "give either `frames` or `topic`/`payload`, not both"
         if not frames or any(frame is None for frame in frames):
             return "`frames` is empty or holds a null frame"
-        return [_as_bytes(frame) for frame in frames]
+        return [_as_bytes(frame) for frame in frames if frame is not None]
     if payload is None:
         return "no message: `frames` and `payload` are null"
     return [_as_bytes(payload)] if topic is None else [_as_bytes(topic), _as_bytes(payload)]

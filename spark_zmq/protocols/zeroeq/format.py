@@ -8,6 +8,7 @@ the format's columns. Writing: a ``Publisher`` per Python worker, and the encodi
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -285,7 +286,7 @@ def _wire_id(
     return bytes.fromhex(hex_id), None
 
 
-def _wanted(event_ids: pa.Array, metadata) -> pa.Array | None:
+def _wanted(event_ids: pa.Array, metadata: Mapping[str, str]) -> pa.Array | None:
     """False for messages of events the endpoint is not subscribed to (Meerkat, events a
     management request took away), from the endpoint's metadata."""
     events, excluded = metadata.get("events"), metadata.get("excluded")
