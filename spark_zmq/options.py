@@ -4,7 +4,16 @@ the parsers, and the parsing of what a user gives into typed ``Options``.
 Validation errors, the docs' options reference (``docs/options.md``, generated at build time)
 and ``python -m spark_zmq options`` all come from the definitions, so an option cannot be
 documented one way and parsed another. The options every format shares are in
-``stream_options``; each protocol defines its own beside its format.
+``stream_options``; each protocol defines its own in ``protocols/<name>/options.py``.
+
+An option is a module constant, added to its reader's or writer's tuple, and read by it::
+
+    MAX_WIDGETS = Option("maxWidgets", positive_int, "a positive integer", "10", "What ...")
+    READER_OPTIONS = (..., MAX_WIDGETS)
+    options.get(MAX_WIDGETS)  # an int (with default None: an int | None)
+
+Only the settings classes (``stream_settings``, each format's ``ReadSettings``/
+``WriteSettings``) read ``Options``, once per query on the driver; everything else gets them.
 """
 
 from __future__ import annotations
