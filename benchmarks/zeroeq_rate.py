@@ -65,10 +65,9 @@ from children import Child, report_errors
 from hermetic import ensure_private_network
 from rate_losses import add_loss_arguments, measure_losses
 
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import MEERKAT, event_id
 from spark_zmq.spark.session import LOOPBACK
-from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_options import RECEIVE_HIGH_WATER_MARK
 
 TICK_EVENT = "bench::Tick"
 #: sequence number and send time (ns), both 8-byte big-endian, at the start of every payload
@@ -92,7 +91,7 @@ MS = 1e6
 #: the issue's target for the connector's no-gap rate over the bare SUB loop's
 RATIO_TARGET = 1.5
 #: capture's default receive queue per endpoint, from the option's one definition
-CAPTURE_RECEIVE_HWM: int = parse_options("zeroeq", READER_OPTIONS, {})["receiveHighWaterMark"]
+CAPTURE_RECEIVE_HWM: int = RECEIVE_HIGH_WATER_MARK.parsed_default()
 #: admission per micro-batch: about 70 MB of 100-byte events in the driver per batch
 MAX_RECORDS_PER_TRIGGER = 500_000
 CORES = ("native", "python")

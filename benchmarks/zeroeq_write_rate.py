@@ -431,15 +431,12 @@ def alone_writer_main(
     def body() -> None:
         import pyarrow.parquet as pq
 
-        from spark_zmq.options import parse_options
         from spark_zmq.protocols.zeroeq import ZeroEQ
         from spark_zmq.spark.writer import ZmqStreamWriter, close_publishers
-        from spark_zmq.stream_options import WRITER_OPTIONS
 
         protocol = ZeroEQ()
-        options = parse_options(
-            "zeroeq", WRITER_OPTIONS + protocol.writer_options, writer_options(session, core)
-        )
+        options = protocol.parse_writer_options(writer_options(session, core))
+        settings = protocol.write_settings(options)
         batches = [
             batch
             for path in sorted(Path(input_dir).glob("*.parquet"))
@@ -448,7 +445,7 @@ def alone_writer_main(
         encode = protocol.encode_columns if core == "native" else protocol.encode
         began = time.perf_counter()
         for batch in batches:
-            encode(batch, options)
+            encode(batch, settings)
         encode_seconds = time.perf_counter() - began
         writer = ZmqStreamWriter(protocol, options)
         conn.send(("ready", None))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TextIO
 
 logger = logging.getLogger("spark_zmq")
 logger.addHandler(logging.NullHandler())
@@ -52,7 +53,7 @@ class _Stderr(logging.StreamHandler):
         super().__init__()
 
     @property
-    def stream(self):
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter

@@ -4,7 +4,16 @@ the parsers, and the parsing of what a user gives into typed ``Options``.
 Validation errors, the docs' options reference (``docs/options.md``, generated at build time)
 and ``python -m spark_zmq options`` all come from the definitions, so an option cannot be
 documented one way and parsed another. The options every format shares are in
-``stream_options``; each protocol defines its own beside its format.
+``stream_options``; each protocol defines its own in ``protocols/<name>/options.py``.
+
+An option is a module constant, added to its reader's or writer's tuple, and read by it::
+
+    MAX_WIDGETS = Option("maxWidgets", positive_int, "a positive integer", "10", "What ...")
+    READER_OPTIONS = (..., MAX_WIDGETS)
+    options.get(MAX_WIDGETS)  # an int (with default None: an int | None)
+
+Only the settings classes (``stream_settings``, each format's ``ReadSettings``/
+``WriteSettings``) read ``Options``, once per query on the driver; everything else gets them.
 """
 
 from __future__ import annotations
@@ -12,31 +21,80 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypeVar, cast, overload
 
 from spark_zmq.errors import OptionError
 
-Parser = Callable[[str], Any]
+T = TypeVar("T")
+V = TypeVar("V")
+Parser = Callable[[str], T]
 
 
-@dataclass(frozen=True)
-class Option:
-    """One user-facing option.
+class Option(Generic[T]):
+    """One user-facing option, whose value is of type ``T`` (as Flink's ``ConfigOption<T>``).
 
     ``parse`` turns the string Spark hands us into a typed value and raises ``ValueError`` when
     it cannot; ``accepts`` is the human description of valid values used in error messages.
     ``default`` is written as a user would write the option (it goes through ``parse`` too);
     ``None`` means "not set" (the code using the option decides what that means, as documented
-    in ``doc``).
+    in ``doc``), and the option's type then includes None: ``Option("n", positive_int, ...,
+    None, ...)`` is an ``Option[int | None]``, with default ``"1"`` an ``Option[int]``.
+    Read a parsed value with ``Options.get(option)``. Invariant: immutable once made.
     """
 
+    __slots__ = ("accepts", "default", "doc", "name", "parse")
+
     name: str
-    parse: Parser
+    parse: Callable[[str], Any]
     accepts: str
     default: str | None
     doc: str
+
+    @overload
+    def __init__(
+        self: Option[V | None],
+        name: str,
+        parse: Callable[[str], V],
+        accepts: str,
+        default: None,
+        doc: str,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Option[V], name: str, parse: Callable[[str], V], accepts: str, default: str, doc: str
+    ) -> None: ...
+
+    def __init__(
+        self,
+        name: str,
+        parse: Callable[[str], Any],
+        accepts: str,
+        default: str | None,
+        doc: str,
+    ) -> None:
+        for attribute, value in (
+            ("name", name),
+            ("parse", parse),
+            ("accepts", accepts),
+            ("default", default),
+            ("doc", doc),
+        ):
+            object.__setattr__(self, attribute, value)
+
+    def __setattr__(self, attribute: str, value: object) -> None:
+        raise AttributeError(f"option {self.name!r} is immutable")
+
+    def __repr__(self) -> str:
+        return f"Option({self.name!r})"
+
+    def parsed_default(self) -> T:
+        """The value of the option when not given."""
+        return cast(T, None if self.default is None else self.parse(self.default))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Option, (self.name, self.parse, self.accepts, self.default, self.doc))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +194,7 @@ def comma_list(value: str) -> tuple[str, ...]:
     return items
 
 
-def choice(*values: str) -> Parser:
+def choice(*values: str) -> Callable[[str], str]:
     """Case-insensitive choice; returns the canonical spelling."""
     canonical = {v.lower(): v for v in values}
 
@@ -149,33 +207,55 @@ def choice(*values: str) -> Parser:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Options(Mapping[str, Any]):
-    """Parsed options of one query: canonical name -> typed value (defaults filled in)."""
+class Options:
+    """Parsed options of one query (defaults filled in), read by their definitions:
+    ``options.get(MODE)`` is typed as ``MODE`` is. Made by ``parse_options`` only, on the
+    driver; the settings classes read it once and tasks get the settings, not this."""
 
-    format_name: str
-    by_name: Mapping[str, Any]
-    given: frozenset[str]
+    __slots__ = ("_by_name", "format_name", "given")
 
-    def __getitem__(self, name: str) -> Any:
-        return self.by_name[name]
+    def __init__(self, format_name: str, by_name: Mapping[str, Any], given: frozenset[str]) -> None:
+        self.format_name = format_name
+        self._by_name = dict(by_name)
+        #: canonical names of the options the user gave
+        self.given = given
 
-    def __iter__(self):
-        return iter(self.by_name)
+    def get(self, option: Option[T]) -> T:
+        """The value of ``option`` (its default when not given)."""
+        if option.name not in self._by_name:
+            raise OptionError(
+                f"{self.format_name}: option '{option.name}' is not one of this format's "
+                f"options (a fault of spark_zmq: the code reads an option it did not define)"
+            )
+        return cast(T, self._by_name[option.name])
 
-    def __len__(self) -> int:
-        return len(self.by_name)
+    def defines(self, option: Option[Any]) -> bool:
+        """True when ``option`` is one of this query's options (REQUEST_WRITER_OPTIONS are
+        options of some writers only)."""
+        return option.name in self._by_name
 
-    def is_set(self, name: str) -> bool:
+    def is_set(self, option: Option[Any]) -> bool:
         """True when the user gave the option (even if equal to the default)."""
-        return name in self.given
+        return option.name in self.given
+
+    def given_values(self) -> dict[str, Any]:
+        """The options the user gave, canonical name -> parsed value, in name order."""
+        return {name: self._by_name[name] for name in sorted(self.given)}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"Options({self.format_name!r}, given={sorted(self.given)})"
 
 
 #: options that Spark itself handles and passes on to a stream writer as well
 SPARK_OWN_OPTIONS = frozenset({"checkpointlocation", "path", "queryname"})
 
 
-def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, str]) -> Options:
+def parse_options(
+    format_name: str, specs: Sequence[Option[Any]], raw: Mapping[str, str]
+) -> Options:
     """Validate ``raw`` (Spark's case-insensitive option map) against ``specs``.
 
     Raises OptionError for an unknown name (with a suggestion) or a value the option's parser
@@ -205,7 +285,7 @@ def parse_options(format_name: str, specs: Sequence[Option], raw: Mapping[str, s
     return Options(format_name, values, frozenset(given))
 
 
-def _unknown_option_message(format_name: str, key: str, specs: Iterable[Option]) -> str:
+def _unknown_option_message(format_name: str, key: str, specs: Iterable[Option[Any]]) -> str:
     names = sorted(spec.name for spec in specs)
     close = difflib.get_close_matches(key.lower(), [n.lower() for n in names], n=1)
     hint = ""
@@ -214,7 +294,7 @@ def _unknown_option_message(format_name: str, key: str, specs: Iterable[Option])
     return f"{format_name}: unknown option '{key}'.{hint} Accepted options: {', '.join(names)}"
 
 
-def option_table(specs: Sequence[Option]) -> str:
+def option_table(specs: Sequence[Option[Any]]) -> str:
     """Markdown table of options, for docs and ``python -m spark_zmq options``."""
     lines = ["| option | accepts | default | meaning |", "|---|---|---|---|"]
     for spec in specs:

@@ -100,10 +100,17 @@ class Curve:
     client_keys: tuple[bytes, ...] | None = None
 
     @classmethod
-    def of(cls, options) -> Curve:
-        secret = options.get("curveSecretKey")
-        public = options.get("curvePublicKey") or (zmq.curve_public(secret) if secret else None)
-        return cls(options.get("curveServerKey"), public, secret, options.get("curveClientKeys"))
+    def of_keys(
+        cls,
+        server_key: bytes | None,
+        public_key: bytes | None,
+        secret_key: bytes | None,
+        client_keys: tuple[bytes, ...] | None,
+    ) -> Curve:
+        """The settings of the four CURVE options' values: the public key, when not given,
+        derived from the secret one."""
+        public = public_key or (zmq.curve_public(secret_key) if secret_key else None)
+        return cls(server_key, public, secret_key, client_keys)
 
     def as_client(self, sock: zmq.Socket) -> zmq.Socket:
         """Make a connecting socket a CURVE client, if a server key is set."""

@@ -12,6 +12,7 @@ import pytest
 import zmq
 import zmq.auth
 
+from spark_zmq import stream_options
 from spark_zmq.capture.loop import Capture
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.base import Endpoint
@@ -49,7 +50,7 @@ def subscriber(port: int, curve: Curve) -> zmq.Socket:
 
 
 def curve_of(**given) -> Curve:
-    return Curve.of(parse_options("zeroeq", READER_OPTIONS, given))
+    return stream_options.curve_of(parse_options("zeroeq", READER_OPTIONS, given))
 
 
 def test_only_allowed_keys_receive_from_a_curve_publisher(keys):

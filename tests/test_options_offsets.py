@@ -6,24 +6,32 @@ import pytest
 
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ
+from spark_zmq.protocols.zeroeq.options import SESSION
 from spark_zmq.spark.offsets import admit, ranges
-from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_options import (
+    MAX_MESSAGE_BYTES,
+    MAX_RECORDS_PER_TRIGGER,
+    MODE,
+    READER_OPTIONS,
+    SPOOL_PATH,
+    SPOOL_RETENTION,
+)
 
 SPECS = READER_OPTIONS + ZeroEQ.reader_options
 
 
 def test_defaults_and_case_insensitive_names():
     options = parse_options("zeroeq", SPECS, {"maxrecordspertrigger": "10", "MODE": "failfast"})
-    assert options["maxRecordsPerTrigger"] == 10 and options["mode"] == "FAILFAST"
-    assert options["maxMessageBytes"] == 64 << 20
-    assert options.is_set("mode") and not options.is_set("session")
+    assert options.get(MAX_RECORDS_PER_TRIGGER) == 10 and options.get(MODE) == "FAILFAST"
+    assert options.get(MAX_MESSAGE_BYTES) == 64 << 20
+    assert options.is_set(MODE) and not options.is_set(SESSION)
 
 
 def test_retention_options_reach_capture_as_a_retention():
     """spoolRetention takes days and ``forever``; the defaults keep committed data 7 days with no
     byte bound of its own (maxSpoolBytes deletes it first when room is needed)."""
-    from spark_zmq.capture.assignment import CaptureSettings
     from spark_zmq.spool.layout import Retention
+    from spark_zmq.stream_settings import CaptureSettings
 
     assert CaptureSettings.of(parse_options("zeroeq", SPECS, {})).retention == Retention(
         7 * 86400.0, None
@@ -32,8 +40,9 @@ def test_retention_options_reach_capture_as_a_retention():
     settings = CaptureSettings.of(parse_options("zeroeq", SPECS, given))
     assert settings.retention == Retention(1.5 * 86400, 512 << 20)
     forever = parse_options("zeroeq", SPECS, {"spoolRetention": "Forever"})
-    assert forever["spoolRetention"] is None
-    assert parse_options("zeroeq", SPECS, {"spoolRetention": "0"})["spoolRetention"] == 0.0
+    assert forever.get(SPOOL_RETENTION) is None
+    zero = parse_options("zeroeq", SPECS, {"spoolRetention": "0"})
+    assert zero.get(SPOOL_RETENTION) == 0.0
     with pytest.raises(OptionError, match="'spoolRetention' must be a duration such as 7d"):
         parse_options("zeroeq", SPECS, {"spoolRetention": "a week"})
 
@@ -47,10 +56,10 @@ def test_a_spool_path_on_an_object_store_is_refused_naming_the_reason():
         parse_options("zeroeq", SPECS, {"spoolPath": "s3a://bucket/spool"})
     with pytest.raises(OptionError, match=r"/dbfs/\.\.\. is a local path"):
         parse_options("zeroeq", SPECS, {"spoolPath": "dbfs:/spool"})
-    assert parse_options("zeroeq", SPECS, {"spoolPath": "file:///data/spool"})["spoolPath"] == (
+    assert parse_options("zeroeq", SPECS, {"spoolPath": "file:///data/spool"}).get(SPOOL_PATH) == (
         "/data/spool"
     )
-    assert parse_options("zeroeq", SPECS, {"spoolPath": "/data/a:b"})["spoolPath"] == "/data/a:b"
+    assert parse_options("zeroeq", SPECS, {"spoolPath": "/data/a:b"}).get(SPOOL_PATH) == "/data/a:b"
 
 
 @pytest.mark.parametrize(

@@ -340,7 +340,7 @@ def main() -> int:
     args = json.loads(sys.stdin.read())
     try:
         given = args["settings"]
-        settings = CaptureSettings(**{**given, "curve": tuple(given["curve"])})
+        settings = CaptureSettings.from_json(given)
         holder = Holder(args["spool_path"], args["key"], settings)
         epoch = holder.claim(args["expect_epoch"])
     except LeaseLost as exc:

@@ -25,9 +25,6 @@ from dataclasses import dataclass, replace
 
 from spark_zmq.log import logger
 
-#: the default nice value of capture's threads (``captureNice``): ahead of Spark's (0)
-DEFAULT_CAPTURE_NICE = -10
-
 
 @dataclass(frozen=True)
 class PriorityOutcome:

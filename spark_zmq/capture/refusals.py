@@ -23,13 +23,12 @@ import zmq
 
 from spark_zmq.capture.buffer import utc_text
 from spark_zmq.log import logger
-from spark_zmq.options import parse_options
-from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_options import MAX_MESSAGE_PARTS
 
 #: seconds between two log lines of one episode of one connection
 LOG_INTERVAL = 60.0
 #: the option's default, for captures made without the query's options (tests, benchmarks)
-DEFAULT_MAX_MESSAGE_PARTS: int = parse_options("capture", READER_OPTIONS, {})["maxMessageParts"]
+DEFAULT_MAX_MESSAGE_PARTS: int = MAX_MESSAGE_PARTS.parsed_default()
 
 #: a run of consecutive refused messages: (count, largest's bytes, largest's parts, receive times
 #: of the first and the last in ns); the largest by bytes, then parts

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from spark_zmq.cli.common import add_format_options, positive_seconds_arg
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
-from spark_zmq.options import OptionError, Options, parse_options
+from spark_zmq.options import OptionError
 from spark_zmq.protocols.base import StreamProtocol
-from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_settings import ReaderSettings
 
 if TYPE_CHECKING:  # (planning imports pyspark, which the rest of the command line does not need)
     from spark_zmq.planning.service import CaptureService, Progress
@@ -61,32 +61,33 @@ def add_capture_parser(commands: argparse._SubParsersAction, formats: list[str])
     )
 
 
-def service_options(protocol: StreamProtocol, given: Mapping[str, str], spool: str) -> Options:
-    """The service's options, parsed and checked as a query's reader options are: a wrong one
-    fails with the same OptionError."""
+def service_options(
+    protocol: StreamProtocol[Any], given: Mapping[str, str], spool: str
+) -> ReaderSettings[Any]:
+    """The service's settings, from options parsed and checked as a query's reader options
+    are: a wrong one fails with the same OptionError."""
     for name, why in NOT_FOR_THE_SERVICE.items():
         if name in given:
             raise OptionError(f"{protocol.name}: option {name!r} is not for {PROG}: {why}")
     raw = {**given, "spoolPath": spool}
-    options = parse_options(protocol.name, READER_OPTIONS + protocol.reader_options, raw)
-    protocol.check_options(options)
-    return options
+    options = protocol.parse_reader_options(raw)
+    return ReaderSettings.of(options, protocol.read_settings(options))
 
 
-def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol]) -> int:
+def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol[Any]]) -> int:
     if args.log_level is None:  # a service's own events (joins, drops) belong in its log
         configure_logging(None, default="INFO")
     protocol = formats[args.format]
     try:  # --spool is checked as option spoolPath is (an object store's URI is refused)
-        options = service_options(protocol, dict(args.option), args.spool)
+        settings = service_options(protocol, dict(args.option), args.spool)
     except OptionError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    spool = os.path.abspath(options["spoolPath"])
+    spool = os.path.abspath(settings.source.spool_path or args.spool)
     stop = _stop_on_signals()
     from spark_zmq.planning.service import CaptureService
 
-    service = CaptureService(protocol, options, spool)
+    service = CaptureService(protocol, settings, spool)
     try:
         service.start()
         _say(

@@ -17,12 +17,12 @@ from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.stream_options import CURVE_OPTIONS
 
 
-def flag(option: Option) -> str:
+def flag(option: Option[Any]) -> str:
     """``curveServerKey`` -> ``--curve-server-key``."""
     return "--" + re.sub(r"(?<!^)([A-Z])", r"-\1", option.name).lower()
 
 
-def _checked(option: Option) -> Callable[[str], Any]:
+def _checked(option: Option[Any]) -> Callable[[str], Any]:
     def parse(value: str) -> Any:
         try:
             return option.parse(value)
@@ -49,5 +49,5 @@ def add_curve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def curve_of(args: argparse.Namespace) -> Curve:
     """The Curve the flags describe (NO_CURVE when none is given)."""
-    given = {option.name: getattr(args, option.name, None) for option in CURVE_OPTIONS}
-    return Curve.of(given) if any(v is not None for v in given.values()) else NO_CURVE
+    given = [getattr(args, option.name, None) for option in CURVE_OPTIONS]
+    return Curve.of_keys(*given) if any(v is not None for v in given) else NO_CURVE

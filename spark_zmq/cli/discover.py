@@ -15,11 +15,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from spark_zmq.cli.common import MemoryState, add_format_options, aligned, positive_seconds_arg
-from spark_zmq.options import OptionError, parse_options
+from spark_zmq.options import OptionError
 from spark_zmq.protocols.base import Endpoint, StreamProtocol
-from spark_zmq.stream_options import READER_OPTIONS
 
 PROG = "python -m spark_zmq discover"
 #: what discover reads of yamz when no address is given: every port one to three levels deep
@@ -60,13 +60,14 @@ def add_discover_parser(commands: argparse._SubParsersAction, formats: list[str]
     parser.add_argument("--json", action="store_true", help="JSON lines instead of a table")
 
 
-def discover(protocol: StreamProtocol, given: Mapping[str, str], seconds: float) -> list[Endpoint]:
+def discover(
+    protocol: StreamProtocol[Any], given: Mapping[str, str], seconds: float
+) -> list[Endpoint]:
     """Run ``protocol``'s discovery with these options for ``seconds``; what it found."""
     raw = {**DISCOVER_DEFAULTS.get(protocol.name, {}), **given}
-    options = parse_options(protocol.name, READER_OPTIONS + protocol.reader_options, raw)
-    protocol.check_options(options)
+    settings = protocol.reader_settings(raw)
     found = Found()
-    discovery = protocol.discovery(options, MemoryState())
+    discovery = protocol.discovery(settings, MemoryState())
     try:
         discovery.start(found)
         time.sleep(seconds)

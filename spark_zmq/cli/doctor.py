@@ -250,7 +250,7 @@ def spool_writable(spool: str) -> Finding:
     return Finding("spool", OK, f"{folder} can be written")
 
 
-def add_doctor_parser(commands) -> None:
+def add_doctor_parser(commands: argparse._SubParsersAction) -> None:
     doctor = commands.add_parser(
         "doctor", help="check what this host gives the formats; each problem with its fix"
     )

@@ -13,6 +13,12 @@ something is wrong; each problem comes with its fix.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (imported by job_session: pyspark is an extra)
+    from pyspark.sql import SparkSession
+
 import argparse
 import os
 import re
@@ -40,7 +46,9 @@ PYTHON_ERROR = re.compile(r"^[A-Za-z]*(Error|Exception): ")
 JAVA_CLASS = re.compile(r"^(?:[a-z]\w*\.)+[A-Z]\w*(?:Exception|Error): ")
 
 
-def probe(marker: str | None, extras: dict[str, dict[str, str]]):
+def probe(
+    marker: str | None, extras: dict[str, dict[str, str]]
+) -> Callable[[int], tuple[str, str, str, str, bool | None]]:
     """What one executor's Python has (runs there; imports only inside, since the package may
     be missing)."""
 
@@ -71,7 +79,7 @@ def probe(marker: str | None, extras: dict[str, dict[str, str]]):
     return run
 
 
-def executor_findings(spark, marker: str | None) -> list[Finding]:
+def executor_findings(spark: SparkSession, marker: str | None) -> list[Finding]:
     tasks = max(2, spark.sparkContext.defaultParallelism) * 2
     answers = spark.sparkContext.parallelize(range(tasks), tasks).map(probe(marker, EXTRAS))
     findings = []
@@ -103,7 +111,7 @@ def executor_findings(spark, marker: str | None) -> list[Finding]:
     return findings
 
 
-def format_findings(spark, spool: str | None) -> list[Finding]:
+def format_findings(spark: SparkSession, spool: str | None) -> list[Finding]:
     """format("zeroeq") found and read end to end: a batch read of an empty spool."""
     empty = Path(spool or tempfile.gettempdir()) / f"spark_zmq-doctor-{uuid.uuid4().hex[:8]}"
     empty.mkdir(parents=True)
@@ -125,10 +133,13 @@ def format_findings(spark, spool: str | None) -> list[Finding]:
     return [Finding("format('zeroeq')", OK, f"found and read on the executors ({rows} rows)")]
 
 
-def jvm_environment(spark) -> dict[str, str]:
+def jvm_environment(spark: SparkSession) -> dict[str, str]:
     """The variables that choose the formats' Python, as the driver's JVM has them (Spark reads
     them there; spark-submit gives this Python process values of its own)."""
-    system = spark.sparkContext._jvm.java.lang.System
+    jvm = spark.sparkContext._jvm
+    if jvm is None:  # a stopped context: no JVM to ask
+        return {}
+    system = jvm.java.lang.System
     return {name: value for name in FORMATS_PYTHON if (value := system.getenv(name))}
 
 
@@ -149,7 +160,7 @@ def error_summary(text: str) -> str:
     return (classified or python[-1:] or said or [""])[0]
 
 
-def conf_findings(spark, environment: dict[str, str]) -> list[Finding]:
+def conf_findings(spark: SparkSession, environment: dict[str, str]) -> list[Finding]:
     configured = spark.sparkContext.getConf().get("spark.pyspark.python")
     formats = next((environment[v] for v in FORMATS_PYTHON if v in environment), "python3")
     if configured is None or configured == formats:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
@@ -68,7 +68,7 @@ def _submitted() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def publish_demo_events(publishers, count: int, started: threading.Event) -> None:
+def publish_demo_events(publishers: list[Publisher], count: int, started: threading.Event) -> None:
     """Each publisher sends ``count`` events: temperatures (JSON payload) and empty heartbeats."""
     for publisher in publishers:
         publisher.wait_for_subscribers(timeout=60)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     return report(spark, output, mine, expected)
 
 
-def rows_from(spark: SparkSession, path: str, publishers: list[str]):
+def rows_from(spark: SparkSession, path: str, publishers: list[str]) -> DataFrame:
     """The table's rows, only those of ``publishers`` when given (the table may hold earlier
     runs' rows too)."""
     table = spark.read.parquet(path)

@@ -4,19 +4,26 @@ that option ``capture`` names."""
 
 from __future__ import annotations
 
-from spark_zmq.options import Options
+from typing import TypeVar
+
 from spark_zmq.planning.driver import DriverCapture
 from spark_zmq.planning.executors import ExecutorCapture
 from spark_zmq.planning.placement import Placement
 from spark_zmq.planning.service import ServiceSpool
 from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.stream_settings import ReaderSettings
+
+#: the format's reader settings
+S = TypeVar("S")
 
 
-def make_placement(protocol: StreamProtocol, options: Options, spool_path: str) -> Placement:
-    """The placement option ``capture`` names."""
+def make_placement(
+    protocol: StreamProtocol[S], settings: ReaderSettings[S], spool_path: str
+) -> Placement:
+    """The placement option ``capture`` names (``settings.source.placement``)."""
     kinds: dict[str, type[Placement]] = {
         "driver": DriverCapture,
         "executors": ExecutorCapture,
         "service": ServiceSpool,
     }
-    return kinds[options["capture"]](protocol, options, spool_path)
+    return kinds[settings.source.placement](protocol, settings, spool_path)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 
-from spark_zmq.capture.assignment import CaptureSettings
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
@@ -35,7 +34,7 @@ class DriverCapture(Placement):
     runs_where: str = "on the driver"
 
     def start(self) -> None:
-        settings = CaptureSettings.of(self.options)
+        settings = self.query.capture
         self._spool = Spool(
             self.spool_path,
             settings.max_spool_bytes,
@@ -63,8 +62,10 @@ class DriverCapture(Placement):
         logger.info(
             "%s: capturing %s, spooling to %s", self.protocol.name, self.runs_where, self.spool_path
         )
-        self._discovery = self.protocol.discovery(self.options, self._spool.state(DISCOVERY))
-        self._discovery.start(guarded(self._capture, self.protocol.name, self.options))
+        self._discovery = self.protocol.discovery(self.query.decoding, self._spool.state(DISCOVERY))
+        self._discovery.start(
+            guarded(self._capture, self.protocol.name, self.query.source.max_endpoints)
+        )
 
     def _running(self) -> tuple[Spool, Capture, Discovery]:
         if self._spool is None or self._capture is None or self._discovery is None:

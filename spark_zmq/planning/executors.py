@@ -21,16 +21,17 @@ import os
 import threading
 import time
 import uuid
+from typing import Any
 
-from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, Claim
+from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, Claim
 from spark_zmq.log import logger
-from spark_zmq.options import Options
 from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.holders import HolderWatch
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol
 from spark_zmq.spool.layout import JsonState, PartitionState
 from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.stream_settings import ReaderSettings
 
 #: seconds between renewals of the assignment (the query's heartbeat to its holders)
 RENEW_SECONDS = 1.0
@@ -45,9 +46,11 @@ RECONFIRM_SECONDS = 30.0
 class ExecutorCapture(Placement):
     """Discovery on the driver; capture in holder processes on executors (see module doc)."""
 
-    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
-        super().__init__(protocol, options, spool_path)
-        self.settings = CaptureSettings.of(options)
+    def __init__(
+        self, protocol: StreamProtocol[Any], query: ReaderSettings[Any], spool_path: str
+    ) -> None:
+        super().__init__(protocol, query, spool_path)
+        self.settings = query.capture
         self._assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
         self._commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
         self._endpoints: dict[str, Endpoint] = {}
@@ -93,9 +96,9 @@ class ExecutorCapture(Placement):
             self.spool_path,
         )
         self._discovery = discovery = self.protocol.discovery(
-            self.options, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json"))
+            self.query.decoding, JsonState(os.path.join(self.spool_path, f"{DISCOVERY}.json"))
         )
-        discovery.start(guarded(self, self.protocol.name, self.options))
+        discovery.start(guarded(self, self.protocol.name, self.query.source.max_endpoints))
 
     def _carry_over(self, previous: dict) -> None:
         """Start from the endpoints the previous run assigned, as unconfirmed (module doc)."""

@@ -17,7 +17,6 @@ import time
 
 from spark_zmq.errors import shown
 from spark_zmq.log import logger
-from spark_zmq.options import Options
 from spark_zmq.protocols.base import Endpoint, EndpointListener, RefusedEndpoints
 
 #: seconds between two log lines about endpoints held back at maxEndpoints
@@ -122,6 +121,6 @@ class EndpointGuard:
         return endpoint
 
 
-def guarded(listener: EndpointListener, name: str, options: Options) -> EndpointGuard:
+def guarded(listener: EndpointListener, name: str, max_endpoints: int) -> EndpointGuard:
     """``listener`` behind a guard with the query's ``maxEndpoints``."""
-    return EndpointGuard(listener, name, options["maxEndpoints"])
+    return EndpointGuard(listener, name, max_endpoints)

@@ -8,11 +8,12 @@ Three placements: ``driver.DriverCapture`` (option ``capture=driver``),
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from spark_zmq.capture.assignment import Claim
-from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spool.layout import PartitionState
+from spark_zmq.stream_settings import ReaderSettings
 
 #: the spool's JSON document that holds discovery's durable state
 DISCOVERY = "discovery"
@@ -24,9 +25,12 @@ class Placement(ABC):
     #: where a new stream starts when option startingOffsets is not set
     default_starting_offsets = "latest"
 
-    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
+    def __init__(
+        self, protocol: StreamProtocol[Any], query: ReaderSettings[Any], spool_path: str
+    ) -> None:
         self.protocol = protocol
-        self.options = options
+        #: the query's settings (capture's, the format's for discovery)
+        self.query = query
         self.spool_path = spool_path
         #: each partition's end when this run started (for startingOffsets=latest)
         self.ends_at_start: dict[str, int] = {}

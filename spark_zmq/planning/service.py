@@ -18,17 +18,17 @@ query's commits would let go of what the first has not read.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from spark_zmq.capture.assignment import COMMITS
 from spark_zmq.log import logger
-from spark_zmq.options import Options
 from spark_zmq.planning.driver import DriverCapture
 from spark_zmq.planning.placement import Placement
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.layout import JsonState, PartitionState, SpoolError, load_indexes
 from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.stream_settings import ReaderSettings
 
 
 def commits_state(spool_path: str) -> JsonState:
@@ -42,8 +42,10 @@ class ServiceSpool(Placement):
     #: a new stream reads everything the service holds (committed data within spoolRetention)
     default_starting_offsets = "earliest"
 
-    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
-        super().__init__(protocol, options, spool_path)
+    def __init__(
+        self, protocol: StreamProtocol[Any], query: ReaderSettings[Any], spool_path: str
+    ) -> None:
+        super().__init__(protocol, query, spool_path)
         self._commits = commits_state(spool_path)
         self._warned = False
 
@@ -112,10 +114,12 @@ class CaptureService:
     also makes capture write what it received and checks discovery, raising its failure.
     """
 
-    def __init__(self, protocol: StreamProtocol, options: Options, spool_path: str) -> None:
+    def __init__(
+        self, protocol: StreamProtocol[Any], query: ReaderSettings[Any], spool_path: str
+    ) -> None:
         self.protocol = protocol
         self.spool_path = spool_path
-        self.capture = ServiceCapture(protocol, options, spool_path)
+        self.capture = ServiceCapture(protocol, query, spool_path)
         self._commits = commits_state(spool_path)
         self._applied: dict[str, int] = {}
         self._last_ends: dict[str, int] = {}

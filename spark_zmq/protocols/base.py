@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 from typing import Protocol as TypingProtocol
 
 import numpy as np
@@ -21,9 +22,14 @@ import zmq
 
 from spark_zmq.errors import shown
 from spark_zmq.log import logger
-from spark_zmq.options import Option, Options
+from spark_zmq.options import Option, Options, parse_options
 from spark_zmq.protocols.addresses import AddressError, connect_address
 from spark_zmq.spool.layout import Source
+from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
+
+#: a format's reader settings (its ``options.ReadSettings``) and writer settings
+S = TypeVar("S")
+W = TypeVar("W")
 
 #: the longest partition key accepted (a key is a folder name, a column value in every row and
 #: an entry in every offset Spark checkpoints; discovery makes it from what peers announce)
@@ -222,25 +228,37 @@ def joined_frames(frames: pa.ListArray) -> pa.Array:
     return pc.binary_join(frames, pa.scalar(b"", pa.binary()))
 
 
-class StreamProtocol(ABC):
-    """A wire format as seen by the generic stream reader."""
+class StreamProtocol(ABC, Generic[S]):
+    """A wire format as seen by the generic stream reader, with its reader settings ``S``:
+    made once per query from the options (``read_settings``, on the driver) and handed to
+    discovery and, pickled, to every read task's ``decode``."""
 
     #: the format name users pass to ``spark.readStream.format(...)``
     name: str
     #: options of this format, besides the generic reader's
-    reader_options: tuple[Option, ...] = ()
+    reader_options: tuple[Option[Any], ...] = ()
     #: the columns this format adds after the shared ones
     columns: pa.Schema
 
-    def check_options(self, options: Options) -> None:
-        """Raise OptionError for option values that are wrong together; default: nothing."""
+    def parse_reader_options(self, raw: Mapping[str, str]) -> Options:
+        """A reader's options as Spark hands them (names case-insensitive), parsed against
+        the generic reader's and this format's definitions; OptionError names the fault."""
+        return parse_options(self.name, READER_OPTIONS + self.reader_options, raw)
 
     @abstractmethod
-    def discovery(self, options: Options, state: StateStore) -> Discovery:
-        """The discovery to run on the driver side for a query with these options."""
+    def read_settings(self, options: Options) -> S:
+        """This format's reader settings; OptionError for values wrong together."""
+
+    def reader_settings(self, raw: Mapping[str, str]) -> S:
+        """``read_settings`` of ``raw`` options: what a query with them decodes with."""
+        return self.read_settings(self.parse_reader_options(raw))
 
     @abstractmethod
-    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
+    def discovery(self, settings: S, state: StateStore) -> Discovery:
+        """The discovery to run on the driver side for a query with these settings."""
+
+    @abstractmethod
+    def decode(self, frames: pa.ListArray, source: Source, settings: S) -> Decoded:
         """Decode captured messages (list of frames each) that came from ``source``.
 
         A malformed message is an entry with ``error`` set, not an exception. Raise
@@ -474,27 +492,42 @@ class Requester(ABC):
         """Release sockets and threads."""
 
 
-class SinkProtocol(ABC):
-    """A wire format as seen by the generic stream writer."""
+class SinkProtocol(ABC, Generic[W]):
+    """A wire format as seen by the generic stream writer, with its writer settings ``W``:
+    made once per query from the options (``write_settings``, on the driver) and handed,
+    pickled, to every writer task."""
 
     name: str
     #: options of this format's writer, besides the generic writer's
-    writer_options: tuple[Option, ...] = ()
+    writer_options: tuple[Option[Any], ...] = ()
+
+    def parse_writer_options(self, raw: Mapping[str, str]) -> Options:
+        """A writer's options as Spark hands them, parsed against the generic writer's and
+        this format's definitions; OptionError names the fault."""
+        return parse_options(self.name, WRITER_OPTIONS + self.writer_options, raw)
 
     @abstractmethod
-    def check_input(self, schema: pa.Schema, options: Options) -> None:
+    def write_settings(self, options: Options) -> W:
+        """This format's writer settings; OptionError for values wrong together."""
+
+    def writer_settings(self, raw: Mapping[str, str]) -> W:
+        """``write_settings`` of ``raw`` options: what a query with them encodes with."""
+        return self.write_settings(self.parse_writer_options(raw))
+
+    @abstractmethod
+    def check_input(self, schema: pa.Schema, settings: W) -> None:
         """Raise ValueError naming the columns at fault if rows of ``schema`` cannot be sent."""
 
     @abstractmethod
-    def open_publisher(self, options: Options) -> SinkPublisher | Requester:
-        """Bind or connect, and announce; called once per Python worker and option set. A
-        Requester when the options make each row a request (EBUS ``service``)."""
+    def open_publisher(self, settings: W) -> SinkPublisher | Requester:
+        """Bind or connect, and announce; called once per Python worker and settings. A
+        Requester when the settings make each row a request (EBUS ``service``)."""
 
     @abstractmethod
-    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+    def encode(self, batch: pa.RecordBatch, settings: W) -> Encoded:
         """The messages of a batch of input rows."""
 
-    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch | None:
+    def encode_columns(self, batch: pa.RecordBatch, settings: W) -> EncodedBatch | None:
         """The same messages as ``encode``, column-wise, for the compiled send loop; None
         (the default) where this format, or this batch, has no column-wise encoding (the
         writer then sends ``encode``'s messages one by one)."""

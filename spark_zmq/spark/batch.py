@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -23,15 +24,16 @@ from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spark.offsets import ranges, resolve, split_ranges
 from spark_zmq.spark.rows import SpoolRange, read_rows
-from spark_zmq.spark.settings import SourceSettings
 from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.stream_settings import ReaderSettings
 
 
 class ZmqBatchReader(DataSourceReader):
     """Reads a spool folder once, for any ``StreamProtocol``."""
 
-    def __init__(self, protocol: StreamProtocol, options: Options) -> None:
-        settings = SourceSettings.of(options)
+    def __init__(self, protocol: StreamProtocol[Any], options: Options) -> None:
+        query = ReaderSettings.of(options, protocol.read_settings(options))
+        settings = query.source
         spool_path = settings.spool_path
         if not spool_path:
             raise OptionError(
@@ -44,7 +46,7 @@ class ZmqBatchReader(DataSourceReader):
                 f"{protocol.name}: spool folder {spool_path!r} (option spoolPath) does not exist"
             )
         self.protocol = protocol
-        self.options = options
+        self.query = query
         self.settings = settings
         self.spool_path = spool_path
 
@@ -70,4 +72,4 @@ class ZmqBatchReader(DataSourceReader):
         configure_spark_worker_logging()
         if not isinstance(partition, SpoolRange):
             return  # nothing to read: Spark still runs one task with a placeholder partition
-        yield from read_rows(self.protocol, self.options, partition)
+        yield from read_rows(self.protocol, self.query.decoding, self.query.rows, partition)

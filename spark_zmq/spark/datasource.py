@@ -8,6 +8,8 @@ through the ``pyspark_<name>`` module's ``DefaultSource`` (Spark imports every t
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -18,7 +20,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from spark_zmq.extras import require
-from spark_zmq.options import OptionError, Options, parse_options
+from spark_zmq.options import OptionError, Options
 from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
@@ -28,13 +30,12 @@ from spark_zmq.spark.batch import ZmqBatchReader
 from spark_zmq.spark.reader import ZmqStreamReader
 from spark_zmq.spark.rows import output_schema
 from spark_zmq.spark.writer import ZmqStreamWriter
-from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
 
 class ZmqDataSource(DataSource):
     """A format backed by a ``StreamProtocol``; options are validated as the query is defined."""
 
-    protocol: StreamProtocol
+    protocol: StreamProtocol[Any]
 
     @classmethod
     def name(cls) -> str:
@@ -44,13 +45,11 @@ class ZmqDataSource(DataSource):
         require(
             self.protocol.name, f"format({self.protocol.name!r})"
         )  # a missing library is reported as the query is defined
-        options = parse_options(
-            self.protocol.name, READER_OPTIONS + self.protocol.reader_options, self.options
-        )
-        self.protocol.check_options(options)
+        options = self.protocol.parse_reader_options(self.options)
+        self.protocol.read_settings(options)  # values wrong together fail here too
         return options
 
-    def _sink(self) -> SinkProtocol:
+    def _sink(self) -> SinkProtocol[Any]:
         if not isinstance(self.protocol, SinkProtocol):
             raise OptionError(f"{self.protocol.name}: this format cannot be written")
         return self.protocol
@@ -58,7 +57,7 @@ class ZmqDataSource(DataSource):
     def writer_options(self) -> Options:
         protocol = self._sink()
         require(protocol.name, f"format({protocol.name!r})")
-        return parse_options(protocol.name, WRITER_OPTIONS + protocol.writer_options, self.options)
+        return protocol.parse_writer_options(self.options)
 
     def schema(self) -> StructType:
         self.reader_options()  # fail on a bad option when the query is defined, not later
@@ -72,8 +71,9 @@ class ZmqDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         protocol, options = self._sink(), self.writer_options()
-        protocol.check_input(to_arrow_schema(schema), options)
-        return ZmqStreamWriter(protocol, options)
+        writer = ZmqStreamWriter(protocol, options)
+        protocol.check_input(to_arrow_schema(schema), writer.format_settings)
+        return writer
 
 
 # -- one class per format (module-level, so Spark pickles them by reference) ------------------

@@ -24,15 +24,18 @@ whatever a protocol or the spool put there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_zmq.errors import OptionError, SparkZmqError
-from spark_zmq.options import Options
 from spark_zmq.protocols.base import Decoded, StreamProtocol, joined_frames
 from spark_zmq.spool.layout import Source
+
+#: the format's reader settings
+S = TypeVar("S")
 
 #: the most characters a row's ``error`` carries; a longer text is cut, saying how much
 MAX_ERROR_CHARS = 1000
@@ -78,10 +81,10 @@ def bounded_errors(error: pa.Array) -> pa.Array:
 
 
 def decode_isolating(
-    protocol: StreamProtocol,
+    protocol: StreamProtocol[S],
     frames: pa.ListArray,
     source: Source,
-    options: Options,
+    settings: S,
     gaps: np.ndarray,
 ) -> tuple[Decoded, dict[int, str]]:
     """``protocol.decode`` of ``frames``, with each message that makes it raise on its own a
@@ -89,16 +92,16 @@ def decode_isolating(
     ``frames``). ``gaps`` (a bool per message) marks the gap rows, which have no frames and
     keep the spool's text: they are never counted as failures."""
     failed: dict[int, str] = {}
-    decoded = _isolate(protocol, frames, 0, source, options, gaps, failed)
+    decoded = _isolate(protocol, frames, 0, source, settings, gaps, failed)
     return decoded, failed
 
 
 def _isolate(
-    protocol: StreamProtocol,
+    protocol: StreamProtocol[S],
     frames: pa.ListArray,
     start: int,
     source: Source,
-    options: Options,
+    settings: S,
     gaps: np.ndarray,
     failed: dict[int, str],
 ) -> Decoded:
@@ -106,15 +109,15 @@ def _isolate(
     ``decode`` raises. The halves are decoded after the exception is let go of: its traceback
     holds what the failed call held (the run's messages as Python objects, perhaps)."""
     try:
-        return _checked(protocol, protocol.decode(frames, source, options), len(frames))
+        return _checked(protocol, protocol.decode(frames, source, settings), len(frames))
     except (OptionError, ImportError):
         raise
     except Exception as exc:  # not BaseException: see the module docstring
         failure = _described(exc)
     if len(frames) > 1:
         half = len(frames) // 2
-        first = _isolate(protocol, frames.slice(0, half), start, source, options, gaps, failed)
-        rest = _isolate(protocol, frames.slice(half), start + half, source, options, gaps, failed)
+        first = _isolate(protocol, frames.slice(0, half), start, source, settings, gaps, failed)
+        rest = _isolate(protocol, frames.slice(half), start + half, source, settings, gaps, failed)
         return _concatenated(protocol, [first, rest])
     text = bounded_text(f"{protocol.name}: decoding failed: {failure}")
     return _failed(protocol, frames, start, gaps, text, failed)
@@ -129,7 +132,7 @@ def _described(exc: Exception) -> str:
 
 
 def _failed(
-    protocol: StreamProtocol,
+    protocol: StreamProtocol[Any],
     frames: pa.ListArray,
     start: int,
     gaps: np.ndarray,
@@ -153,7 +156,7 @@ def _failed(
     )
 
 
-def _checked(protocol: StreamProtocol, decoded: object, n: int) -> Decoded:
+def _checked(protocol: StreamProtocol[Any], decoded: object, n: int) -> Decoded:
     """``decoded`` if it is a Decoded with one entry of the right type per message in each
     array; else DecoderContractError, which is isolated as any exception of ``decode``."""
     if not isinstance(decoded, Decoded):
@@ -184,7 +187,7 @@ def _expect(what: str, array: object, kind: pa.DataType, n: int) -> None:
         )
 
 
-def _concatenated(protocol: StreamProtocol, parts: list[Decoded]) -> Decoded:
+def _concatenated(protocol: StreamProtocol[Any], parts: list[Decoded]) -> Decoded:
     """The decodings of consecutive runs as one."""
     keep = None
     if any(part.keep is not None for part in parts):

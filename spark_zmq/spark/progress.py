@@ -14,11 +14,18 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryProgress,
+)
 
 from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.spark.rows import GAP_PREFIX
@@ -33,14 +40,14 @@ def with_gap_count(frame: DataFrame) -> DataFrame:
     return frame.observe(METRIC, F.count(F.lit(1)).alias("rows"), gaps)
 
 
-def _offsets(value) -> dict[str, int]:
+def _offsets(value: str | dict[str, Any] | None) -> dict[str, int]:
     """Each partition's offset in a progress event's offset (JSON text or a dict)."""
     if isinstance(value, str):
         value = json.loads(value)
     return StreamOffset.from_json(value).ends if isinstance(value, dict) else {}
 
 
-def progress_line(progress) -> str:
+def progress_line(progress: StreamingQueryProgress) -> str:
     """The line of one QueryProgressEvent's progress."""
     source = progress.sources[0] if progress.sources else None
     latest = _offsets(source.latestOffset) if source is not None else {}
@@ -61,20 +68,22 @@ class ProgressPrinter(StreamingQueryListener):
     """Prints ``progress_line`` for every batch of every query of the session."""
 
     def __init__(
-        self, out: TextIO = sys.stdout, line: Callable[[object], str] = progress_line
+        self,
+        out: TextIO = sys.stdout,
+        line: Callable[[StreamingQueryProgress], str] = progress_line,
     ) -> None:
         self.out = out
         self.line = line
 
-    def onQueryStarted(self, event) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         print(f"query {event.name or event.id} started", file=self.out, flush=True)
 
-    def onQueryProgress(self, event) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         print(self.line(event.progress), file=self.out, flush=True)
 
-    def onQueryIdle(self, event) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         ending = f": {event.exception}" if event.exception else ""
         print(f"query {event.id} ended{ending}", file=self.out, flush=True)

@@ -20,6 +20,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -47,12 +49,12 @@ from spark_zmq.spark.offsets import (
     split_ranges,
 )
 from spark_zmq.spark.rows import SpoolRange, read_rows
-from spark_zmq.spark.settings import SourceSettings
+from spark_zmq.stream_settings import ReaderSettings, SourceSettings
 
 
-def default_spool_path(protocol: StreamProtocol, options: Options) -> str:
+def default_spool_path(protocol: StreamProtocol[Any], settings: SourceSettings) -> str:
     """A folder that a restart of the same query (same format and options) finds again."""
-    given = {name: str(options[name]) for name in sorted(options.given) if name != "spoolPath"}
+    given = dict(settings.given)
     digest = hashlib.sha256(json.dumps([protocol.name, given]).encode()).hexdigest()[:16]
     user = os.environ.get("USER") or str(os.getuid())
     return os.path.join(tempfile.gettempdir(), f"spark_zmq-{user}", f"{protocol.name}-{digest}")
@@ -61,22 +63,23 @@ def default_spool_path(protocol: StreamProtocol, options: Options) -> str:
 class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Generic micro-batch reader over capture + spool, for any ``StreamProtocol``."""
 
-    def __init__(self, protocol: StreamProtocol, options: Options) -> None:
-        settings = SourceSettings.of(options)
+    def __init__(self, protocol: StreamProtocol[Any], options: Options) -> None:
+        query = ReaderSettings.of(options, protocol.read_settings(options))
+        settings = query.source
         if settings.ending_offsets is not None:
             raise OptionError(
                 f"{protocol.name}: option 'endingOffsets' applies to batch reads "
                 f"(spark.read) only; a stream reads on as long as it runs"
             )
-        if options["capture"] == "service" and settings.spool_path is None:
+        if settings.placement == "service" and settings.spool_path is None:
             raise OptionError(
                 f"{protocol.name}: option capture=service needs option spoolPath: the folder "
                 f"that `spark-zmq capture --spool` fills"
             )
         self.protocol = protocol
-        self.options = options
+        self.query = query
         self.settings = settings
-        self.spool_path = settings.spool_path or default_spool_path(protocol, options)
+        self.spool_path = settings.spool_path or default_spool_path(protocol, settings)
         # driver side only, created lazily (this object is also pickled to executors)
         self._placement: Placement | None = None
         self._available_now: PartitionOffsets | None = None
@@ -103,7 +106,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.protocol.name,
                     self.spool_path,
                 )
-            self._placement = make_placement(self.protocol, self.options, self.spool_path)
+            self._placement = make_placement(self.protocol, self.query, self.spool_path)
             _stop_on_sigterm()
             atexit.register(self.stop)
             self._placement.start()
@@ -234,7 +237,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise TypeError(f"{self.protocol.name}: cannot read a {type(partition).__name__}")
         if self.settings.capture_on_executors:
             register_executor(partition.spool_path, executor_id())
-        yield from read_rows(self.protocol, self.options, partition)
+        yield from read_rows(self.protocol, self.query.decoding, self.query.rows, partition)
 
 
 _sigterm_installed = False
@@ -249,7 +252,7 @@ def _stop_on_sigterm() -> None:
         return
     fired: list[int] = []
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> None:
         if not fired:
             fired.append(signum)
             raise SystemExit(128 + signum)

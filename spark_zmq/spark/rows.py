@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,11 +30,14 @@ from pyspark.sql.datasource import InputPartition
 from spark_zmq.errors import RowError
 from spark_zmq.extras import require
 from spark_zmq.log import logger
-from spark_zmq.options import Options
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spark.decoding import DecodeFailures, bounded_errors, decode_isolating
 from spark_zmq.spool.layout import Source
 from spark_zmq.spool.reader import read_range
+from spark_zmq.stream_settings import RowSettings
+
+#: the format's reader settings
+S = TypeVar("S")
 
 #: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
 BATCH_ROWS = 65536
@@ -60,7 +64,7 @@ class DataLossError(RowError):
     """A gap row under ``failOnDataLoss=true``."""
 
 
-def output_schema(protocol: StreamProtocol) -> pa.Schema:
+def output_schema(protocol: StreamProtocol[Any]) -> pa.Schema:
     """The Arrow schema of the rows of a format: shared columns, then the protocol's."""
     return pa.schema(list(SHARED_COLUMNS) + list(protocol.columns))
 
@@ -75,27 +79,14 @@ class SpoolRange(InputPartition):
     end: int
 
 
-@dataclass(frozen=True)
-class ReadSettings:
-    """The options that shape the rows of a read task."""
-
-    mode: str
-    fail_on_data_loss: bool
-    max_bytes_per_batch: int
-
-    @classmethod
-    def of(cls, options: Options) -> ReadSettings:
-        return cls(options["mode"], options["failOnDataLoss"], options["maxBytesPerBatch"])
-
-
 def read_rows(
-    protocol: StreamProtocol, options: Options, part: SpoolRange
+    protocol: StreamProtocol[S], decoding: S, settings: RowSettings, part: SpoolRange
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``part`` in the format's schema, in batches Spark takes well."""
+    """The rows of ``part`` in the format's schema, in batches Spark takes well: decoded with
+    the format's reader settings ``decoding``, shaped by ``settings``."""
     require(
         protocol.name, f"format({protocol.name!r})"
     )  # an executor without the format's libraries fails, not decodes
-    settings = ReadSettings.of(options)
     schema = output_schema(protocol)
     max_bytes = settings.max_bytes_per_batch
     pending: list[pa.RecordBatch] = []
@@ -104,7 +95,7 @@ def read_rows(
     failures = DecodeFailures()
     try:
         for first, source, table in read_range(part.spool_path, part.key, part.start, part.end):
-            batch = _decode(protocol, options, part.key, first, source, table, schema, failures)
+            batch = _decode(protocol, decoding, part.key, first, source, table, schema, failures)
             batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
             dropped += malformed
             if batch.num_rows:
@@ -120,7 +111,7 @@ def read_rows(
 
 
 def _log_task(
-    name: str, part: SpoolRange, settings: ReadSettings, failures: DecodeFailures, dropped: int
+    name: str, part: SpoolRange, settings: RowSettings, failures: DecodeFailures, dropped: int
 ) -> None:
     """A read task's one line per thing that went wrong with its messages (not one per
     message): decoder failures, malformed messages dropped."""
@@ -150,8 +141,8 @@ def _log_task(
 
 
 def _decode(
-    protocol: StreamProtocol,
-    options: Options,
+    protocol: StreamProtocol[S],
+    decoding: S,
     key: str,
     first: int,
     source: Source,
@@ -166,7 +157,7 @@ def _decode(
     frames = table.column("frames").combine_chunks()
     fault = table.column("fault").combine_chunks()
     gaps = fault.is_valid().to_numpy(zero_copy_only=False)
-    decoded, failed = decode_isolating(protocol, frames, source, options, gaps)
+    decoded, failed = decode_isolating(protocol, frames, source, decoding, gaps)
     for index, text in failed.items():
         failures.add(first + index, text)
     error = bounded_errors(pc.if_else(pc.is_null(fault), decoded.error, fault))
@@ -191,7 +182,7 @@ def is_gap(error: pa.Array) -> pa.Array:
 
 
 def _apply_contract(
-    name: str, key: str, batch: pa.RecordBatch, settings: ReadSettings
+    name: str, key: str, batch: pa.RecordBatch, settings: RowSettings
 ) -> tuple[pa.RecordBatch, int]:
     """``failOnDataLoss`` for gap rows, ``mode`` for malformed ones: the batch to deliver and
     the number of malformed rows it dropped."""

@@ -7,6 +7,11 @@ bind to any other address there.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (imported where used: pyspark is an extra)
+    from pyspark.sql import SparkSession
+
 import os
 import sys
 from collections.abc import Mapping
@@ -14,7 +19,9 @@ from collections.abc import Mapping
 LOOPBACK = "127.0.0.1"
 
 
-def loopback_session(app_name: str, conf: Mapping[str, str] | None = None, log_level: str = "WARN"):
+def loopback_session(
+    app_name: str, conf: Mapping[str, str] | None = None, log_level: str = "WARN"
+) -> SparkSession:
     """A ``local[2]`` session bound to 127.0.0.1 whose Python workers run this interpreter
     (so they import this installation of spark_zmq); ``conf`` adds settings."""
     os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
@@ -38,7 +45,7 @@ def loopback_session(app_name: str, conf: Mapping[str, str] | None = None, log_l
     return session
 
 
-def job_session(app_name: str, log_level: str = "WARN"):
+def job_session(app_name: str, log_level: str = "WARN") -> SparkSession:
     """spark-submit's session when run by spark-submit (it sets the master), else a loopback
     one: the jobs in ``spark_zmq.jobs`` run either way."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +56,10 @@ from spark_zmq.protocols.base import (
     distinct_rows,
 )
 from spark_zmq.spark.sending import ColumnSender, compiled_send_loop
+from spark_zmq.stream_settings import WriterSettings
+
+#: the format's writer settings
+W = TypeVar("W")
 
 
 class UnsendableRowError(RowError):
@@ -92,9 +97,7 @@ class SendCounts(WriterCommitMessage):
 COMPILED, PYTHON = "compiled", "python"
 
 
-#: generic writer options that shape a publisher's socket (others apply per task)
-SOCKET_OPTIONS = ("sendHighWaterMark", "sendTimeout")
-_publishers: dict[tuple, SinkPublisher | Requester] = {}
+_publishers: dict[tuple[str, str], SinkPublisher | Requester] = {}
 _publishers_lock = threading.Lock()
 #: id of a shared publisher -> end of its window for subscribers (see _wait_for_subscribers)
 _wait_deadlines: dict[int, float] = {}
@@ -108,14 +111,14 @@ REPLY_SCHEMA = pa.schema(
 )
 
 
-def shared_publisher(protocol: SinkProtocol, options: Options) -> SinkPublisher | Requester:
-    """This process's publisher for the format and its writer options, opened on first use."""
-    shaping = sorted(option.name for option in protocol.writer_options) + list(SOCKET_OPTIONS)
-    key = (protocol.name, tuple((name, str(options[name])) for name in shaping))
+def shared_publisher(protocol: SinkProtocol[W], settings: W) -> SinkPublisher | Requester:
+    """This process's publisher for the format and its writer settings (what shapes the
+    publisher: the format's options, its socket's and CURVE's), opened on first use."""
+    key = (protocol.name, repr(settings))
     with _publishers_lock:
         publisher = _publishers.get(key)
         if publisher is None:
-            publisher = _publishers[key] = protocol.open_publisher(options)
+            publisher = _publishers[key] = protocol.open_publisher(settings)
             logger.info("%s writer: publisher %s opened in process", protocol.name, publisher.name)
             if len(_publishers) == 1:
                 atexit.register(close_publishers)
@@ -137,57 +140,34 @@ def close_publishers() -> None:
         _wait_deadlines.clear()
 
 
-@dataclass(frozen=True)
-class WriterSettings:
-    """The generic writer's options, typed (the protocol reads its own from ``options``)."""
+class ZmqStreamWriter(DataSourceStreamArrowWriter, Generic[W]):
+    """Generic micro-batch writer for any ``SinkProtocol``. Its settings, the generic
+    writer's and the format's, are made here, once per query on the driver, and pickled to
+    the tasks with it."""
 
-    mode: str
-    max_message_bytes: int
-    wait_for_subscribers: float
-    min_subscribers: int
-    #: request writers only (REQUEST_WRITER_OPTIONS): requests waiting at once, and where
-    #: their answers go
-    max_in_flight: int
-    reply_path: str | None
-
-    @classmethod
-    def of(cls, options: Options) -> WriterSettings:
-        return cls(
-            options["mode"],
-            options["maxMessageBytes"],
-            options["waitForSubscribers"],
-            options["minSubscribers"],
-            options.get("maxInFlight", 1),
-            options.get("replyPath"),
-        )
-
-
-class ZmqStreamWriter(DataSourceStreamArrowWriter):
-    """Generic micro-batch writer for any ``SinkProtocol``."""
-
-    def __init__(self, protocol: SinkProtocol, options: Options) -> None:
+    def __init__(self, protocol: SinkProtocol[W], options: Options) -> None:
         self.protocol = protocol
-        self.options = options
         self.settings = WriterSettings.of(options)
+        self.format_settings = protocol.write_settings(options)
 
     # -- executors -----------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SendCounts:
         configure_spark_worker_logging()
         require(self.protocol.name, f"format({self.protocol.name!r})")
-        publisher = shared_publisher(self.protocol, self.options)
+        publisher = shared_publisher(self.protocol, self.format_settings)
         if isinstance(publisher, Requester):
             return self._write_requests(publisher, iterator)
         counts = SendCounts(publisher.name)
         checked: set[bytes] = set()
-        native = compiled_send_loop(self.options["sendCore"])
+        native = compiled_send_loop(self.settings.send_core)
         for batch in iterator:
-            columns = self.protocol.encode_columns(batch, self.options) if native else None
+            columns = self.protocol.encode_columns(batch, self.format_settings) if native else None
             if native is not None and columns is not None:
                 self._send_columns(native, columns, publisher, counts, checked)
                 counts.sent_by(COMPILED)
             else:
-                encoded = self.protocol.encode(batch, self.options)
+                encoded = self.protocol.encode(batch, self.format_settings)
                 self._send_messages(encoded, publisher, counts, checked)
                 counts.sent_by(PYTHON)
         self._warn_skipped(counts)
@@ -239,7 +219,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter):
         waiting: deque[Future] = deque()
         outcomes: list[Outcome] = []
         for batch in iterator:
-            encoded = self.protocol.encode(batch, self.options)
+            encoded = self.protocol.encode(batch, self.format_settings)
             self._check_rows(encoded, counts)
             for index, message in enumerate(encoded.messages):
                 if message is None:

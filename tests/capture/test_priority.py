@@ -20,7 +20,7 @@ from spark_zmq.capture.loop import Capture
 from spark_zmq.options import parse_options
 from spark_zmq.protocols.base import Endpoint, StaticDiscovery
 from spark_zmq.spool.writer import Spool
-from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_options import CAPTURE_NICE, READER_OPTIONS
 from support.common import wait_until
 
 #: a value nothing else in the test process runs at
@@ -103,9 +103,9 @@ def test_off_leaves_the_priority_alone(tmp_path, caplog):
 
 def test_the_option_defaults_to_nice_minus_10_and_off_turns_it_off():
     parse = lambda raw: parse_options("zeroeq", READER_OPTIONS, raw)  # noqa: E731
-    assert parse({})["captureNice"] == -10
-    assert parse({"captureNice": "off"})["captureNice"] is None
-    assert parse({"captureNice": "5"})["captureNice"] == 5
+    assert parse({}).get(CAPTURE_NICE) == -10
+    assert parse({"captureNice": "off"}).get(CAPTURE_NICE) is None
+    assert parse({"captureNice": "5"}).get(CAPTURE_NICE) == 5
     with pytest.raises(Exception, match="captureNice"):
         parse({"captureNice": "-21"})
 

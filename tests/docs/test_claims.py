@@ -39,6 +39,9 @@ NOT_OPTIONS = {
     "latestOffset",
     "availableNow",
     "hostNetwork",  # a Kubernetes pod field
+    "processAllAvailable",  # a StreamingQuery method
+    "mapInArrow",  # a DataFrame method
+    "applySchedulingParameters",  # libzmq's thread function (docs/performance.md)
 }
 CAMEL = r"[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+"
 #: `name` or `name=value` in backticks (camelCase), a .option("name", ...) call, --option name=

@@ -280,6 +280,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     from spark_zmq.spool.layout import JsonState
     from spark_zmq.spool.writer import Spool
     from spark_zmq.stream_options import READER_OPTIONS
+    from spark_zmq.stream_settings import ReaderSettings
 
     grace = 4.0
     monkeypatch.setattr(executors, "RECONFIRM_SECONDS", grace)
@@ -311,7 +312,8 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
             "spoolPath": str(spool),
         },
     )
-    capture = make_placement(protocol, options, str(spool))
+    query = ReaderSettings.of(options, protocol.read_settings(options))
+    capture = make_placement(protocol, query, str(spool))
     started = time.monotonic()
     capture.start()
     try:
@@ -345,6 +347,7 @@ def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_p
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.epochs import claim_epoch
     from spark_zmq.stream_options import READER_OPTIONS
+    from spark_zmq.stream_settings import ReaderSettings
 
     retry = 0.5
     monkeypatch.setattr(executors, "CLAIM_RETRY", retry)
@@ -356,7 +359,8 @@ def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_p
         READER_OPTIONS + protocol.reader_options,
         {"publishers": "127.0.0.1:9", "capture": "executors", "spoolPath": str(spool)},
     )
-    capture = make_placement(protocol, options, str(spool))  # not started: no discovery
+    settings = ReaderSettings.of(options, protocol.read_settings(options))
+    capture = make_placement(protocol, settings, str(spool))  # not started: no discovery
     a, b = "127.0.0.1:7001", "127.0.0.1:7002"
     for key in (a, b):
         capture.endpoint_joined(Endpoint(key, f"tcp://{key}"))

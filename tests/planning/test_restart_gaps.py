@@ -219,11 +219,13 @@ def placement(spool: Path, session: str):
     from spark_zmq.planning import make_placement
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.stream_options import READER_OPTIONS
+    from spark_zmq.stream_settings import ReaderSettings
 
     protocol = ZeroEQ()
     raw = {"session": session, "discoveryInterfaces": "127.0.0.1", "spoolPath": str(spool)}
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw)
-    return make_placement(protocol, options, str(spool))
+    query = ReaderSettings.of(options, protocol.read_settings(options))
+    return make_placement(protocol, query, str(spool))
 
 
 def spooled(capture, key: str, publisher, at_least: int) -> int:

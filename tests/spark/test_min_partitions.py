@@ -12,7 +12,7 @@ from spark_zmq.protocols.zeroeq import Publisher, ZeroEQ, event_id
 from spark_zmq.spark.offsets import OffsetRange, split_ranges
 from spark_zmq.spool.layout import Source
 from spark_zmq.spool.writer import Spool
-from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_options import MIN_PARTITIONS, READER_OPTIONS
 from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
@@ -73,8 +73,8 @@ def test_no_cut_below_the_first_retained_offset():
 
 def test_min_partitions_is_a_positive_integer_named_in_the_error():
     specs = READER_OPTIONS + ZeroEQ.reader_options
-    assert parse_options("zeroeq", specs, {"minpartitions": "4"})["minPartitions"] == 4
-    assert parse_options("zeroeq", specs, {})["minPartitions"] is None
+    assert parse_options("zeroeq", specs, {"minpartitions": "4"}).get(MIN_PARTITIONS) == 4
+    assert parse_options("zeroeq", specs, {}).get(MIN_PARTITIONS) is None
     with pytest.raises(OptionError, match="minPartitions"):
         parse_options("zeroeq", specs, {"minPartitions": "0"})
 

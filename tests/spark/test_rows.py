@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_zmq.errors import MissingDependency, OptionError
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.base import Decoded
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
@@ -24,7 +23,6 @@ from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.spark.decoding import MAX_ERROR_CHARS, bounded_text, decode_isolating
 from spark_zmq.spark.rows import SHARED_COLUMNS
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import READER_OPTIONS
 from support.fuzzing import (
     Captured,
     captured,
@@ -49,17 +47,17 @@ def is_poison(frames: list[bytes]) -> bool:
 class RaisingDecoder(ZeroEQ):
     """ZeroEQ with a decoder bug: decode raises on any run that holds a poison message."""
 
-    def decode(self, frames, source, options):
+    def decode(self, frames, source, settings):
         if any(is_poison(message) for message in frames.to_pylist()):
             raise RuntimeError("a decoder bug met a poison message")
-        return super().decode(frames, source, options)
+        return super().decode(frames, source, settings)
 
 
 class ShortDecoder(ZeroEQ):
     """ZeroEQ with a decoder bug: its arrays leave poison messages out (too short a run)."""
 
-    def decode(self, frames, source, options):
-        decoded = super().decode(frames, source, options)
+    def decode(self, frames, source, settings):
+        decoded = super().decode(frames, source, settings)
         mask = pa.array([not is_poison(message) for message in frames.to_pylist()])
         return Decoded(
             decoded.payload.filter(mask),
@@ -72,8 +70,8 @@ class ShortDecoder(ZeroEQ):
 class MistypedDecoder(ZeroEQ):
     """ZeroEQ with a decoder bug: ``error`` of the wrong type for a run with a poison message."""
 
-    def decode(self, frames, source, options):
-        decoded = super().decode(frames, source, options)
+    def decode(self, frames, source, settings):
+        decoded = super().decode(frames, source, settings)
         if any(is_poison(message) for message in frames.to_pylist()):
             decoded.error = decoded.error.cast(pa.large_string())
         return decoded
@@ -83,10 +81,10 @@ class GapRaisingDecoder(ZeroEQ):
     """ZeroEQ with a decoder bug on gap rows (no frames): decode raises on a run holding one.
     Gap rows keep their text and count as no failure."""
 
-    def decode(self, frames, source, options):
+    def decode(self, frames, source, settings):
         if any(not message for message in frames.to_pylist()):
             raise ValueError("a decoder bug met a message without frames")
-        return super().decode(frames, source, options)
+        return super().decode(frames, source, settings)
 
 
 zeroeq_like = st.one_of(
@@ -138,9 +136,9 @@ class CountingDecoder(RaisingDecoder):
     def __init__(self) -> None:
         self.calls = 0
 
-    def decode(self, frames, source, options):
+    def decode(self, frames, source, settings):
         self.calls += 1
-        return super().decode(frames, source, options)
+        return super().decode(frames, source, settings)
 
 
 def test_isolating_k_poison_messages_costs_o_k_log_n_decode_calls():
@@ -149,13 +147,13 @@ def test_isolating_k_poison_messages_costs_o_k_log_n_decode_calls():
     for index in poisoned:
         messages[index] = [b"\0" * 16, POISON]
     decoder = CountingDecoder()
-    options = parse_options("zeroeq", READER_OPTIONS + decoder.reader_options, {})
+    settings = decoder.reader_settings({})
 
     decoded, failed = decode_isolating(
         decoder,
         pa.array(messages, pa.list_(pa.binary())),
         SOURCE,
-        options,
+        settings,
         np.zeros(n, bool),
     )
 
@@ -169,7 +167,7 @@ class FailingDecoder(ZeroEQ):
     def __init__(self, error: BaseException) -> None:
         self.error = error
 
-    def decode(self, frames, source, options):
+    def decode(self, frames, source, settings):
         raise self.error
 
 
@@ -191,8 +189,8 @@ def test_what_is_no_messages_fault_still_fails_the_task(error):
 class WordyDecoder(ZeroEQ):
     """ZeroEQ whose malformed messages get an error text of 3 MB."""
 
-    def decode(self, frames, source, options):
-        decoded = super().decode(frames, source, options)
+    def decode(self, frames, source, settings):
+        decoded = super().decode(frames, source, settings)
         decoded.error = pa.array(["x" * 3_000_000] * len(frames), pa.string())
         return decoded
 

@@ -46,7 +46,7 @@ def subscribed():
 
     def connect(session: str, **options: str) -> zmq.Socket:
         made = writer(session, **options)
-        publisher = shared_publisher(made.protocol, made.options)
+        publisher = shared_publisher(made.protocol, made.format_settings)
         sock = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -145,7 +145,7 @@ def test_a_new_event_in_the_middle_of_a_batch_waits_for_its_subscriber(core):
     the subscriber subscribes to B only after A's messages arrived, so a loop that sent B
     without waiting would have sent it to nobody."""
     made = writer(f"loops-wait-{core}", sendCore=core, waitForSubscribers="30")
-    publisher = shared_publisher(made.protocol, made.options)
+    publisher = shared_publisher(made.protocol, made.format_settings)
     sock = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SUBSCRIBE, event_id(A))
@@ -188,3 +188,20 @@ def test_rows_sent_short_of_min_subscribers_are_named_on_the_driver(core, caplog
     assert line.levelno == logging.WARNING
     assert "fewer than minSubscribers (1) subscribers" in line.getMessage()
     assert A in line.getMessage() and B in line.getMessage()
+
+
+def test_writers_with_other_curve_keys_get_a_publisher_of_their_own():
+    """A Python worker shares one publisher per format and everything that shapes it: CURVE
+    keys too, so that a query with keys of its own never sends through a socket opened with
+    another query's keys (or with none)."""
+    _, secret = zmq.curve_keypair()
+    plain = writer("loops-curve")
+    curved = writer("loops-curve", curveSecretKey=secret.decode())
+    try:
+        first = shared_publisher(plain.protocol, plain.format_settings)
+        second = shared_publisher(curved.protocol, curved.format_settings)
+        assert second is not first
+        assert shared_publisher(curved.protocol, curved.format_settings) is second
+        assert shared_publisher(plain.protocol, plain.format_settings) is first
+    finally:
+        close_publishers()

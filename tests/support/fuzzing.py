@@ -60,6 +60,7 @@ from spark_zmq.spark.rows import (
 from spark_zmq.spool.layout import Source
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_settings import RowSettings
 
 #: no example may take longer than this (generous: the machine is small and shared)
 DEADLINE = timedelta(seconds=2)
@@ -404,7 +405,8 @@ def read_outcome(protocol, raw: dict[str, str], part: SpoolRange) -> ReadOutcome
     handler = _Records()
     logger.addHandler(handler)
     try:
-        batches = list(read_rows(protocol, options, part))
+        settings = protocol.read_settings(options)
+        batches = list(read_rows(protocol, settings, RowSettings.of(options), part))
         schema = output_schema(protocol)
         for batch in batches:
             assert batch.schema == schema

@@ -34,12 +34,12 @@ class Subscription:
 
     def __init__(self, options: Options) -> None:
         self.protocol = ZeroEQ()
-        self.options = options
+        self.settings = self.protocol.read_settings(options)
         self._joined: queue.Queue[Endpoint] = queue.Queue()
         self.endpoints: dict[str, Endpoint] = {}
         self.sockets: dict[str, zmq.Socket] = {}
         self.poller = zmq.Poller()
-        self.discovery = self.protocol.discovery(options, MemoryState())
+        self.discovery = self.protocol.discovery(self.settings, MemoryState())
 
     # the EndpointListener of discovery (its threads)
     def endpoint_joined(self, endpoint: Endpoint) -> None:
@@ -79,7 +79,7 @@ class Subscription:
         subscription's own bookkeeping asked for."""
         endpoint = self.endpoints[key]
         messages = pa.array([frames], pa.list_(pa.binary()))
-        decoded = self.protocol.decode(messages, endpoint.source, self.options)
+        decoded = self.protocol.decode(messages, endpoint.source, self.settings)
         if decoded.keep is not None and not decoded.keep[0].as_py():
             return None
         error = decoded.error[0].as_py()

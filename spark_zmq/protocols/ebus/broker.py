@@ -100,7 +100,7 @@ class BroadcastRelay:
             for sock in (self._xsub, self._xpub, self._stop_r):
                 sock.close(0)
 
-    def announce(self, channel: str, message: str, **fields) -> None:
+    def announce(self, channel: str, message: str, **fields: object) -> None:
         """Send the broker's own broadcast ``{ebusmessage: message, **fields}`` on ``channel``
         (one of ``ebus/started``, ``ebus/shutdown``, ``ebus/workers``)."""
         with self._command_lock:

@@ -14,15 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_zmq.errors import shown
-from spark_zmq.options import (
-    Option,
-    Options,
-    boolean,
-    comma_list,
-    port,
-    positive_int,
-    text,
-)
+from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
@@ -42,12 +34,14 @@ from spark_zmq.protocols.base import (
     string_column,
 )
 from spark_zmq.protocols.ebus.discovery import ServiceChannels
+from spark_zmq.protocols.ebus.options import (
+    READER_OPTIONS,
+    WRITER_OPTIONS,
+    ReadSettings,
+    WriteSettings,
+)
 from spark_zmq.protocols.ebus.requests import ServiceRequester
 from spark_zmq.protocols.ebus.wire import (
-    DEFAULT_STALES_MS,
-    FRONTEND_PORT,
-    PUB_PORT,
-    SUB_PORT,
     PayloadError,
     from_json,
     is_broker_channel,
@@ -56,112 +50,13 @@ from spark_zmq.protocols.ebus.wire import (
     unpack,
 )
 from spark_zmq.protocols.xpub import XPubSender
-from spark_zmq.security import Curve
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import REQUEST_WRITER_OPTIONS
 
 
-def _channels(value: str) -> tuple[str, ...]:
-    return comma_list(value) or ("",)
-
-
-BROKER = Option("broker", text, "a host name or address", "127.0.0.1", "The EBUS broker's host.")
-FRONTEND_OPTIONS = (
-    Option(
-        "frontendPort",
-        port,
-        "a port number",
-        str(FRONTEND_PORT),
-        "The broker's frontend port (clients): asked for SERVICES with `channels=services`, "
-        "sent requests with `service`.",
-    ),
-    Option(
-        "frontendEndpoint",
-        text,
-        "a zmq endpoint such as tcp://host:5000",
-        None,
-        "The frontend address in full; overrides `broker` and `frontendPort`.",
-    ),
-)
-
-
-def frontend_address(options: Options) -> str:
-    return options["frontendEndpoint"] or f"tcp://{options['broker']}:{options['frontendPort']}"
-
-
-class EBus(StreamProtocol, SinkProtocol):
+class EBus(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
     name = "ebus"
-    reader_options = (
-        BROKER,
-        Option(
-            "subPort",
-            port,
-            "a port number",
-            str(SUB_PORT),
-            "The broker's sub port (its XPUB), where broadcasts are read.",
-        ),
-        Option(
-            "subEndpoint",
-            text,
-            "a zmq endpoint such as tcp://host:5003",
-            None,
-            "The sub address in full; overrides `broker` and `subPort`.",
-        ),
-        *FRONTEND_OPTIONS,
-        Option(
-            "channels",
-            _channels,
-            "comma-separated channel prefixes, or services",
-            None,
-            "Read broadcasts on channels that start with one of these; one partition per "
-            "prefix (a channel under two prefixes is read by both). `services`: one channel "
-            "per service registered at the broker, following `ebus/workers` announcements. "
-            "Default: every channel.",
-        ),
-        Option(
-            "includeBrokerEvents",
-            boolean,
-            "true or false",
-            "false",
-            "Also read the broker's own broadcasts: channel `ebus` and every channel under "
-            "`ebus/` (`ebus/started`, `ebus/shutdown`, `ebus/workers`).",
-        ),
-    )
-    writer_options = (
-        BROKER,
-        Option(
-            "pubPort",
-            port,
-            "a port number",
-            str(PUB_PORT),
-            "The broker's pub port (its XSUB), where broadcasts are sent.",
-        ),
-        Option(
-            "pubEndpoint",
-            text,
-            "a zmq endpoint such as tcp://host:5002",
-            None,
-            "The pub address in full; overrides `broker` and `pubPort`.",
-        ),
-        Option(
-            "service",
-            text,
-            "a service name",
-            None,
-            "Send each row as a request to this service (through the broker's frontend) "
-            "instead of broadcasting it; rows need `data` or `payload`, not `channel`.",
-        ),
-        Option(
-            "stalesMs",
-            positive_int,
-            "a positive integer (milliseconds)",
-            str(DEFAULT_STALES_MS),
-            "With `service`: how long a request may wait for its answer; an unanswered "
-            "request is resent after a second with the same id, at most 3 times, until then.",
-        ),
-        *FRONTEND_OPTIONS,
-        *REQUEST_WRITER_OPTIONS,
-    )
+    reader_options = READER_OPTIONS
+    writer_options = WRITER_OPTIONS
     columns = pa.schema(
         [
             pa.field("channel", pa.string()),
@@ -169,11 +64,11 @@ class EBus(StreamProtocol, SinkProtocol):
         ]
     )
 
-    def sub_address(self, options: Options) -> str:
-        return options["subEndpoint"] or f"tcp://{options['broker']}:{options['subPort']}"
+    def read_settings(self, options: Options) -> ReadSettings:
+        return ReadSettings.of(options)
 
-    def discovery(self, options: Options, state: StateStore) -> Discovery:
-        address = self.sub_address(options)
+    def discovery(self, settings: ReadSettings, state: StateStore) -> Discovery:
+        address = settings.sub_address
 
         def endpoint_of(prefix: str) -> Endpoint:
             return Endpoint(
@@ -183,21 +78,21 @@ class EBus(StreamProtocol, SinkProtocol):
                 (prefix.encode("utf-8"),),
             )
 
-        prefixes = options["channels"] or ("",)
+        prefixes = settings.channels
         if prefixes == ("services",):
             return ServiceChannels(
-                frontend_address(options),
+                settings.frontend_address,
                 address,
                 endpoint_of,
-                Curve.of(options),
-                max_bytes=options["maxMessageBytes"],
+                settings.curve,
+                max_bytes=settings.max_message_bytes,
             )
         return StaticDiscovery([endpoint_of(prefix) for prefix in prefixes])
 
-    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
+    def decode(self, frames: pa.ListArray, source: Source, settings: ReadSettings) -> Decoded:
         channels, data, payloads, errors, keep = [], [], [], [], []
-        broker_events = options["includeBrokerEvents"]
-        max_bytes = options["maxMessageBytes"]
+        broker_events = settings.include_broker_events
+        max_bytes = settings.max_message_bytes
         for message in frames.to_pylist():
             channel, value, payload, error = _decode_message(message, max_bytes)
             channels.append(channel)
@@ -214,9 +109,12 @@ class EBus(StreamProtocol, SinkProtocol):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def check_input(self, schema: pa.Schema, options: Options) -> None:
+    def write_settings(self, options: Options) -> WriteSettings:
+        return WriteSettings.of(options)
+
+    def check_input(self, schema: pa.Schema, settings: WriteSettings) -> None:
         names = set(schema.names)
-        requests = options["service"] is not None
+        requests = settings.service is not None
         if not requests and (
             "channel" not in names or not pa.types.is_string(schema.field("channel").type)
         ):
@@ -237,25 +135,24 @@ class EBus(StreamProtocol, SinkProtocol):
                     f"ebus writer: column `{column}` has type {schema.field(column).type}"
                 )
 
-    def open_publisher(self, options: Options) -> SinkPublisher | Requester:
-        if options["service"] is not None:
+    def open_publisher(self, settings: WriteSettings) -> SinkPublisher | Requester:
+        if settings.service is not None:
             return ServiceRequester(
-                frontend_address(options),
-                options["service"],
-                options["stalesMs"],
-                Curve.of(options),
-                max_bytes=options["maxMessageBytes"],
+                settings.frontend_address,
+                settings.service,
+                settings.stales_ms,
+                settings.curve,
+                max_bytes=settings.max_message_bytes,
             )
-        address = options["pubEndpoint"] or f"tcp://{options['broker']}:{options['pubPort']}"
         return XPubSender(
-            address,
-            send_hwm=options["sendHighWaterMark"],
-            send_timeout=options["sendTimeout"] or None,
-            curve=Curve.of(options),
+            settings.pub_address,
+            send_hwm=settings.send_high_water_mark,
+            send_timeout=settings.send_timeout,
+            curve=settings.curve,
         )
 
-    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
-        requests = options["service"] is not None
+    def encode(self, batch: pa.RecordBatch, settings: WriteSettings) -> Encoded:
+        requests = settings.service is not None
         channels = column_values(batch, "channel")
         data = column_values(batch, "data")
         payloads = column_values(batch, "payload")
@@ -271,10 +168,10 @@ class EBus(StreamProtocol, SinkProtocol):
                 encoded.add_message(frames, frames[0])
         return encoded
 
-    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch | None:
+    def encode_columns(self, batch: pa.RecordBatch, settings: WriteSettings) -> EncodedBatch | None:
         """Broadcasts column-wise (requests go through the EBUS client: None): the rules run
         once per distinct (channel, data, payload given) triple; payloads stay Arrow's."""
-        if options["service"] is not None:
+        if settings.service is not None:
             return None
         payload = binary_column(batch, "payload")
         has_payload = pc.is_valid(payload)

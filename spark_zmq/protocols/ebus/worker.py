@@ -15,15 +15,14 @@ from typing import Any
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.ebus.wire import HEARTBEAT_SECONDS, WORKER, pack, unpack
 from spark_zmq.security import NO_CURVE, Curve
-from spark_zmq.stream_options import WRITER_OPTIONS
+from spark_zmq.stream_options import WRITER_MAX_MESSAGE_BYTES
 from spark_zmq.units import milliseconds
 
 #: what a request (or, for the CLI, an answer) may inflate to at most, where no query's options
 #: say: the default maxMessageBytes
-DEFAULT_MAX_BYTES: int = parse_options("ebus", WRITER_OPTIONS, {})["maxMessageBytes"]
+DEFAULT_MAX_BYTES: int = WRITER_MAX_MESSAGE_BYTES.parsed_default()
 
 
 class Worker:

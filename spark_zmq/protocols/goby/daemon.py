@@ -22,6 +22,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterable
+from typing import Any  # protobuf messages: classes built at run time (messages)
 
 import zmq
 
@@ -168,7 +169,7 @@ class GobyDaemon:
                 self.hold_askers.add((request.client_name, request.client_pid))
             pub.send(identifier + self._response(request).SerializeToString())
 
-    def _response(self, request):
+    def _response(self, request: Any) -> Any:
         self._note(request)
         response = manager_messages().ManagerResponse(
             request=request.request,
@@ -182,7 +183,7 @@ class GobyDaemon:
             response.publish_socket.CopyFrom(self._socket(Socket.PUBLISH, "xsub"))
         return response
 
-    def _note(self, request) -> None:
+    def _note(self, request: Any) -> None:
         client = (request.client_name, request.client_pid)
         lifted = False
         with self._lock:
@@ -199,7 +200,7 @@ class GobyDaemon:
                 ", ".join(sorted(self.required_clients)),
             )
 
-    def _socket(self, socket_type: int, which: str):
+    def _socket(self, socket_type: int, which: str) -> Any:
         Socket = manager_messages().Socket
         socket = Socket(socket_type=socket_type, connect_or_bind=Socket.CONNECT)
         if self.transport == "ipc":

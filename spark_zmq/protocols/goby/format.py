@@ -12,15 +12,13 @@ become messages of this process and thread, sent through the Router's XSUB under
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_zmq.errors import shown
-from spark_zmq.options import (
-    OptionError,
-    Options,
-)
+from spark_zmq.options import OptionError, Options
 from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
@@ -42,11 +40,11 @@ from spark_zmq.protocols.goby.manager import (
     Router,
 )
 from spark_zmq.protocols.goby.options import (
-    READER_CLIENT_NAME,
+    FALLBACK_CLIENT_NAME,
     READER_OPTIONS,
     WRITER_OPTIONS,
-    manager_address,
-    spark_application_name,
+    ReadSettings,
+    WriteSettings,
 )
 from spark_zmq.protocols.goby.payloads import (
     DescriptorSet,
@@ -69,13 +67,12 @@ from spark_zmq.protocols.goby.wire import (
     split_message,
     thread_hash,
 )
-from spark_zmq.security import Curve
 from spark_zmq.spool.layout import Source
 
 CSTR, PROTOBUF, JSON = SCHEMES["CSTR"], SCHEMES["PROTOBUF"], SCHEMES["JSON"]
 
 
-class Goby(StreamProtocol, SinkProtocol):
+class Goby(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
     name = "goby"
     reader_options = READER_OPTIONS
     writer_options = WRITER_OPTIONS
@@ -94,12 +91,13 @@ class Goby(StreamProtocol, SinkProtocol):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def check_options(self, options: Options) -> None:
-        manager_address(options)
-        _message_types(options)
+    def read_settings(self, options: Options) -> ReadSettings:
+        settings = ReadSettings.of(options)
+        _message_types(settings)  # a file that cannot be loaded fails the query as defined
+        return settings
 
-    def discovery(self, options: Options, state: StateStore) -> Discovery:
-        manager = manager_address(options)
+    def discovery(self, settings: ReadSettings, state: StateStore) -> Discovery:
+        manager = settings.manager
 
         def endpoint_of(prefix: bytes, router: Router) -> Endpoint:
             shown = prefix.decode("utf-8")
@@ -112,21 +110,21 @@ class Goby(StreamProtocol, SinkProtocol):
 
         return ManagerDiscovery(
             manager,
-            options["clientName"] or READER_CLIENT_NAME,
-            options["managerTimeout"],
-            options["subscribe"],
+            settings.client_name,
+            settings.manager_timeout,
+            settings.subscriptions,
             endpoint_of,
-            Curve.of(options),
+            settings.curve,
         )
 
-    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
-        types = _message_types(options)
+    def decode(self, frames: pa.ListArray, source: Source, settings: ReadSettings) -> Decoded:
+        types = _message_types(settings)
         rows = [_decode_message(message, types) for message in frames.to_pylist()]
         names = ("payload", "error") + tuple(self.columns.names)
         values = dict(zip(names, zip(*rows))) if rows else {name: () for name in names}
         columns = {field.name: pa.array(values[field.name], field.type) for field in self.columns}
         keep = None
-        if not options["includeInternalGroups"]:
+        if not settings.include_internal_groups:
             keep = pa.array(
                 [
                     group is None or not group.startswith(INTERNAL_GROUP_PREFIX)
@@ -143,8 +141,10 @@ class Goby(StreamProtocol, SinkProtocol):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def check_input(self, schema: pa.Schema, options: Options) -> None:
-        manager_address(options)  # IPC and TCP options mixed fail here, on the driver
+    def write_settings(self, options: Options) -> WriteSettings:
+        return WriteSettings.of(options)  # IPC and TCP options mixed fail here, on the driver
+
+    def check_input(self, schema: pa.Schema, settings: WriteSettings) -> None:
         names = set(schema.names)
         wanted = {
             "group": pa.types.is_string,
@@ -164,18 +164,18 @@ class Goby(StreamProtocol, SinkProtocol):
             if name in names and not check(schema.field(name).type):
                 raise ValueError(f"goby writer: column `{name}` has type {schema.field(name).type}")
 
-    def open_publisher(self, options: Options) -> SinkPublisher:
+    def open_publisher(self, settings: WriteSettings) -> SinkPublisher:
         return GobyPublisher(
-            manager_address(options),
-            options["clientName"] or spark_application_name(),
-            manager_timeout=options["managerTimeout"],
-            hold_timeout=options["holdTimeout"],
-            send_hwm=options["sendHighWaterMark"],
-            send_timeout=options["sendTimeout"] or None,
-            curve=Curve.of(options),
+            settings.manager,
+            settings.client_name or spark_application_name(),
+            manager_timeout=settings.manager_timeout,
+            hold_timeout=settings.hold_timeout,
+            send_hwm=settings.send_high_water_mark,
+            send_timeout=settings.send_timeout,
+            curve=settings.curve,
         )
 
-    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+    def encode(self, batch: pa.RecordBatch, settings: WriteSettings) -> Encoded:
         process, thread = os.getpid(), thread_hash()
         encoded = Encoded()
         for row in zip(
@@ -189,7 +189,7 @@ class Goby(StreamProtocol, SinkProtocol):
             encoded.add_message([message], message[: message.index(b"\0")])
         return encoded
 
-    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch:
+    def encode_columns(self, batch: pa.RecordBatch, settings: WriteSettings) -> EncodedBatch:
         """``encode``'s messages column-wise: identifiers (and payloads made from ``text``)
         once per distinct (group, scheme, type, payload given, text); payloads stay Arrow's."""
         process, thread = os.getpid(), thread_hash()
@@ -224,15 +224,27 @@ class Goby(StreamProtocol, SinkProtocol):
         return EncodedBatch([frame], pa.array(errors, pa.string()).take(of_row), topics)
 
 
+def spark_application_name() -> str:
+    """The Spark application's name, as a writer task sees it (a local property of its job)."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        name = context.getLocalProperty("spark.app.name") if context is not None else None
+    except Exception:  # outside Spark
+        name = None
+    return name or FALLBACK_CLIENT_NAME
+
+
 def _string_or_integer(data_type: pa.DataType) -> bool:
     return pa.types.is_string(data_type) or pa.types.is_integer(data_type)
 
 
-def _message_types(options: Options) -> DescriptorSet | None:
+def _message_types(settings: ReadSettings) -> DescriptorSet | None:
     """The types of option ``protobufDescriptorSet``, if set; OptionError if the file cannot
     be read or loaded (on the driver when the query starts, on an executor if it changed
     since: no message is at fault then, so the task fails, naming the option)."""
-    path = options["protobufDescriptorSet"]
+    path = settings.descriptor_set
     if path is None:
         return None
     try:
@@ -246,7 +258,7 @@ def _malformed(payload: bytes, error: str) -> tuple:
     return (payload, error) + (None,) * 8
 
 
-def _decode_message(frames: list[bytes], types) -> tuple:
+def _decode_message(frames: list[bytes], types: DescriptorSet | None) -> tuple:
     """(payload, error, group, scheme, scheme_id, type, process, thread, text, json) of one
     captured message."""
     if len(frames) != 1:
@@ -286,9 +298,18 @@ def _decode_message(frames: list[bytes], types) -> tuple:
 
 
 def encode_message(
-    group, scheme, type_name, payload, text_value, *, process: int, thread: str
+    group: Any,
+    scheme: Any,
+    type_name: Any,
+    payload: Any,
+    text_value: Any,
+    *,
+    process: int,
+    thread: str,
 ) -> bytes:
-    """The one frame of a row's message; ValueError (and kin) says why there is none."""
+    """The one frame of a row's message; ValueError (and kin) says why there is none. The
+    row's values are as Arrow gives them (typed Any: any column type may come; the rules
+    here check each)."""
     head, body = message_parts(
         group, scheme, type_name, payload is not None, text_value, process=process, thread=thread
     )
@@ -298,7 +319,14 @@ def encode_message(
 
 
 def message_parts(
-    group, scheme, type_name, has_payload: bool, text_value, *, process: int, thread: str
+    group: Any,
+    scheme: Any,
+    type_name: Any,
+    has_payload: bool,
+    text_value: Any,
+    *,
+    process: int,
+    thread: str,
 ) -> tuple[bytes, bytes | None]:
     """A row's identifier and its payload made from ``text`` (None: the row's own payload):
     all of a message that depends on a row but its payload's bytes. ValueError (and kin) says

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -90,11 +91,11 @@ class Router:
 
 def ask(
     manager: ManagerAddress,
-    request,
+    request: Any,
     timeout: float,
     context: zmq.Context | None = None,
     curve: Curve = NO_CURVE,
-):
+) -> Any:
     """Send one ManagerRequest and return the ManagerResponse, checked to be the answer."""
     sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
@@ -156,7 +157,7 @@ def request_router(
     )
 
 
-def endpoint_of(socket, manager: ManagerAddress, field: str = "socket") -> str:
+def endpoint_of(socket: Any, manager: ManagerAddress, field: str = "socket") -> str:
     """The zmq address of a Socket the Manager handed out (its ``field`` of the response),
     checked to be one zmq connects to: it becomes the address of capture's sockets, whose
     failure would end the query, so a bad one is refused here, naming gobyd and the field."""

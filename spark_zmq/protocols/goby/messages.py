@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import cache
 from types import SimpleNamespace
+from typing import Any
 
 from spark_zmq.extras import optional
 
@@ -25,14 +26,14 @@ FILE_NAME = "spark_zmq/goby/zeromq/protobuf/manager.proto"
 REQUIRED, OPTIONAL = 2, 1
 
 
-def _enum(container, name: str, values: dict[str, int]) -> None:
+def _enum(container: Any, name: str, values: dict[str, int]) -> None:
     enum = container.enum_type.add(name=name)
     for value_name, number in values.items():
         enum.value.add(name=value_name, number=number)
 
 
 def _field(
-    message,
+    message: Any,
     name: str,
     number: int,
     label: int,
@@ -47,7 +48,7 @@ def _field(
         field.default_value = default
 
 
-def _file():
+def _file() -> Any:
     _F = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(name=FILE_NAME, package=PACKAGE, syntax="proto2")
     _enum(proto, "Request", {"PROVIDE_PUB_SUB_SOCKETS": 1, "PROVIDE_HOLD_STATE": 2})
@@ -94,7 +95,7 @@ def manager_messages() -> SimpleNamespace:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_file())
 
-    def message_class(name: str):
+    def message_class(name: str) -> Any:
         return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
 
     return SimpleNamespace(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from spark_zmq.errors import PayloadError
 from spark_zmq.extras import optional
@@ -95,7 +96,7 @@ class DescriptorSet:
                 )
             pending = failed
 
-    def message_class(self, type_name: str):
+    def message_class(self, type_name: str) -> Any:
         """The class of a message type, None when the set does not hold it."""
         found = self._classes.get(type_name)
         if found is None:

@@ -12,15 +12,13 @@ node's ``YAMZ`` tree at ``path`` with the address's query as parameters, and sen
 from __future__ import annotations
 
 import json
-import re
-import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zmq
 
-from spark_zmq.options import Option, OptionError, Options, comma_list, port, text
+from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
@@ -37,119 +35,23 @@ from spark_zmq.protocols.base import (
     raw_column,
 )
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery
+from spark_zmq.protocols.yamz.options import (
+    READER_OPTIONS,
+    WRITER_OPTIONS,
+    ReadSettings,
+    WriteSettings,
+    unique_node_name,
+)
 from spark_zmq.protocols.yamz.publisher import YamzPublisher
 from spark_zmq.protocols.yamz.tree import Port
-from spark_zmq.protocols.yamz.uri import Address, AddressError, Category, for_bind, for_connect
-from spark_zmq.protocols.yamz.zyre import DEFAULT_BEACON_PORT
-from spark_zmq.security import Curve
+from spark_zmq.protocols.yamz.uri import AddressError, Category
 from spark_zmq.spool.layout import Source
 
-#: addresses in option ``address`` are separated by commas or blanks before the next scheme
-#: (a regex in a query may hold a comma, as in ``{1,2}``)
-_ADDRESS_SEPARATOR = re.compile(r"[\s,]+(?=[A-Za-z][A-Za-z0-9+.-]*://)")
-DEFAULT_WRITER_ADDRESS = "tcp://*:*"
-DEFAULT_PATH = "spark/out"
 
-
-def _connect_addresses(value: str) -> tuple[Address, ...]:
-    items = [item for item in _ADDRESS_SEPARATOR.split(value.strip()) if item]
-    if not items:
-        raise ValueError("no address")
-    return tuple(for_connect(item.rstrip(",")) for item in items)
-
-
-def _bind_address(value: str) -> Address:
-    return for_bind(value.strip())
-
-
-def _path(value: str) -> tuple[str, ...]:
-    elements = tuple(value.strip().strip("/").split("/"))
-    if any(not element or element == "*" for element in elements):
-        raise ValueError("empty element or '*'")
-    return elements
-
-
-def _node_names(value: str) -> frozenset[str]:
-    return frozenset(comma_list(value))
-
-
-def unique_node_name(role: str) -> str:
-    return f"spark-{role}-{uuid.uuid4().hex[:8]}"
-
-
-_ZYRE_OPTIONS = (
-    Option(
-        "beaconPort",
-        port,
-        "a port number",
-        str(DEFAULT_BEACON_PORT),
-        "The UDP port of Zyre beacons: nodes find each other only on the same port.",
-    ),
-)
-
-
-class Yamz(StreamProtocol, SinkProtocol):
+class Yamz(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
     name = "yamz"
-    reader_options = _ZYRE_OPTIONS + (
-        Option(
-            "address",
-            _connect_addresses,
-            "yamz addresses, separated by commas or blanks",
-            None,
-            "Required. What to read: abstract addresses such as "
-            "`yamz://*/tps?det=tpc&apa=4[12]` (node and path elements may be `*`, which "
-            "matches one element; query values are regexes that must fully match the port's "
-            "parameter), resolved through Zyre to every matching port as peers come and go, "
-            "and concrete ones such as `tcp://host:port` (read with a SUB).",
-        ),
-        Option(
-            "node",
-            text,
-            "a Zyre node name",
-            None,
-            "The reader's own Zyre node name. Default: a unique `spark-reader-...`.",
-        ),
-        Option(
-            "expectedNodes",
-            _node_names,
-            "comma-separated node names",
-            None,
-            "Restrict `*` as a node to these nodes (a node named outright still matches).",
-        ),
-        Option(
-            "subscribe",
-            comma_list,
-            "comma-separated topic prefixes",
-            None,
-            "Subscriptions of the SUB sockets (on PUB and XPUB ports). Default: everything.",
-        ),
-    )
-    writer_options = _ZYRE_OPTIONS + (
-        Option(
-            "address",
-            _bind_address,
-            "a concrete or ephemeral address with attributes",
-            DEFAULT_WRITER_ADDRESS,
-            "Where the writer binds its socket, such as `tcp://*:*?det=tpc&apa=42`; `*` "
-            "picks any interface or port. The query's key=value pairs are announced as the "
-            "port's parameters, for abstract addresses to match.",
-        ),
-        Option(
-            "path",
-            _path,
-            "a path such as spark/out",
-            DEFAULT_PATH,
-            "Where the port sits in the node's YAMZ tree: `yamz://NODE/spark/out` finds it.",
-        ),
-        Option(
-            "node",
-            text,
-            "a Zyre node name",
-            None,
-            "The writer's Zyre node name (each Python worker runs a node of this name). "
-            "Default: a unique `spark-writer-...` per Python worker.",
-        ),
-    )
+    reader_options = READER_OPTIONS
+    writer_options = WRITER_OPTIONS
     columns = pa.schema(
         [
             pa.field("node", pa.string()),
@@ -162,16 +64,11 @@ class Yamz(StreamProtocol, SinkProtocol):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def check_options(self, options: Options) -> None:
-        if options["address"] is None:
-            raise OptionError(
-                "yamz: option 'address' is required: the yamz:// or concrete "
-                "addresses to read, such as yamz://*/spark/out"
-            )
+    def read_settings(self, options: Options) -> ReadSettings:
+        return ReadSettings.of(options)
 
-    def discovery(self, options: Options, state: StateStore) -> Discovery:
-        self.check_options(options)
-        prefixes = tuple(p.encode() for p in options["subscribe"] or ("",))
+    def discovery(self, settings: ReadSettings, state: StateStore) -> Discovery:
+        prefixes = settings.subscriptions
 
         def endpoint_of(address: str, found: Port | None, socket_type: int) -> Endpoint:
             metadata = {"address": address}
@@ -184,14 +81,14 @@ class Yamz(StreamProtocol, SinkProtocol):
             )
 
         return ZyreDiscovery(
-            options["node"] or unique_node_name("reader"),
-            options["beaconPort"],
-            options["address"],
-            options["expectedNodes"],
+            settings.node or unique_node_name("reader"),
+            settings.beacon_port,
+            settings.addresses,
+            settings.expected_nodes,
             endpoint_of,
         )
 
-    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
+    def decode(self, frames: pa.ListArray, source: Source, settings: ReadSettings) -> Decoded:
         n = len(frames)
         metadata = source.metadata
         params = json.loads(metadata["params"]) if "params" in metadata else None
@@ -207,7 +104,10 @@ class Yamz(StreamProtocol, SinkProtocol):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def check_input(self, schema: pa.Schema, options: Options) -> None:
+    def write_settings(self, options: Options) -> WriteSettings:
+        return WriteSettings.of(options)
+
+    def check_input(self, schema: pa.Schema, settings: WriteSettings) -> None:
         names = set(schema.names)
         if not names & {"frames", "payload"}:
             raise ValueError(
@@ -229,21 +129,21 @@ class Yamz(StreamProtocol, SinkProtocol):
                     f"{schema.field(column).type}; it must be binary or string"
                 )
 
-    def open_publisher(self, options: Options) -> SinkPublisher:
-        address: Address = options["address"]
+    def open_publisher(self, settings: WriteSettings) -> SinkPublisher:
+        address = settings.address
         if address.category is Category.ABSTRACT:  # parsed by for_bind: cannot happen
             raise AddressError(f"cannot bind {address.text}")
         return YamzPublisher(
-            options["node"] or unique_node_name("writer"),
+            settings.node or unique_node_name("writer"),
             address,
-            options["path"],
-            options["beaconPort"],
-            send_hwm=options["sendHighWaterMark"],
-            send_timeout=options["sendTimeout"] or None,
-            curve=Curve.of(options),
+            settings.path,
+            settings.beacon_port,
+            send_hwm=settings.send_high_water_mark,
+            send_timeout=settings.send_timeout,
+            curve=settings.curve,
         )
 
-    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+    def encode(self, batch: pa.RecordBatch, settings: WriteSettings) -> Encoded:
         encoded = Encoded()
         for frames, topic, payload in zip(
             *(column_values(batch, name) for name in ("frames", "topic", "payload"))
@@ -255,7 +155,7 @@ class Yamz(StreamProtocol, SinkProtocol):
                 encoded.add_message(message, message[0])
         return encoded
 
-    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch:
+    def encode_columns(self, batch: pa.RecordBatch, settings: WriteSettings) -> EncodedBatch:
         """``encode``'s messages column-wise: the lists of ``frames`` become one column per
         frame position, ``topic`` and ``payload`` the first two; no per-row Python."""
         n = batch.num_rows
@@ -317,14 +217,16 @@ def _as_bytes(value: bytes | str) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else value
 
 
-def _message(frames, topic, payload) -> list[bytes] | str:
+def _message(
+    frames: list[bytes | str | None] | None, topic: bytes | str | None, payload: bytes | str | None
+) -> list[bytes] | str:
     """A row's frames, or why it has none."""
     if frames is not None:
         if topic is not None or payload is not None:
             return "give either `frames` or `topic`/`payload`, not both"
         if not frames or any(frame is None for frame in frames):
             return "`frames` is empty or holds a null frame"
-        return [_as_bytes(frame) for frame in frames]
+        return [_as_bytes(frame) for frame in frames if frame is not None]
     if payload is None:
         return "no message: `frames` and `payload` are null"
     return [_as_bytes(payload)] if topic is None else [_as_bytes(topic), _as_bytes(payload)]

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import zmq
 
@@ -48,6 +49,9 @@ from spark_zmq.extras import optional
 from spark_zmq.log import logger
 
 pyre = optional("pyre")
+#: pyre's node (``pyre.Pyre``) and event (``pyre.PyreEvent``): pyre has no type hints
+PyreNode = Any
+PyreEvent = Any
 
 DEFAULT_BEACON_PORT = 5670
 #: how often the node's thread checks that pyre's beacon thread is alive
@@ -79,7 +83,7 @@ def _dropping_failures(handler: Callable, what: str) -> Callable:
     """``handler`` (a PyreNode method), dropping what it fails on: the first drop of each kind
     on a node is a warning, later ones debug lines."""
 
-    def guarded(node) -> None:
+    def guarded(node: PyreNode) -> None:
         try:
             handler(node)
         except Exception as exc:  # pyre's thread would end here, and the node go deaf
@@ -197,7 +201,7 @@ class ZyreNode:
         finally:
             _stop(node)
 
-    def _start_pyre(self, node) -> list[threading.Thread]:
+    def _start_pyre(self, node: PyreNode) -> list[threading.Thread]:
         """Start ``node``; the threads pyre started for its beacon."""
         for key, value in self.headers.items():
             node.set_header(key, value)
@@ -211,7 +215,9 @@ class ZyreNode:
             pyre_beacon_log.removeHandler(self._beacon_errors)
         return [t for t in threading.enumerate() if t not in before]
 
-    def _check_beacon(self, node, beacon_threads: list[threading.Thread]) -> ZyreError | None:
+    def _check_beacon(
+        self, node: PyreNode, beacon_threads: list[threading.Thread]
+    ) -> ZyreError | None:
         """The error of a beacon that failed as the node started, or None once it has lived
         BEACON_SETTLE_SECONDS."""
         logged = self._beacon_errors.messages()  # (while this node started: its own beacon's)
@@ -237,7 +243,7 @@ class ZyreNode:
             )
         return None
 
-    def _loop(self, node, beacon_threads: list[threading.Thread]) -> None:
+    def _loop(self, node: PyreNode, beacon_threads: list[threading.Thread]) -> None:
         inbox = node.socket()
         while not self._stopping.is_set():
             if inbox.poll(BEACON_CHECK_SECONDS * 1000):
@@ -251,7 +257,7 @@ class ZyreNode:
                 )
                 return
 
-    def _take_event(self, node) -> None:
+    def _take_event(self, node: PyreNode) -> None:
         """Read one event and hand it on. What a peer sent cannot end this thread (and with
         it discovery): an event that does not parse, or a callback that raises on it, is
         logged once for its peer and skipped."""
@@ -274,7 +280,7 @@ class ZyreNode:
             self._faulty_peers.add(uuid)
             logger.warning("yamz: Zyre node %s: peer %s: %s", self.name, uuid, why)
 
-    def _dispatch(self, event) -> None:
+    def _dispatch(self, event: PyreEvent) -> None:
         if event.type == "ENTER":
             headers = {str(k): str(v) for k, v in (event.headers or {}).items()}
             self._on_enter(
@@ -290,7 +296,7 @@ class ZyreNode:
             self._thread.join(START_TIMEOUT)
 
 
-def _stop(node) -> None:
+def _stop(node: PyreNode) -> None:
     """Stop a pyre node, waiting at most STOP_SECONDS. pyre's stop waits for its beacon thread
     to answer; one that died (a network error) answered already, and if the node's own loop
     took that answer, the stop waits forever: it is then left to a thread of its own."""

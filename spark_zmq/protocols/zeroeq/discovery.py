@@ -31,7 +31,7 @@ from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, tcp_endpoint
 from spark_zmq.security import NO_CURVE, Curve
 
 if TYPE_CHECKING:
-    from zeroconf import ServiceBrowser
+    from zeroconf import ServiceBrowser, ServiceStateChange
 
     from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf
 
@@ -129,7 +129,13 @@ class ZeroEQDiscovery(Discovery):
 
     # -- ZeroConf ------------------------------------------------------------------------------
 
-    def _on_change(self, zeroconf, service_type, name, state_change) -> None:
+    def _on_change(
+        self,
+        zeroconf: ZeroEQZeroconf,
+        service_type: str,
+        name: str,
+        state_change: ServiceStateChange,
+    ) -> None:
         """Runs on zeroconf's browser thread, which ends for good if this raises (and no
         publisher is found after that). So nothing a record holds may escape: a failure with
         one record is logged (once per record and reason) and the record skipped."""
@@ -138,7 +144,13 @@ class ZeroEQDiscovery(Discovery):
         except Exception as exc:  # the browser thread must live on, whatever the record
             self._fault(name, f"could not be handled ({type(exc).__name__}: {exc}); ignored")
 
-    def _handle_change(self, zeroconf, service_type, name, state_change) -> None:
+    def _handle_change(
+        self,
+        zeroconf: ZeroEQZeroconf,
+        service_type: str,
+        name: str,
+        state_change: ServiceStateChange,
+    ) -> None:
         from zeroconf import ServiceStateChange
 
         key = name[: -len(PUBLISHER_SERVICE) - 1]

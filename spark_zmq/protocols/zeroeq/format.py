@@ -8,13 +8,14 @@ the format's columns. Writing: a ``Publisher`` per Python worker, and the encodi
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zmq
 
-from spark_zmq.options import OptionError, Options
+from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
     Decoded,
     Discovery,
@@ -32,19 +33,22 @@ from spark_zmq.protocols.base import (
     string_column,
 )
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
-from spark_zmq.protocols.zeroeq.options import READER_OPTIONS, WRITER_OPTIONS, _events_map
+from spark_zmq.protocols.zeroeq.options import (
+    READER_OPTIONS,
+    WRITER_OPTIONS,
+    ReadSettings,
+    WriteSettings,
+)
 from spark_zmq.protocols.zeroeq.publisher import Publisher
 from spark_zmq.protocols.zeroeq.wire import (
     _WIRE_HEX,
     EVENT_ID_BYTES,
-    default_session,
     event_id,
 )
-from spark_zmq.security import Curve
 from spark_zmq.spool.layout import Source
 
 
-class ZeroEQ(StreamProtocol, SinkProtocol):
+class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
     name = "zeroeq"
     reader_options = READER_OPTIONS
     writer_options = WRITER_OPTIONS
@@ -62,28 +66,23 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def check_options(self, options: Options) -> None:
-        if options["compatibleOnly"] and not options["events"]:
-            raise OptionError(
-                "zeroeq: option 'compatibleOnly' needs option 'events' (the events "
-                "a publisher's vocabulary is compared with)"
-            )
+    def read_settings(self, options: Options) -> ReadSettings:
+        return ReadSettings.of(options)
 
-    def discovery(self, options: Options, state: StateStore) -> Discovery:
-        session = options["session"] if options.is_set("session") else default_session()
+    def discovery(self, settings: ReadSettings, state: StateStore) -> Discovery:
         return ZeroEQDiscovery(
-            session=session,
-            events=_events_map(options["events"]),
-            interfaces=options["discoveryInterfaces"],
-            static=options["publishers"] or (),
-            compatible_only=options["compatibleOnly"],
-            management_bind=options["managementUri"],
-            application=options["application"],
+            session=settings.session,
+            events=dict(settings.events),
+            interfaces=settings.interfaces,
+            static=settings.publishers,
+            compatible_only=settings.compatible_only,
+            management_bind=settings.management_uri,
+            application=settings.application,
             state=state,
-            curve=Curve.of(options),
+            curve=settings.curve,
         )
 
-    def decode(self, frames: pa.ListArray, source: Source, options: Options) -> Decoded:
+    def decode(self, frames: pa.ListArray, source: Source, settings: ReadSettings) -> Decoded:
         n = len(frames)
         counts = pc.list_value_length(frames).to_numpy(zero_copy_only=False)
         starts = frames.offsets.to_numpy()[:-1]
@@ -102,11 +101,7 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
         payload = pa.repeat(pa.scalar(b"", pa.binary()), n)
         if ok.any():
             ids = values.take(pa.array(first_index)).dictionary_encode()
-            names = {
-                wire.hex(): name
-                for wire, name in _events_map(options["events"]).items()
-                if name is not None
-            }
+            names = settings.event_names()
             names.update(json.loads(metadata.get("names") or "{}"))
             distinct = [
                 d.hex() if len(d) == EVENT_ID_BYTES else None for d in ids.dictionary.to_pylist()
@@ -139,7 +134,10 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def check_input(self, schema: pa.Schema, options: Options) -> None:
+    def write_settings(self, options: Options) -> WriteSettings:
+        return WriteSettings.of(options)
+
+    def check_input(self, schema: pa.Schema, settings: WriteSettings) -> None:
         names = set(schema.names)
         if not names & {"event", "event_id"}:
             raise ValueError(
@@ -159,33 +157,26 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
                     f"{' or '.join(kinds)}, not {schema.field(column).type}"
                 )
 
-    def open_publisher(self, options: Options) -> SinkPublisher:
-        host, port = options["publisherUri"]
-        if host in ("", "*"):
-            host = options["bindInterface"]
-        interfaces = options["discoveryInterfaces"]
-        if not options.is_set("discoveryInterfaces") and host not in ("*", "0.0.0.0"):
-            interfaces = (host,)
-        session = options["session"] if options.is_set("session") else default_session()
+    def open_publisher(self, settings: WriteSettings) -> SinkPublisher:
         publisher = Publisher(
-            session,
-            host=host,
-            port=port,
-            application=options["application"],
-            send_hwm=options["sendHighWaterMark"],
+            settings.session,
+            host=settings.host,
+            port=settings.port,
+            application=settings.application,
+            send_hwm=settings.send_high_water_mark,
             nodrop=True,
-            send_timeout=options["sendTimeout"] or None,
-            interfaces=interfaces,
-            registered=_events_map(options["registeredEvents"]),
-            curve=Curve.of(options),
+            send_timeout=settings.send_timeout,
+            interfaces=settings.interfaces,
+            registered=dict(settings.registered_events),
+            curve=settings.curve,
         )
         return PublisherSink(publisher)
 
-    def encode(self, batch: pa.RecordBatch, options: Options) -> Encoded:
+    def encode(self, batch: pa.RecordBatch, settings: WriteSettings) -> Encoded:
         events = column_values(batch, "event")
         ids = column_values(batch, "event_id")
         payloads = column_values(batch, "payload")
-        registered = _registered(options)
+        registered = settings.registered
         wire_of: dict[str, bytes] = {}
         encoded = Encoded()
         for event, hex_id, payload in zip(events, ids, payloads):
@@ -199,11 +190,11 @@ class ZeroEQ(StreamProtocol, SinkProtocol):
             encoded.add_message([wire, payload] if payload else [wire], wire)
         return encoded
 
-    def encode_columns(self, batch: pa.RecordBatch, options: Options) -> EncodedBatch:
+    def encode_columns(self, batch: pa.RecordBatch, settings: WriteSettings) -> EncodedBatch:
         """``encode``'s messages column-wise: the rules run once per distinct (event,
         event_id) pair; the payloads stay Arrow's (an empty one sends no second frame)."""
         rows, pairs = distinct_rows(string_column(batch, "event"), string_column(batch, "event_id"))
-        registered = _registered(options)
+        registered = settings.registered
         wire_of: dict[str, bytes] = {}
         heads = [_message_head(event, hex_id, registered, wire_of) for event, hex_id in pairs]
         names: dict[bytes, str | None] = {}
@@ -247,13 +238,11 @@ class PublisherSink(SinkPublisher):
         self.publisher.close()
 
 
-def _registered(options: Options) -> set[bytes] | None:
-    """The ids a publisher may send (``registeredEvents``), or None: any."""
-    return set(_events_map(options["registeredEvents"])) if options["registeredEvents"] else None
-
-
 def _message_head(
-    event: str | None, hex_id: str | None, registered: set[bytes] | None, cache: dict[str, bytes]
+    event: str | None,
+    hex_id: str | None,
+    registered: frozenset[bytes] | None,
+    cache: dict[str, bytes],
 ) -> bytes | str:
     """A row's first frame (its wire id), or why the row cannot be sent (text)."""
     wire, error = _wire_id(event, hex_id, cache)
@@ -297,7 +286,7 @@ def _wire_id(
     return bytes.fromhex(hex_id), None
 
 
-def _wanted(event_ids: pa.Array, metadata) -> pa.Array | None:
+def _wanted(event_ids: pa.Array, metadata: Mapping[str, str]) -> pa.Array | None:
     """False for messages of events the endpoint is not subscribed to (Meerkat, events a
     management request took away), from the endpoint's metadata."""
     events, excluded = metadata.get("events"), metadata.get("excluded")

@@ -129,7 +129,9 @@ class ManagementPort:
     def _list(self, payload: bytes) -> tuple[bytes, bytes]:
         return REPLY, json.dumps({"subscriptions": self._describe()}).encode()
 
-    def _change(self, payload: bytes, change) -> tuple[bytes, bytes]:
+    def _change(
+        self, payload: bytes, change: Callable[[Overrides, str, str], None]
+    ) -> tuple[bytes, bytes]:
         try:
             publisher, event, name = parse_request(payload)
         except ValueError as exc:

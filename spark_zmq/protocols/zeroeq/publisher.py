@@ -10,6 +10,11 @@ the CLI and the tests.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (zeroconf is the zeroeq extra)
+    from zeroconf import Zeroconf
+
 import getpass
 import os
 import socket
@@ -53,7 +58,7 @@ class Publisher:
         send_hwm: int = 0,
         nodrop: bool = False,
         send_timeout: float | None = None,
-        zeroconf=None,
+        zeroconf: Zeroconf | None = None,
         interfaces: tuple[str, ...] | None = ("127.0.0.1",),
         announce: bool = True,
         vocabulary: bool = True,
@@ -105,7 +110,7 @@ class Publisher:
                 self.vocabulary.register(wire, name)
         self._owns_zeroconf = zeroconf is None and announce
         self._zeroconf = make_zeroconf(interfaces) if self._owns_zeroconf else zeroconf
-        if announce:
+        if announce and self._zeroconf is not None:  # (never None when announcing)
             self._announcement = Announcement(
                 self._zeroconf,
                 PUBLISHER_SERVICE,

@@ -33,6 +33,7 @@ from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from spark_zmq.spark.rows import read_rows
 from spark_zmq.spool.layout import Source
 from spark_zmq.stream_options import READER_OPTIONS
+from spark_zmq.stream_settings import RowSettings
 from support.common import wait_until
 from support.fuzzing import Captured, spooled
 from support.queries import memory_query
@@ -68,11 +69,10 @@ def test_unpack_names_the_layer_at_fault(frame, fault):
 
 def decode(messages, **raw):
     protocol = EBus()
-    options = parse_options("ebus", READER_OPTIONS + protocol.reader_options, raw)
     return protocol.decode(
         pa.array(messages, pa.list_(pa.binary())),
         Source("tcp://127.0.0.1:5003", {"prefix": ""}),
-        options,
+        protocol.reader_settings(raw),
     )
 
 
@@ -662,7 +662,8 @@ def test_reading_a_bomb_takes_the_memory_of_max_message_bytes_not_of_the_bomb():
     with spooled(source, rows) as part:
         tracemalloc.start()
         try:
-            batches = list(read_rows(EBus(), options, part))
+            settings = EBus().read_settings(options)
+            batches = list(read_rows(EBus(), settings, RowSettings.of(options), part))
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()

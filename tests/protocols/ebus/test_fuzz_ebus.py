@@ -14,7 +14,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus.connection import BrokerConnection
 from spark_zmq.protocols.ebus.outstanding import Answer, Outstanding, PendingRequest
@@ -25,7 +24,7 @@ from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES, Worker
 from spark_zmq.protocols.extjson import from_json, to_json
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
+from spark_zmq.stream_options import READER_OPTIONS
 from support.fuzzing import (
     Captured,
     bson_documents,
@@ -49,8 +48,8 @@ pytestmark = pytest.mark.timeout(120)
 
 ebus = EBus()
 EBUS_READER = READER_OPTIONS + ebus.reader_options
-EBUS_BROADCAST = parse_options("ebus", WRITER_OPTIONS + ebus.writer_options, {})
-EBUS_REQUESTS = parse_options("ebus", WRITER_OPTIONS + ebus.writer_options, {"service": "echo"})
+EBUS_BROADCAST = ebus.writer_settings({})
+EBUS_REQUESTS = ebus.writer_settings({"service": "echo"})
 ebus_values = st.one_of(
     bson_values, st.binary(max_size=10), st.lists(st.binary(max_size=4), max_size=2)
 )
@@ -163,9 +162,7 @@ def test_ebus_decode_classifies_every_broadcast_300_examples(data, include_broke
     )
     messages = data.draw(st.lists(one, max_size=10), "messages")
     skip = data.draw(st.integers(0, 2), "rows before the slice")
-    options = parse_options(
-        "ebus", EBUS_READER, {"includeBrokerEvents": str(include_broker).lower()}
-    )
+    options = ebus.reader_settings({"includeBrokerEvents": str(include_broker).lower()})
 
     decoded = ebus.decode(
         list_array([[b"x"]] * skip + messages, skip),
@@ -322,7 +319,7 @@ def test_ebus_encode_then_decode_round_trips_300_examples(rows, requests):
     decoded = ebus.decode(
         list_array([m for _, m in broadcasts]),
         Source("tcp://127.0.0.1:5003", {"prefix": ""}),
-        parse_options("ebus", EBUS_READER, {"includeBrokerEvents": "true"}),
+        ebus.reader_settings({"includeBrokerEvents": "true"}),
     )
     for (row, message), channel, value, error in zip(
         broadcasts,

@@ -14,7 +14,6 @@ from google.protobuf.message import DecodeError
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.extjson import from_json
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.goby import messages as goby_messages
@@ -44,7 +43,6 @@ from spark_zmq.protocols.goby.wire import (
     subscription_prefix,
 )
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import (
     Captured,
     bson_documents,
@@ -66,7 +64,7 @@ pytestmark = pytest.mark.timeout(120)
 # ================================================================================================
 
 goby = Goby()
-GOBY_WRITER = parse_options("goby", WRITER_OPTIONS + goby.writer_options, {})
+GOBY_WRITER = goby.writer_settings({})
 #: names as users give them: anything but the NUL and the '/' (which no 3.x peer reads back)
 goby_names = st.text(
     st.characters(codec="utf-8", exclude_characters="\0/"), min_size=1, max_size=10
@@ -525,7 +523,7 @@ def test_goby_decode_classifies_every_message_300_examples(descriptor_file, data
     messages = data.draw(st.lists(st.lists(one, max_size=3), max_size=10), "messages")
     skip = data.draw(st.integers(0, 2), "rows before the slice")
     raw = {"protobufDescriptorSet": descriptor_file} if with_types else {}
-    options = parse_options("goby", READER_OPTIONS + goby.reader_options, raw)
+    options = goby.reader_settings(raw)
 
     decoded = goby.decode(
         list_array([[b"/x/"]] * skip + messages, skip), Source("ipc:///tmp/fuzz.xpub", {}), options
@@ -725,7 +723,7 @@ def test_goby_encode_then_decode_round_trips_300_examples(rows):
     decoded = goby.decode(
         list_array([message for _, message in sent]),
         Source("ipc:///tmp/fuzz.xpub", {}),
-        parse_options("goby", READER_OPTIONS + goby.reader_options, {}),
+        goby.reader_settings({}),
     )
     columns = {name: array.to_pylist() for name, array in decoded.columns.items()}
     errors, payloads = decoded.error.to_pylist(), decoded.payload.to_pylist()

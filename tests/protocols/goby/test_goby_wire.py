@@ -35,7 +35,7 @@ from spark_zmq.protocols.goby import (
 )
 from spark_zmq.protocols.goby.discovery import ManagerDiscovery
 from spark_zmq.protocols.goby.messages import manager_messages
-from spark_zmq.protocols.goby.options import manager_address
+from spark_zmq.protocols.goby.options import HOLD_TIMEOUT, SUBSCRIBE, manager_address
 from spark_zmq.protocols.goby.payloads import descriptor_set
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
@@ -175,6 +175,12 @@ def goby_options(raw: dict, writer: bool = False):
     return parse_options("goby", specs, raw)
 
 
+def goby_settings(raw: dict, writer: bool = False):
+    """The format's settings of options ``raw``, as a query makes them."""
+    protocol, options = Goby(), goby_options(raw, writer)
+    return protocol.write_settings(options) if writer else protocol.read_settings(options)
+
+
 def test_options_choose_the_managers_address_and_reject_bad_values():
     assert (
         manager_address(goby_options({})).endpoint
@@ -195,7 +201,7 @@ def test_options_choose_the_managers_address_and_reject_bad_values():
     )
     with pytest.raises(OptionError, match=r"platform .IPC. and managerPort .TCP."):
         manager_address(goby_options({"platform": "x", "managerPort": "1"}))
-    assert goby_options({"subscribe": "Foo, /nav/PROTOBUF"})["subscribe"] == (
+    assert goby_options({"subscribe": "Foo, /nav/PROTOBUF"}).get(SUBSCRIBE) == (
         b"/Foo/",
         b"/nav/PROTOBUF/",
     )
@@ -204,8 +210,8 @@ def test_options_choose_the_managers_address_and_reject_bad_values():
     with pytest.raises(OptionError, match="'managerTimeout' must be a positive number"):
         goby_options({"managerTimeout": "0"})
     with pytest.raises(OptionError, match=r"protobufDescriptorSet.*cannot read /nonexistent"):
-        Goby().check_options(goby_options({"protobufDescriptorSet": "/nonexistent.pb"}))
-    assert goby_options({"holdTimeout": "0"}, writer=True)["holdTimeout"] is None
+        goby_settings({"protobufDescriptorSet": "/nonexistent.pb"})
+    assert goby_options({"holdTimeout": "0"}, writer=True).get(HOLD_TIMEOUT) is None
 
 
 # -- the Manager's messages, byte for byte -----------------------------------------------------
@@ -630,7 +636,7 @@ def test_publisher_follows_gobyd_to_its_new_router_after_a_restart():
 
 
 def test_decode_shows_cstr_json_and_protobuf_payloads_and_malformed_messages(tmp_path):
-    options = goby_options({"protobufDescriptorSet": write_descriptor_set(tmp_path / "d.pb")})
+    options = goby_settings({"protobufDescriptorSet": write_descriptor_set(tmp_path / "d.pb")})
     messages = [
         [b"/log/CSTR/CSTR/12/ab/\0hello\0"],
         [b"/state/JSON/nlohmann::json/12/ab/\0" + BSON_DEPTH_5],
@@ -665,7 +671,7 @@ def test_the_descriptor_cache_keeps_only_the_sets_own_types_whatever_names_peers
     not hold leaves nothing behind (the cache kept every name asked for, misses included:
     some 10 MB here), and the set's own type still decodes."""
     path = write_descriptor_set(tmp_path / "d.pb")
-    options = goby_options({"protobufDescriptorSet": path})
+    options = goby_settings({"protobufDescriptorSet": path})
     unknown = [[b"/nav/PROTOBUF/peer.Type%d/12/ab/\0\x08\x01" % i] for i in range(100_000)]
     known = [[b"/nav/PROTOBUF/test.NavStatus/12/ab/\0" + NAV_STATUS]]
     frames = pa.array(unknown + known, pa.list_(pa.binary()))
@@ -722,7 +728,7 @@ def test_encode_rows_into_messages_and_name_rows_that_cannot_be_sent():
         ),
     )
     protocol = Goby()
-    options = goby_options({}, writer=True)
+    options = goby_settings({}, writer=True)
     protocol.check_input(batch.schema, options)
     encoded = protocol.encode(batch, options)
     frames = [m[0] if m else None for m in encoded.messages]

@@ -12,12 +12,10 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.yamz import Yamz
 from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
 from spark_zmq.protocols.yamz.uri import AddressError, Category, for_bind, for_connect, parse
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.fuzzing import captured, check_read_path, fuzz, json_texts, json_values, list_array
 
 pytestmark = pytest.mark.timeout(120)
@@ -427,10 +425,8 @@ def test_yamz_abstract_addresses_match_the_ports_they_name_300_examples(
 # -- the format ----------------------------------------------------------------------------------
 
 yamz = Yamz()
-YAMZ_READER = parse_options(
-    "yamz", READER_OPTIONS + yamz.reader_options, {"address": "yamz://*/out"}
-)
-YAMZ_WRITER = parse_options("yamz", WRITER_OPTIONS + yamz.writer_options, {})
+YAMZ_READER = yamz.reader_settings({"address": "yamz://*/out"})
+YAMZ_WRITER = yamz.writer_settings({})
 maybe_text = st.one_of(st.none(), st.text(max_size=8))
 
 
@@ -519,7 +515,8 @@ def _utf8(text):
 )
 def test_yamz_read_path_keeps_the_delivery_contract_100_examples(rows, params):
     metadata = {"node": "n", "path": "a/b", "address": "tcp://h:1", "params": json.dumps(params)}
-    delivered = check_read_path(yamz, {}, Source("tcp://h:1", metadata), rows)
+    reading = {"address": "yamz://*/a/b"}  # required, as a query's options have it
+    delivered = check_read_path(yamz, reading, Source("tcp://h:1", metadata), rows)
     for row in delivered:
         if row["offset"] not in rows.faults():
             assert row["frames"] == rows.rows[row["offset"]] and row["error"] is None

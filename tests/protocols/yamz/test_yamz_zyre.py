@@ -268,6 +268,7 @@ def test_wildcard_hosts_are_reached_at_the_peers_zyre_host():
 def test_option_errors_name_the_option_and_what_is_wrong_with_the_address():
     from spark_zmq.options import OptionError, parse_options
     from spark_zmq.protocols.yamz import Yamz
+    from spark_zmq.protocols.yamz.options import ADDRESS
     from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
     reader, writer = READER_OPTIONS + Yamz.reader_options, WRITER_OPTIONS + Yamz.writer_options
@@ -282,11 +283,12 @@ def test_option_errors_name_the_option_and_what_is_wrong_with_the_address():
             parse_options("yamz", specs, raw)
     addresses = parse_options(
         "yamz", reader, {"address": "yamz://*/tps?apa=4{1,2}, yamz://b/x tcp://127.0.0.1:5"}
-    )["address"]
+    ).get(ADDRESS)
+    assert addresses is not None
     assert [a.text for a in addresses] == [
         "yamz://*/tps?apa=4{1,2}",
         "yamz://b/x",
         "tcp://127.0.0.1:5",
     ]
     with pytest.raises(OptionError, match="'address' is required"):
-        Yamz().check_options(parse_options("yamz", reader, {}))
+        Yamz().reader_settings({})

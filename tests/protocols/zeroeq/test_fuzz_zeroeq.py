@@ -14,7 +14,6 @@ import zmq
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ, event_id, event_id_text, parse_address
 from spark_zmq.protocols.zeroeq import vocabulary as zeroeq_vocabulary
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, Record
@@ -28,7 +27,7 @@ from spark_zmq.protocols.zeroeq.management import (
 )
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, tcp_endpoint
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
+from spark_zmq.stream_options import READER_OPTIONS
 from support.common import MemoryState
 from support.fuzzing import (
     captured,
@@ -49,7 +48,7 @@ pytestmark = pytest.mark.timeout(120)
 
 zeroeq = ZeroEQ()
 ZEROEQ_READER = READER_OPTIONS + zeroeq.reader_options
-ZEROEQ_WRITER = parse_options("zeroeq", WRITER_OPTIONS + zeroeq.writer_options, {})
+ZEROEQ_WRITER = zeroeq.writer_settings({})
 ids16 = st.binary(min_size=16, max_size=16)
 #: event names that the ``events`` option takes as names (never as ids, never split)
 option_names = st.text("abcdefghijklmnopqrstuvwxyz:_", min_size=1, max_size=12).map(
@@ -90,7 +89,7 @@ def test_zeroeq_decode_classifies_every_message_300_examples(data):
     if subscribed != "all" and chosen:
         metadata[subscribed] = ";".join(sorted(chosen))
     raw = {"events": ",".join(names)} if names else {}
-    options = parse_options("zeroeq", ZEROEQ_READER, raw)
+    options = zeroeq.reader_settings(raw)
 
     decoded = zeroeq.decode(
         list_array([[b"\0" * 16]] * skip + messages, skip),
@@ -206,7 +205,7 @@ def test_zeroeq_encode_then_decode_round_trips_300_examples(data):
     decoded = zeroeq.decode(
         list_array(encoded.messages),
         Source("tcp://127.0.0.1:1", {"names": json.dumps(names)}),
-        parse_options("zeroeq", ZEROEQ_READER, {}),
+        zeroeq.reader_settings({}),
     )
     assert decoded.error.to_pylist() == [None] * len(rows)
     assert decoded.columns["event_id"].to_pylist() == [row["wire"].hex() for row in rows]
@@ -306,9 +305,7 @@ def test_zeroeq_encodes_the_same_messages_column_wise_300_examples(
     schema = pa.schema([("event", pa.string()), ("event_id", pa.string()), ("payload", kind)])
     filler = [{"event": "filler", "event_id": None, "payload": None}] * skip
     batch = pa.RecordBatch.from_pylist(filler + rows, schema=schema).slice(skip)
-    options = parse_options(
-        "zeroeq",
-        WRITER_OPTIONS + zeroeq.writer_options,
+    options = zeroeq.writer_settings(
         {"registeredEvents": ",".join(registered)} if registered else {},
     )
 

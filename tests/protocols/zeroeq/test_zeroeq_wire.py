@@ -8,7 +8,6 @@ import pyarrow as pa
 import pytest
 import zmq
 
-from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import (
     MEERKAT,
     PublisherRecord,
@@ -21,7 +20,6 @@ from spark_zmq.protocols.zeroeq import (
     request_vocabulary,
 )
 from spark_zmq.spool.layout import Source
-from spark_zmq.stream_options import READER_OPTIONS
 
 ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
 
@@ -122,12 +120,12 @@ def test_parse_address():
 
 def decode(messages, metadata=None, **raw_options):
     protocol = ZeroEQ()
-    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, raw_options)
+    settings = protocol.reader_settings(raw_options)
     frames = pa.array(messages, pa.list_(pa.binary()))
     source = Source(
         "tcp://127.0.0.1:1", {"publisher": "127.0.0.1:1", "session": "s", **(metadata or {})}
     )
-    return protocol.decode(frames, source, options)
+    return protocol.decode(frames, source, settings)
 
 
 def test_decode_well_formed_and_malformed_messages():
