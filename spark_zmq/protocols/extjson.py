@@ -3,6 +3,7 @@ what EBUS payloads and Goby's BSON scheme show in the ``json`` column and take f
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from spark_zmq.errors import PayloadError
@@ -25,9 +26,19 @@ def to_json(value: Any) -> str:
 
 def from_json(text: str) -> Any:
     """The value of JSON text (extended JSON included); ValueError when there is none."""
-    loads = json_util.loads  # outside the try: a missing bson is not a bad text
+    convert, options = json_util.object_hook, json_util.DEFAULT_JSON_OPTIONS  # a missing bson
+    # is not a bad text: outside the try
+
+    def bson_object(obj: dict[str, Any]) -> Any:
+        # json_util makes a new, random ObjectId of {"$oid": null}: the same text would be a
+        # different value at each parse (and on the wire at each send)
+        if "$oid" in obj and not isinstance(obj["$oid"], str):
+            shown = json.dumps(obj["$oid"])[:40]
+            raise ValueError(f'"$oid" must be a string of 24 hex digits, not {shown}')
+        return convert(obj, options)
+
     try:
-        return loads(text)
+        return json.loads(text, object_hook=bson_object)
     except ValueError:
         raise
     except Exception as exc:  # json_util's TypeError, KeyError, InvalidId; RecursionError
