@@ -244,8 +244,14 @@ class ZyreNode:
         return None
 
     def _loop(self, node: PyreNode, beacon_threads: list[threading.Thread]) -> None:
+        """Until ``close``, or until the process's main thread has ended: pyre's actor threads
+        are not daemons, so a node left running would keep the interpreter from exiting, and
+        the atexit cleanup that closes capture and lets go of the spool (run only after every
+        such thread ends) would never run (a query's process whose Spark went away without
+        calling stop then held its spool's LOCK for good)."""
         inbox = node.socket()
-        while not self._stopping.is_set():
+        main = threading.main_thread()
+        while not self._stopping.is_set() and main.is_alive():
             if inbox.poll(BEACON_CHECK_SECONDS * 1000):
                 self._take_event(node)
             if not all(t.is_alive() for t in beacon_threads):

@@ -89,6 +89,27 @@ def test_a_beacon_without_a_network_is_an_error_naming_the_port():
     ), (result.stdout, result.stderr[-2000:])
 
 
+def test_a_node_left_running_lets_its_process_exit_and_run_its_atexit_cleanup(tmp_path):
+    """Spark's driver-side source process ends its main thread without calling stop when the
+    JVM goes away; its cleanup (closing capture, letting go of the spool) is registered with
+    atexit, which runs only once every non-daemon thread has ended. pyre's are not daemons:
+    the node must stop when the main thread ends, or the process never exits."""
+    cleaned = tmp_path / "cleaned"
+    script = textwrap.dedent(f"""
+        import atexit
+        from spark_zmq.protocols.yamz import ZyreNode
+        node = ZyreNode("left", {{"YAMZ": '{{"name": "left"}}'}}, 5693, print, print, print)
+        node.start()
+        atexit.register(lambda: open({str(cleaned)!r}, "w").write("closed"))
+        print("started", flush=True)
+    """)  # the main thread ends here, the node not closed
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert result.stdout.startswith("started"), result.stderr[-2000:]
+    assert cleaned.read_text() == "closed"
+
+
 def test_discovery_resolves_ports_as_peers_announce_and_leave():
     beacon = 5683
     listener = Listener()
