@@ -153,8 +153,16 @@ def test_drop_mode_counts_what_a_full_disk_dropped_and_goes_on(
 ):
     publisher = Publisher("dropdisk", zeroconf=zeroconf)
     spool = small_disk / "spool"
+    # spoolRetention=0: commits free the disk (with the default 7d, committed segments stay,
+    # and a disk they fill stays full: retention does not yet give way to a full disk)
     query = start_query(
-        spark, tmp_path, spool, "dropdisk", onSpoolWriteError="drop", captureCore=core
+        spark,
+        tmp_path,
+        spool,
+        "dropdisk",
+        onSpoolWriteError="drop",
+        captureCore=core,
+        spoolRetention="0",
     )
     big, small = 60, 0
 
