@@ -33,6 +33,18 @@ def pytest_sessionstart(session):
         )
 
 
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test.sh's ``--dist loadfile``: a file to a worker, with the groups of
+    ``support.scheduling.SHARED_WORKER``, in this collection's order (longest first)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from support.scheduling import FileScheduling
+
+    config.option.loadscopereorder = False
+    return FileScheduling(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
     """Marks ``spark`` every test that uses a fixture of ``SPARK_FIXTURES`` or is marked
@@ -43,7 +55,30 @@ def pytest_collection_modifyitems(session, config, items):
         uses = SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ()))
         if uses or item.get_closest_marker("cluster"):
             item.add_marker(pytest.mark.spark)
-    items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+    order_longest_first(items)
+
+
+def order_longest_first(items: list[pytest.Item]) -> None:
+    """Sorts the tests by unit of work (``support.scheduling.scope_of``: a file or a group of
+    files that share a worker), the units that take longest first, so that parallel workers
+    (scripts/test.sh) do not end the run waiting on a long file started last; inside a unit,
+    tests keep their order, those marked ``last`` after the others. How long a unit takes is
+    guessed from what it holds: a Spark test takes tens of seconds, most others less than one."""
+    from support.scheduling import scope_of
+
+    weights: dict[str, int] = {}
+    for item in items:
+        scope = scope_of(item.nodeid)
+        weights[scope] = weights.get(scope, 0) + (40 if item.get_closest_marker("spark") else 1)
+    position = {id(item): index for index, item in enumerate(items)}
+    items.sort(
+        key=lambda item: (
+            -weights[scope_of(item.nodeid)],
+            scope_of(item.nodeid),
+            item.get_closest_marker("last") is not None,
+            position[id(item)],
+        )
+    )
 
 
 @pytest.fixture(scope="session")

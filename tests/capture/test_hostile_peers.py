@@ -22,9 +22,10 @@ from spark_zmq.protocols.zeroeq import event_id
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
 from spark_zmq.testing.logs import logged_warnings
-from spark_zmq.testing.processes import rss_bytes, running_holders
+from spark_zmq.testing.processes import rss_bytes
 from spark_zmq.testing.standalone import free_port
 from support.common import MemoryState, wait_until
+from support.holders import holders_here
 
 ECHO = event_id("zeroeq::test::Echo")
 FLOOD_SECONDS = 12
@@ -130,7 +131,7 @@ def test_flooding_stalled_and_oversize_peers_next_to_a_good_one(spark, tmp_path,
         go.set()
         start = time.monotonic()
         while time.monotonic() - start < FLOOD_SECONDS + 12:  # two handshake timeouts
-            peak_rss = max([peak_rss] + [rss_bytes(pid) for pid in running_holders()])
+            peak_rss = max([peak_rss] + [rss_bytes(pid) for pid in holders_here()])
             if good.oversize_at is None and time.monotonic() - start > 4:
                 good.send_oversize()
             time.sleep(0.2)

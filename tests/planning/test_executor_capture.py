@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from spark_zmq.spool.leases import load_lease
-from spark_zmq.testing.processes import running_holders
 from spark_zmq.testing.standalone import StandaloneCluster
 from support.common import ROOT, wait_until
+from support.holders import holders_here
 from support.sequences import Sender, check_exactly_once, sequences, wait_for_all_sent
 
 
@@ -124,7 +124,7 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
         ), text[-3000:]
     # the query stopped: no capture process outlives captureIdleTimeout on any host
     wait_until(
-        lambda: not running_holders(),
+        lambda: not holders_here(),
         timeout=idle_timeout + 10,
         what="every capture process to end after the query stopped",
     )
@@ -468,7 +468,7 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
         finally:
             os.kill(old_pid, signal.SIGCONT)
         wait_until(
-            lambda: old_pid not in running_holders(),
+            lambda: old_pid not in holders_here(),
             timeout=20,
             what="the paused holder to find itself fenced and end",
         )
@@ -482,7 +482,7 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
         query.stop()
     check_exactly_once(rows, sent, {key})
     wait_until(
-        lambda: not running_holders(),
+        lambda: not holders_here(),
         timeout=idle_timeout + 10,
         what="the holder to end once the query stopped",
     )

@@ -8,7 +8,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from spark_zmq.testing.processes import rss_bytes, running_holders
+from spark_zmq.testing.processes import rss_bytes
+from support.holders import holders_here
 
 MIB = 1 << 20
 
@@ -84,7 +85,7 @@ class PeakMemory:
             self.sample()
 
     def sample(self, starting: bool = False) -> None:
-        for pid in _descendants(os.getpid()) | set(running_holders()):
+        for pid in _descendants(os.getpid()) | set(holders_here()):
             kind, rss = _kind(pid), rss_bytes(pid)
             baseline = self._baseline.setdefault(pid, rss if starting else 0)
             self.peaks[kind] = max(self.peaks.get(kind, 0), rss)
