@@ -24,6 +24,6 @@ echo "check_wheel: built $(basename "$wheel")"
 cd "$work"
 "$work/venv/bin/python" -c '
 import spark_zmq.native as native
-for use in native.USES:
-    print("check_wheel: core at", native.load(use).__file__)'
+for direction in native.DIRECTIONS:
+    print("check_wheel: core at", native.load(direction).__file__)'
 "$work/venv/bin/python" -m spark_zmq.capture.selftest --core native

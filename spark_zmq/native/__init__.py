@@ -9,7 +9,7 @@ functions are never linked but taken, by ``bind``, from the library that pyzmq's
 uses, so that pyzmq's sockets are only ever handled by pyzmq's libzmq, and the build needs
 neither zmq.h nor a libzmq.
 
-Which one runs, for each use (``RECEIVE``, ``SEND``): its option (``captureCore``,
+Which one runs, in each direction (``RECEIVE``, ``SEND``): its option (``captureCore``,
 ``sendCore``), else its environment variable (``SPARK_ZMQ_CAPTURE_CORE``,
 ``SPARK_ZMQ_SEND_CORE``), else ``auto``: the compiled module when it loads, else the Python
 path, said once per process in the log; ``native``: the compiled module or
@@ -37,8 +37,9 @@ CORES = ("auto", "native", "python")
 
 
 @dataclass(frozen=True)
-class Use:
-    """One use of the compiled modules, and how its choice is named to the user."""
+class Direction:
+    """A direction the compiled modules serve (capture receiving, a writer sending): its module,
+    and how its choice is named to the user."""
 
     module: str  # the extension module
     option: str  # the option that chooses
@@ -47,52 +48,52 @@ class Use:
     fallback: str  # what runs instead, in the log line that says so
 
 
-RECEIVE = Use(
+RECEIVE = Direction(
     module="spark_zmq.native.receive",
     option="captureCore",
     variable="SPARK_ZMQ_CAPTURE_CORE",
     compiled="the compiled core",
     fallback="capture runs its Python receive loop",
 )
-SEND = Use(
+SEND = Direction(
     module="spark_zmq.native.send",
     option="sendCore",
     variable="SPARK_ZMQ_SEND_CORE",
     compiled="the compiled send loop",
     fallback="writers send through their Python path",
 )
-USES = (RECEIVE, SEND)
+DIRECTIONS = (RECEIVE, SEND)
 
 
 class NativeUnavailable(SparkZmqError, ImportError):
     """A compiled module does not load, or cannot be bound to the libzmq that pyzmq loaded."""
 
 
-def choose(use: Use, choice: str | None = None) -> ModuleType | None:
-    """The compiled module that ``choice`` (else ``use.variable``, else ``auto``) asks for,
+def choose(direction: Direction, choice: str | None = None) -> ModuleType | None:
+    """The compiled module that ``choice`` (else ``direction.variable``, else ``auto``) asks for,
     bound and ready; None for the Python path."""
-    source = use.option if choice else use.variable
-    wanted = (choice or os.environ.get(use.variable) or "auto").strip().lower()
+    source = direction.option if choice else direction.variable
+    wanted = (choice or os.environ.get(direction.variable) or "auto").strip().lower()
     if wanted not in CORES:
         raise OptionError(
-            f"{source}={wanted!r} is not one of {', '.join(CORES)} (auto: {use.compiled} "
+            f"{source}={wanted!r} is not one of {', '.join(CORES)} (auto: {direction.compiled} "
             f"when it loads, else the Python path)"
         )
     if wanted == "python":
         return None
-    module, reason = _load(use.module)
+    module, reason = _load(direction.module)
     if module is not None:
         return module
     if wanted == "native":
-        raise NativeUnavailable(f"{source}=native: {use.compiled} is not available: {reason}")
-    _log_fallback(use, reason)
+        raise NativeUnavailable(f"{source}=native: {direction.compiled} is not available: {reason}")
+    _log_fallback(direction, reason)
     return None
 
 
-def load(use: Use) -> ModuleType:
-    """``use``'s compiled module, bound to pyzmq's libzmq (NativeUnavailable, with the reason,
+def load(direction: Direction) -> ModuleType:
+    """``direction``'s compiled module, bound to pyzmq's libzmq (NativeUnavailable, with the reason,
     where it cannot be): for tests and tools that need it whatever the choice."""
-    module, reason = _load(use.module)
+    module, reason = _load(direction.module)
     if module is None:
         raise NativeUnavailable(reason)
     return module
@@ -109,8 +110,8 @@ def bind() -> str:
 
 def status() -> str:
     """One line: the compiled modules and the libzmq they call, or why one is not available."""
-    for use in USES:
-        module, reason = _load(use.module)
+    for direction in DIRECTIONS:
+        module, reason = _load(direction.module)
         if module is None:
             return f"not available: {reason}"
     return f"available, calling {bind()}"
@@ -160,13 +161,13 @@ def _bind() -> tuple[str | None, str]:
 
 
 @functools.cache
-def _log_fallback(use: Use, reason: str) -> None:
+def _log_fallback(direction: Direction, reason: str) -> None:
     logger.warning(
         "%s: %s is not available (%s). Set %s=python (or the option %s) to choose it and "
         "silence this line, or reinstall spark_zmq with a C compiler at hand",
-        use.fallback,
-        use.compiled,
+        direction.fallback,
+        direction.compiled,
         reason,
-        use.variable,
-        use.option,
+        direction.variable,
+        direction.option,
     )
