@@ -62,8 +62,8 @@ def publisher_main(
 
     def body() -> None:
         import zmq
+        from native_publisher import send_sequence
 
-        from spark_zmq.capture.cores import native_module
         from spark_zmq.protocols.zeroeq import event_id
 
         with contextlib.suppress(PermissionError):
@@ -78,7 +78,7 @@ def publisher_main(
             while not (sock.poll(100) and sock.recv() == b"\x01"):
                 if time.monotonic() > deadline:
                     raise TimeoutError("no subscriber")
-            send = native_module().send_sequence
+            send = send_sequence
             topic, body = event_id("bench::Tick"), bytes(PAYLOAD_BYTES)
             sent, start = 0, time.perf_counter()
             tick = start

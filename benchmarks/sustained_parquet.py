@@ -2,7 +2,7 @@
 ``minPartitions`` buys.
 
 A publisher process behaves as every ZeroEQ publisher does by default: XPUB, send high-water
-mark 1000, a message that finds the queue full is dropped at once (the compiled core's
+mark 1000, a message that finds the queue full is dropped at once (the compiled publisher's
 ``send_sequence`` with no patience; XPUB_NODROP turns the drop into EAGAIN so it is counted).
 It sends 100-byte events at rate R for ``--duration`` seconds into a query that writes a Parquet
 file sink (checkpoint, ``--trigger-ms`` trigger). After the publisher's last send, the table
@@ -92,7 +92,8 @@ def publisher_main(count: int, rate: float, nice: int, release: Any, conn: Any) 
     def body() -> None:
         if nice:
             os.setpriority(os.PRIO_PROCESS, 0, nice)
-        from spark_zmq.capture.cores import native_module
+        from native_publisher import send_sequence
+
         from spark_zmq.protocols.zeroeq import event_id
 
         context = zmq.Context()
@@ -106,7 +107,7 @@ def publisher_main(count: int, rate: float, nice: int, release: Any, conn: Any) 
             while not (sock.poll(100) and sock.recv() == b"\x01"):
                 if time.monotonic() > deadline:
                     raise TimeoutError("no subscriber")
-            send = native_module().send_sequence
+            send = send_sequence
             topic, blob, address = event_id(EVENT), bytes(PAYLOAD_BYTES), sock.underlying
             sent = dropped = 0
             start = time.perf_counter()

@@ -109,7 +109,7 @@ class PublishPlan:
     payload_bytes: int = PAYLOAD_BYTES
     send_hwm: int = SEND_HWM
     first: int = 0  # sequence number of the first message (several publishers, one count)
-    #: send with the compiled core's loop (spark_zmq.capture.native.send_sequence) rather than
+    #: send with the compiled publisher (native_publisher.send_sequence) rather than
     #: send_multipart per message: the publisher is then not the first to give out
     native: bool = False
     #: the publisher process's nice value (its zmq I/O thread's too); negative: it wins the CPU
@@ -336,13 +336,12 @@ def _send_all(sock: zmq.Socket, plan: PublishPlan) -> PublishResult:
 def native_sender(
     sock: zmq.Socket, topic: bytes, body: bytes, patience: float
 ) -> Callable[[int, int], int]:
-    """send(first, count) -> dropped, through the compiled core's send loop. A full send queue
+    """send(first, count) -> dropped, through the compiled publisher. A full send queue
     is given ``patience`` seconds before a message counts as dropped (0: at once, as the real
     publishers drop). The patient mode absorbs stalls of the receiving side shorter than
     ``patience``: exactly the stalls that lose messages with the real publishers."""
-    from spark_zmq.capture.cores import native_module
+    from native_publisher import send_sequence
 
-    send_sequence = native_module().send_sequence
     address = sock.underlying
     return lambda first, count: send_sequence(address, topic, body, first, count, patience)
 
@@ -1013,11 +1012,11 @@ def print_header(args: argparse.Namespace, title: str = "zeroeq_rate benchmark")
             f"receiveHighWaterMark {CAPTURE_RECEIVE_HWM:,} (default), maxRecordsPerTrigger "
             f"{f'{cap:,}' if cap > 0 else 'none'}"
         )
-    from spark_zmq.capture.cores import native_status
+    from spark_zmq.native import status
 
     print(
         f"  capture   : cores {', '.join(getattr(args, 'cores', ['auto']))}; compiled core "
-        f"{native_status()}; publisher {getattr(args, 'publisher', 'python')} send loop, "
+        f"{status()}; publisher {getattr(args, 'publisher', 'python')} send loop, "
         f"{describe_publisher_priority(getattr(args, 'publisher_nice', 0))}"
     )
     print(flush=True)

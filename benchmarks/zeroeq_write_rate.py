@@ -275,9 +275,9 @@ def receive_native(
     """``receive`` through the compiled capture core: bursts of up to 1024 messages taken in C
     into one buffer, the sequence numbers counted at the end with numpy, so that the receiver
     is not the slower side of the comparison."""
-    from spark_zmq.capture.cores import native_module
+    from spark_zmq.native import RECEIVE, load
 
-    native = native_module()
+    native = load(RECEIVE)
     unbounded = 1 << 62
     buffer = native.NativeBuffer(unbounded, unbounded, 1024, unbounded)
     address = sock.underlying

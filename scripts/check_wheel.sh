@@ -10,9 +10,9 @@ cd "$(dirname "$0")/.."
 checkout=$PWD
 work=${1:-$(mktemp -d)}
 mkdir -p "$work/source" "$work/wheels"
-# a copy without the editable install's in-place build (native.c, the .so) and caches
+# a copy without the editable install's in-place build (spark_zmq/native/*.c, the .so) and caches
 tar -C "$checkout" --exclude='__pycache__' --exclude='*.pyc' --exclude='*.so' \
-    --exclude='spark_zmq/capture/native.c' \
+    --exclude='spark_zmq/native/*.c' \
     -cf - spark_zmq setup.py pyproject.toml README.md LICENSE pyspark_*.py \
   | tar -C "$work/source" -xf -
 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w "$work/wheels" "$work/source"
@@ -22,5 +22,8 @@ echo "check_wheel: built $(basename "$wheel")"
 "$work/venv/bin/python" -m pip install -q --no-index --find-links .venv/wheelhouse "$wheel"
 # from a neutral folder, so that the checkout's package cannot be the one imported
 cd "$work"
-"$work/venv/bin/python" -c 'import spark_zmq.capture.native as n; print("check_wheel: core at", n.__file__)'
+"$work/venv/bin/python" -c '
+import spark_zmq.native as native
+for direction in native.DIRECTIONS:
+    print("check_wheel: core at", native.load(direction).__file__)'
 "$work/venv/bin/python" -m spark_zmq.capture.selftest --core native

@@ -44,15 +44,31 @@ if ! bash scripts/peers-node.sh; then
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.spark_zmq-installed
-# the install also compiles the capture core (setup.py, Cython) into the checkout: a change to
-# its source installs again
-wanted=$(cat pyproject.toml setup.py spark_zmq/capture/*.pyx | sha256sum | cut -d' ' -f1)
+# the install also compiles the package's modules (setup.py, Cython: spark_zmq/native/) into the
+# checkout: a change to their source installs again
+wanted=$(cat pyproject.toml setup.py spark_zmq/native/*.pyx spark_zmq/native/*.pxd \
+  | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # compat mode puts the checkout on sys.path, so Spark's scan for top-level pyspark_* modules
   # (auto-registration of format("zeroeq")) finds pyspark_zeroeq.py
   .venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
   echo "$wanted" > "$stamp"
+fi
+# The benchmarks' publisher (benchmarks/native_publisher.pyx): a development tool, not in the
+# wheel, compiled in place against the package's libzmq binding (spark_zmq/native/libzmq.pxd,
+# found on the venv's path); built again when either changed or the package was reinstalled.
+publisher=.venv/.native_publisher-built
+built=$(cat "$stamp" benchmarks/native_publisher.pyx spark_zmq/native/libzmq.pxd \
+  | sha256sum | cut -d' ' -f1)
+if [ ! -f "$publisher" ] || [ "$(cat "$publisher")" != "$built" ] \
+   || ! compgen -G 'benchmarks/native_publisher*.so' >/dev/null; then
+  if .venv/bin/cythonize -i -3 -q benchmarks/native_publisher.pyx; then
+    echo "$built" > "$publisher"
+  else
+    echo "setup: warning: benchmarks/native_publisher.pyx did not compile; the benchmarks'" \
+         "compiled publisher (native_publisher.send_sequence) is missing" >&2
+  fi
 fi
 # Wheels of what the package needs at run time with the zeroeq extra, pyspark aside (a cluster's
 # Spark provides it), for tests/test_deploy.py: it installs the package in a fresh venv inside

@@ -129,7 +129,8 @@ class CaptureSettings:
     receive_hwm: int
     #: CURVE client keys (Z85 text), handed to the holder on its stdin, never on its command line
     curve: tuple[str | None, str | None, str | None] = (None, None, None)
-    #: the receive loop (``cores``): "auto", "native", "python", or None for the environment's
+    #: the receive loop (``spark_zmq.native.choose``): "auto", "native", "python", or None for
+    #: the environment's
     core: str | None = None
     #: frames in one message at most (``maxMessageParts``; ``max_message_bytes`` bounds its bytes)
     max_message_parts: int = DEFAULT_MAX_MESSAGE_PARTS

@@ -1,5 +1,5 @@
 """The zmq side of capture: one socket and one monitor per endpoint, watched by the receive
-core (``cores``: compiled or Python) that polls them.
+core (``receiving``: compiled or Python) that polls them.
 
 zmq sockets belong to one thread: only the capture thread calls these. Other threads reach it
 through the mailbox, which the core watches too.
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import zmq
 
 from spark_zmq.capture.buffer import MessageBuffer
-from spark_zmq.capture.cores import Core
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
 from spark_zmq.capture.pushback import PushBack
+from spark_zmq.capture.receiving import Core
 from spark_zmq.capture.refusals import ReceiveFailures, Refusals
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.security import Curve

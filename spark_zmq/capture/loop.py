@@ -1,7 +1,7 @@
 """Capture: owns the zmq sockets, receives continuously and appends raw frames to the spool.
 
 One thread runs a poll loop over one socket per endpoint. Receiving is the job of a core
-(``cores``): the compiled one receives in C without the GIL, straight into Arrow-ready arrays,
+(``receiving``): the compiled one receives in C without the GIL, straight into Arrow-ready arrays,
 and comes back to this loop only when something needs Python; the Python one (the fallback) does
 one ``recv_multipart`` and two list appends per message. Turning a buffer into Arrow and writing
 a spool segment happens once per flush (every ``flush_interval`` seconds, every 65536 messages
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from spark_zmq.capture import cores
+from spark_zmq.capture import receiving
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.priority import PriorityOutcome, protect_capture, restore_main_thread
@@ -78,7 +78,7 @@ class Capture:
         own_process: bool = False,
     ) -> None:
         """``core``: "native", "python" or "auto" (the default, or SPARK_ZMQ_CAPTURE_CORE):
-        which receive loop runs (see ``cores``). ``max_message_bytes`` (all frames) and
+        which receive loop runs (see ``receiving``). ``max_message_bytes`` (all frames) and
         ``max_message_parts`` bound one message: a larger one is refused (``refusals``).
         ``downtime``: the partitions not captured while capture was not running, each owed a
         gap row when its endpoint is read again, and the alive record this capture keeps
@@ -93,7 +93,7 @@ class Capture:
         self.flush_interval = flush_interval
         self.name = name
         self._mailbox = Mailbox()  # join/leave from discovery; wake-ups for sync/close
-        self._core = cores.make_core(self._mailbox, core)
+        self._core = receiving.make_core(self._mailbox, core)
         #: CURVE client settings of every socket capture opens; receive_hwm: messages zmq
         #: queues per endpoint before it pushes back on the peer (0: no bound)
         self._sockets = Sockets(
@@ -214,15 +214,15 @@ class Capture:
                 leave_at = self._members.next_leave()
                 wake_at = min(next_flush, recheck_at, leave_at, self._next_push_back_check())
                 for ready, conn in self._core.wait(wake_at - time.monotonic()):
-                    if ready == cores.MAILBOX:
+                    if ready == receiving.MAILBOX:
                         self._apply_commands()
                     elif conn is None:
                         continue
-                    elif ready == cores.FULL:
+                    elif ready == receiving.FULL:
                         self._writer.flush(conn)
-                    elif ready == cores.QUEUE_FULL:
+                    elif ready == receiving.QUEUE_FULL:
                         conn.load.queue_full(conn.received)
-                    elif ready == cores.FAILED:
+                    elif ready == receiving.FAILED:
                         self._on_receive_failure(conn)
                     else:
                         self._on_monitor_event(conn)

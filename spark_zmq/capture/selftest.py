@@ -16,8 +16,8 @@ import time
 
 import zmq
 
-from spark_zmq.capture.cores import CORES, native_status
 from spark_zmq.capture.loop import Capture
+from spark_zmq.native import CORES, status
 from spark_zmq.protocols.base import Endpoint, StaticDiscovery
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--core", choices=CORES, default="auto", help="receive loop to check")
     parser.add_argument("--messages", type=int, default=MESSAGES)
     args = parser.parse_args(argv)
-    print(f"compiled capture core: {native_status()}")
+    print(f"compiled core: {status()}")
     ran, frames = captured(args.core, args.messages)
     wanted = expected(args.messages)
     good = frames == wanted

@@ -1,8 +1,8 @@
 """``spark-zmq doctor``: what this host gives the formats, each problem with its fix.
 
 - the package, and each extra's libraries (``spark_zmq.extras``);
-- capture's compiled core (``spark_zmq.capture.cores``): a note where it does not load, since
-  capture then runs its Python loop, correct but with several times the CPU per message;
+- the compiled modules (``spark_zmq.native``): a note where they do not load, since capture and
+  writers then run their Python paths, correct but with several times the CPU per message;
 - the Python that Spark will start for the formats' processes: ``PYSPARK_DRIVER_PYTHON``, else
   ``PYSPARK_PYTHON``, else ``python3`` from the ``PATH`` (the conf ``spark.pyspark.python`` is
   not read for auto-registered Python data sources; docs/deploying.md), and whether it has the
@@ -84,7 +84,7 @@ def local_findings(
         )
     ]
     findings += extras_findings()
-    findings.append(capture_core())
+    findings.append(compiled_core())
     findings.append(data_source_python(os.environ if environment is None else environment))
     findings += multicast_findings()
     if spool is not None:
@@ -122,19 +122,21 @@ def extras_findings() -> list[Finding]:
     return findings
 
 
-def capture_core() -> Finding:
-    from spark_zmq.capture.cores import CORE_VARIABLE, native_status
+def compiled_core() -> Finding:
+    from spark_zmq.native import RECEIVE, SEND, status
 
-    status = native_status()
-    if status.startswith("available"):
-        return Finding("capture core", OK, f"compiled, {status.removeprefix('available, ')}")
+    found = status()
+    if found.startswith("available"):
+        return Finding(
+            "compiled core", OK, f"receive and send, {found.removeprefix('available, ')}"
+        )
     return Finding(
-        "capture core",
+        "compiled core",
         NOTE,
-        f"the compiled core is {status}; capture runs its Python loop",
+        f"the compiled modules are {found}; capture and writers run their Python paths",
         f"reinstall spark_zmq where a C compiler and Python's headers are (pip install "
-        f"--force-reinstall --no-binary spark_zmq spark_zmq), or set {CORE_VARIABLE}=python "
-        f"to choose the Python loop",
+        f"--force-reinstall --no-binary spark_zmq spark_zmq), or set {RECEIVE.variable}=python "
+        f"and {SEND.variable}=python to choose the Python paths",
     )
 
 

@@ -1,7 +1,7 @@
 """A writer task's send loop in two forms: the compiled loop and the Python path it falls back to.
 
-The compiled loop (``send_rows`` in ``spark_zmq.capture.native``: the capture core's module, so
-that both call the one libzmq that pyzmq loaded, with the same binding) sends the messages of a
+The compiled loop (``send_rows`` in ``spark_zmq.native.send``, which calls the one libzmq that
+pyzmq loaded through the binding it shares with capture's compiled core) sends the messages of a
 batch that the format encoded column-wise (``EncodedBatch``), in C without Python's lock: per
 message it copies each frame into a zmq message and sends it on the publisher's own pyzmq
 socket, blocking on back-pressure for up to the socket's send timeout, as pyzmq's
@@ -10,68 +10,29 @@ socket, blocking on back-pressure for up to the socket's send timeout, as pyzmq'
 (``SinkPublisher.sending_socket``), the counts.
 
 The Python path (``SinkProtocol.encode`` and a ``SinkPublisher.send`` per message) is the
-fallback. Which one runs: the writer option ``sendCore``, else ``SPARK_ZMQ_SEND_CORE`` in the
-executor's Python worker, else ``auto``: the compiled loop when it loads, else the Python path,
-said once per process in the log. A format without a column-wise encoding, or a publisher
-without a socket for it, sends through the Python path whatever the choice.
+fallback. Which one runs is ``spark_zmq.native``'s choice (``SEND``): the writer option
+``sendCore``, else ``SPARK_ZMQ_SEND_CORE`` in the executor's Python worker, else ``auto``: the
+compiled loop when it loads, else the Python path, said once per process in the log. A format
+without a column-wise encoding, or a publisher without a socket for it, sends through the Python
+path whatever the choice.
 """
 
 from __future__ import annotations
 
 import errno
-import functools
-import os
 from types import ModuleType
 
 import pyarrow as pa
 import zmq
 
-from spark_zmq.capture.cores import CORES, native_module
-from spark_zmq.log import logger
-from spark_zmq.options import OptionError
 from spark_zmq.protocols.base import EncodedBatch, SinkPublisher
 
-SEND_CORE_VARIABLE = "SPARK_ZMQ_SEND_CORE"
 #: most rows the compiled loop sends in one go: the publisher's checks (``sending_socket``:
 #: goby's dropped Router connection, yamz's failed announcement) run again after each run
 RUN_ROWS = 1024
 
 #: (validity address or 0, offsets address, data address, offset) of one frame column
 FrameColumn = tuple[int, int, int, int]
-
-
-def compiled_send_loop(choice: str | None = None) -> ModuleType | None:
-    """The compiled send loop's module that ``choice`` (else ``SPARK_ZMQ_SEND_CORE``, else
-    ``auto``) asks for; None for the Python path. ``native`` that does not load raises
-    ImportError with the reason."""
-    wanted = (choice or os.environ.get(SEND_CORE_VARIABLE) or "auto").strip().lower()
-    if wanted not in CORES:
-        raise OptionError(
-            f"{SEND_CORE_VARIABLE}={wanted!r} is not one of {', '.join(CORES)} (auto: the "
-            f"compiled send loop when it loads, else the Python path)"
-        )
-    if wanted == "python":
-        return None
-    try:
-        return native_module()
-    except ImportError as exc:
-        if wanted == "native":
-            raise ImportError(
-                f"sendCore=native: the compiled send loop is not available: {exc}"
-            ) from None
-        _log_fallback(str(exc))
-        return None
-
-
-@functools.cache
-def _log_fallback(reason: str) -> None:
-    logger.warning(
-        "writers send through their Python path: the compiled send loop is not available "
-        "(%s). Set %s=python (or the option sendCore) to choose it and silence this line, or "
-        "reinstall spark_zmq with a C compiler at hand",
-        reason,
-        SEND_CORE_VARIABLE,
-    )
 
 
 def frame_column(frame: pa.Array) -> FrameColumn:
@@ -92,6 +53,7 @@ class ColumnSender:
     """The messages of one ``EncodedBatch`` on their way out through the compiled loop."""
 
     def __init__(self, native: ModuleType, encoded: EncodedBatch) -> None:
+        """``native``: ``spark_zmq.native.send``, bound (``spark_zmq.native.choose(SEND)``)."""
         self._native = native
         self._encoded = encoded  # owns the memory that the descriptions point into
         self._columns = [frame_column(frame) for frame in encoded.frames]

@@ -42,6 +42,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from spark_zmq.errors import RowError
 from spark_zmq.extras import require
 from spark_zmq.log import configure_spark_worker_logging, logger
+from spark_zmq.native import SEND, choose
 from spark_zmq.options import Options
 from spark_zmq.protocols.base import (
     ANSWERED,
@@ -55,7 +56,7 @@ from spark_zmq.protocols.base import (
     SinkPublisher,
     distinct_rows,
 )
-from spark_zmq.spark.sending import ColumnSender, compiled_send_loop
+from spark_zmq.spark.sending import ColumnSender
 from spark_zmq.stream_settings import WriterSettings
 
 #: the format's writer settings
@@ -160,7 +161,7 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter, Generic[W]):
             return self._write_requests(publisher, iterator)
         counts = SendCounts(publisher.name)
         checked: set[bytes] = set()
-        native = compiled_send_loop(self.settings.send_core)
+        native = choose(SEND, self.settings.send_core)
         for batch in iterator:
             columns = self.protocol.encode_columns(batch, self.format_settings) if native else None
             if native is not None and columns is not None:

@@ -15,7 +15,7 @@ import pytest
 import zmq
 
 from spark_zmq.capture import buffer as buffer_module
-from spark_zmq.capture import cores
+from spark_zmq.capture import receiving
 from spark_zmq.capture.loop import Capture
 from spark_zmq.protocols.base import Endpoint
 from spark_zmq.spool.layout import load_index
@@ -162,7 +162,7 @@ def test_a_buffer_is_written_at_its_bound_in_bytes_counting_frames_too(tmp_path,
     bound (here 100,000 bytes) counts 4 bytes per frame and 12 per row, so it is written each
     time 25 such messages are in, well before any flush is due."""
     monkeypatch.setattr(buffer_module, "MAX_SEGMENT_BYTES", 100_000)  # the Python core's
-    monkeypatch.setattr(cores, "MAX_SEGMENT_BYTES", 100_000)  # the compiled core's
+    monkeypatch.setattr(receiving, "MAX_SEGMENT_BYTES", 100_000)  # the compiled core's
     peer = RawPeer()
     spool, capture = start_capture(tmp_path, [(peer.key, zmq.SUB)])
     empty = [b""] * 1000

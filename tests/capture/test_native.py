@@ -17,8 +17,8 @@ import pytest
 import zmq
 
 from spark_zmq.capture.buffer import BURST, MAX_SEGMENT_BYTES, MAX_SEGMENT_ROWS, Buffer
-from spark_zmq.capture.cores import CORE_VARIABLE, native_module
 from spark_zmq.capture.refusals import Refusals
+from spark_zmq.native import RECEIVE, load
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def core() -> str:
 
 #: A capture of 200 messages from a PUB in this process, after ``PRELUDE``; prints what it saw.
 CAPTURE_SCRIPT = textwrap.dedent("""
-    import json, sys, time
+    import json, re, sys, time
     {prelude}
     import zmq
     from spark_zmq.log import configure_logging
@@ -61,13 +61,15 @@ CAPTURE_SCRIPT = textwrap.dedent("""
     payloads = []
     for _, _, table in read_range(spool.root, key, index.start, index.end):
         payloads += [frames[1].decode() for frames in table.column("frames").to_pylist()]
-    from spark_zmq.capture import cores
+    from spark_zmq import native
     print(json.dumps({{
         "cores": [c.core for c in captures],
         "payloads": payloads,
-        "status": cores.native_status(),
+        "status": native.status(),
+        # libzmq's files (libzmq.so.5..., libzmq-<hash>.so.5...), not the package's binding
+        # module spark_zmq/native/libzmq.cpython-...so
         "maps": sorted({{line.split()[-1] for line in open("/proc/self/maps")
-                        if "libzmq" in line}}),
+                        if re.search(r"/libzmq[^/]*\\.so\\.[0-9]", line)}}),
     }}))
 """)
 
@@ -75,9 +77,9 @@ CAPTURE_SCRIPT = textwrap.dedent("""
 def run_capture(tmp_path: Path, prelude: str = "", core: str = "") -> tuple[dict, str]:
     """Run CAPTURE_SCRIPT in a fresh interpreter: (what it printed, its stderr)."""
     env = dict(os.environ)
-    env.pop(CORE_VARIABLE, None)
+    env.pop(RECEIVE.variable, None)
     if core:
-        env[CORE_VARIABLE] = core
+        env[RECEIVE.variable] = core
     run = subprocess.run(
         [sys.executable, "-c", CAPTURE_SCRIPT.format(prelude=prelude), str(tmp_path / "spool")],
         capture_output=True,
@@ -132,16 +134,20 @@ def test_with_a_libzmq_whose_symbols_are_global_the_core_refuses_rather_than_gue
 
 
 def test_where_the_core_does_not_load_capture_runs_the_python_loop_and_says_so_once(tmp_path):
-    missing = "import sys; sys.modules['spark_zmq.capture.native'] = None"
+    missing = "import sys; sys.modules['spark_zmq.native.receive'] = None"
     seen, stderr = run_capture(tmp_path, missing)
     assert seen, stderr
     assert seen["cores"] == ["python", "python"]
     assert seen["payloads"] == [str(i) for i in range(200)]
-    assert seen["status"].startswith("not available: spark_zmq.capture.native does not import")
+    assert seen["status"].startswith("not available: spark_zmq.native.receive does not import")
     assert stderr.count("capture runs its Python receive loop: the compiled core is not") == 1
     # forced: no fallback, the reason instead
     seen, stderr = run_capture(tmp_path, missing, core="native")
-    assert not seen and "ImportError: spark_zmq.capture.native does not import" in stderr
+    unavailable = (
+        "NativeUnavailable: SPARK_ZMQ_CAPTURE_CORE=native: the compiled core is not available: "
+        "spark_zmq.native.receive does not import"
+    )
+    assert not seen and unavailable in stderr
     # and the Python loop by choice: no warning
     seen, stderr = run_capture(tmp_path, core="python")
     assert seen["cores"] == ["python", "python"] and "compiled core is not" not in stderr
@@ -150,7 +156,7 @@ def test_where_the_core_does_not_load_capture_runs_the_python_loop_and_says_so_o
 def test_an_unknown_core_is_refused_naming_the_variable(tmp_path):
     seen, stderr = run_capture(tmp_path, core="fast")
     assert not seen
-    assert f"{CORE_VARIABLE}='fast' is not one of auto, native, python" in stderr
+    assert f"{RECEIVE.variable}='fast' is not one of auto, native, python" in stderr
 
 
 def new_native_buffer(
@@ -159,7 +165,7 @@ def new_native_buffer(
     max_message_parts: int = 1000,
 ):
     refusals = Refusals("test", "tcp://peer", "peer", max_message_bytes, max_message_parts)
-    return native_module().NativeBuffer(MAX_SEGMENT_ROWS, max_bytes, BURST, 10, refusals)
+    return load(RECEIVE).NativeBuffer(MAX_SEGMENT_ROWS, max_bytes, BURST, 10, refusals)
 
 
 def test_a_native_buffer_becomes_the_same_rows_as_a_python_one():
@@ -195,10 +201,10 @@ def test_a_native_buffer_becomes_the_same_rows_as_a_python_one():
 EDGES_SCRIPT = textwrap.dedent("""
     import copy, json, pickle
     import zmq
-    from spark_zmq.capture.cores import native_module
     from spark_zmq.capture.refusals import Refusals
+    from spark_zmq.native import RECEIVE, load
 
-    native = native_module()
+    native = load(RECEIVE)
     refusals = Refusals("test", "tcp://peer", "peer", 1 << 20, 1000)
     context = zmq.Context.instance()
     sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
@@ -264,7 +270,7 @@ def test_a_receive_that_fails_on_one_socket_is_reported_and_the_others_go_on():
     """A REQ socket receives its reply, then fails (EFSM: a REQ must send before it receives
     again). The poller reports the failure about its owner, keeps the reply, and receives
     from the other socket as before, instead of raising for all."""
-    native = native_module()
+    native = load(RECEIVE)
     context = zmq.Context.instance()
     sockets = [context.socket(kind) for kind in (zmq.REP, zmq.REQ, zmq.XPUB, zmq.SUB)]
     replier, requester, publisher, subscriber = sockets
@@ -315,10 +321,10 @@ def test_a_receive_that_fails_on_one_socket_is_reported_and_the_others_go_on():
 INTERRUPTED_SCRIPT = textwrap.dedent("""
     import json, signal
     import zmq
-    from spark_zmq.capture.cores import native_module
     from spark_zmq.capture.refusals import Refusals
+    from spark_zmq.native import RECEIVE, load
 
-    native = native_module()
+    native = load(RECEIVE)
     context = zmq.Context.instance()
     sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
     for sock in (sender, receiver):
@@ -360,7 +366,7 @@ def paused_poller():
     one inproc PAIR socket with a new buffer (the moment it is made is when its queue was last
     found empty), its mailbox a pipe whose write end is ``poller.wake``; everything closed
     after the test."""
-    native = native_module()
+    native = load(RECEIVE)
     context = zmq.Context.instance()
     made: list = []
 
@@ -446,6 +452,6 @@ def test_a_command_in_the_mailbox_ends_a_pause_at_once(paused_poller):
         events = poller.wait(10.0)
     finally:
         timer.join()
-    assert events == [(native_module().MAILBOX, None)]
+    assert events == [(load(RECEIVE).MAILBOX, None)]
     assert time.monotonic() - started < 3.0
     assert len(buffer) == 1 and poller.statistics()["pauses"] == 1

@@ -40,7 +40,7 @@ def test_a_host_that_gives_the_formats_what_they_need_has_no_problem(tmp_path):
     assert "ok       mDNS route: 224.0.0.251 is reached from 127.0.0.1" in done.stdout
     assert "ok       multicast interfaces: lo" in done.stdout  # the tests' namespace
     assert "ok       extra yamz: zeromq-pyre" in done.stdout
-    assert "ok       capture core: compiled, calling " in done.stdout
+    assert "ok       compiled core: receive and send, calling " in done.stdout
     assert done.stdout.rstrip().splitlines()[-2] == "0 problems found"
 
 

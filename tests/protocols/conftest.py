@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from spark_zmq.spark.sending import compiled_send_loop
+from spark_zmq.native import SEND, load
 
 
 @pytest.fixture(params=["native", "python"])
 def send_core(request) -> str:
     if request.param == "native":
-        compiled_send_loop("native")  # the compiled loop must load here: an ImportError fails
+        load(SEND)  # the compiled loop must load here: an ImportError fails the test
     return request.param

@@ -5,7 +5,11 @@ queries that use it are in tests/protocols/*/ (on both send paths)."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -16,15 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_zmq.errors import OptionError
+from spark_zmq.native import SEND, choose, load
 from spark_zmq.protocols.base import EncodedBatch
 from spark_zmq.protocols.xpub import SendTimeout, XPubSender
-from spark_zmq.spark.sending import (
-    RUN_ROWS,
-    SEND_CORE_VARIABLE,
-    ColumnSender,
-    compiled_send_loop,
-    frame_column,
-)
+from spark_zmq.spark.sending import RUN_ROWS, ColumnSender, frame_column
 from support.fuzzing import fuzz
 
 TOPIC = b"t"
@@ -32,9 +31,7 @@ TOPIC = b"t"
 
 @pytest.fixture(scope="module")
 def native():
-    module = compiled_send_loop("native")  # must load here: an ImportError fails the tests
-    assert module is not None
-    return module
+    return load(SEND)  # must load here: an ImportError fails the tests
 
 
 def connected(
@@ -230,12 +227,49 @@ def test_frame_columns_must_be_binary():
 
 
 def test_the_send_core_is_chosen_by_option_then_environment(monkeypatch, native):
-    monkeypatch.setenv(SEND_CORE_VARIABLE, "python")
-    assert compiled_send_loop() is None
-    assert compiled_send_loop("native") is native
-    monkeypatch.setenv(SEND_CORE_VARIABLE, "auto")
-    assert compiled_send_loop() is native
-    assert compiled_send_loop("python") is None
-    monkeypatch.setenv(SEND_CORE_VARIABLE, "fast")
+    monkeypatch.setenv(SEND.variable, "python")
+    assert choose(SEND) is None
+    assert choose(SEND, "native") is native
+    monkeypatch.setenv(SEND.variable, "auto")
+    assert choose(SEND) is native
+    assert choose(SEND, "python") is None
+    monkeypatch.setenv(SEND.variable, "fast")
     with pytest.raises(OptionError, match="SPARK_ZMQ_SEND_CORE='fast' is not one of auto"):
-        compiled_send_loop()
+        choose(SEND)
+    with pytest.raises(OptionError, match="sendCore='fast' is not one of auto"):
+        choose(SEND, "fast")
+
+
+#: where the send module does not import: what each choice gives, and the log (stderr)
+WITHOUT_SEND_MODULE = textwrap.dedent("""
+    import json, sys
+    sys.modules["spark_zmq.native.send"] = None
+    from spark_zmq.log import configure_logging
+    configure_logging("INFO")
+    from spark_zmq.native import RECEIVE, SEND, NativeUnavailable, choose
+    seen = {"auto": [choose(SEND) for _ in range(2)], "receive": choose(RECEIVE).__name__}
+    try:
+        choose(SEND, "native")
+    except NativeUnavailable as exc:
+        seen["native"] = [isinstance(exc, ImportError), str(exc)]
+    print(json.dumps(seen))
+""")
+
+
+def test_where_the_send_module_does_not_load_writers_take_the_python_path_and_say_so_once():
+    """auto falls back with one log line per process, native refuses naming the option and the
+    module, and capture's compiled core still loads: each module is loaded on its own."""
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SEND_MODULE], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout.splitlines()[-1])
+    assert seen["auto"] == [None, None]
+    assert seen["receive"] == "spark_zmq.native.receive"
+    assert seen["native"] == [
+        True,
+        "sendCore=native: the compiled send loop is not available: spark_zmq.native.send does "
+        "not import: import of spark_zmq.native.send halted; None in sys.modules",
+    ]
+    fallback = "writers send through their Python path: the compiled send loop is not available"
+    assert run.stderr.count(fallback) == 1, run.stderr

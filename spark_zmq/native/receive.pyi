@@ -1,4 +1,4 @@
-"""Types of the compiled capture core (``native.pyx``)."""
+"""Types of capture's compiled receive side (``receive.pyx``)."""
 
 from typing import Any
 
@@ -6,7 +6,6 @@ import pyarrow as pa
 
 from spark_zmq.capture.refusals import Refusals
 
-FUNCTIONS: tuple[str, ...]
 MAX_WAIT_SECONDS: float
 MAILBOX: str
 MONITOR: str
@@ -14,8 +13,6 @@ FULL: str
 QUEUE_FULL: str
 FAILED: str
 
-def bind(extension_path: str, constants: dict[str, int]) -> str: ...
-def library_path() -> str | None: ...
 def receive(buffer: NativeBuffer, socket: int) -> tuple[int, bool]: ...
 
 class NativeBuffer:
@@ -45,10 +42,3 @@ class Poller:
     def set_watched(self, entries: list[tuple[Any, int, NativeBuffer, int]]) -> None: ...
     def wait(self, seconds: float) -> list[tuple[str, Any]]: ...
     def statistics(self) -> dict[str, float]: ...
-
-def send_sequence(
-    socket: int, topic: bytes, body: bytes, first: int, count: int, patience: float = 0.0
-) -> int: ...
-def send_rows(
-    socket: int, columns: list[tuple[int, int, int, int]], start: int, stop: int
-) -> tuple[int, int]: ...

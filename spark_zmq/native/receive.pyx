@@ -1,24 +1,15 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""The compiled capture core: poll, receive and buffer messages in C, without the GIL; and the
-same for a writer's sending (``send_rows``, at the end), so that both share one binding.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""Capture's compiled receive side: poll, receive and buffer messages in C, without the GIL.
 
-Capture's Python loop (``loop``) asks this module to wait until something needs Python: a
-command in the mailbox, a monitor event, a buffer that must be written, a receive queue found
-full, or the time the loop asked to be woken at. Meanwhile, every message that arrives is
-received here with ``zmq_msg_recv`` and appended to its connection's buffer as Arrow-ready
-arrays (row offsets, frame offsets, bytes, receive times), so Python handles one segment per
-flush instead of one object per message.
-
-libzmq's functions are never linked: they are looked up, when ``bind`` is called, in the
-library that pyzmq's own extension module uses. A socket handle made by one copy of libzmq must
-only ever be used with that copy; pyzmq wheels bundle their own, and a system libzmq may be
-loaded in the same process too. The dynamic linker bound pyzmq's extension to the first
-definition in the process's global scope, else in the extension's own dependencies
-(``dlsym`` on its handle searches those). So: if the global scope defines no libzmq function,
-or the same ones, the extension's dependencies are the answer; if it defines others (a libzmq
-loaded with global symbols), which copy pyzmq bound to depends on the order things were loaded
-in, and ``bind`` refuses rather than guess (capture then runs the Python loop). The ABI facts used here (the 64-byte ``zmq_msg_t``, ``zmq_pollitem_t``, the
-constants) are those of libzmq >= 4.1, checked against pyzmq's constants by ``bind``.
+Capture's Python loop (``capture.loop``, through ``capture.receiving.NativeCore``) asks a
+``Poller`` to wait until something needs Python: a command in the mailbox, a monitor event, a
+buffer that must be written, a receive queue found full, or the time the loop asked to be woken
+at. Meanwhile, every message that arrives is received here with ``zmq_msg_recv`` and appended
+to its connection's ``NativeBuffer`` as Arrow-ready arrays (row offsets, frame offsets, bytes,
+receive times), so Python handles one segment per flush instead of one object per message.
+libzmq is called through the shared binding (``libzmq.pxd``), which ``spark_zmq.native`` binds
+to pyzmq's libzmq before this module is used.
 
 Invariants of a buffer: ``row_offsets`` has ``rows + 1`` entries and ``frame_offsets`` has
 ``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries, in
@@ -35,164 +26,28 @@ the socket too, so that what comes next starts at a message boundary. EINTR is r
 
 cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
-from cpython.exc cimport PyErr_CheckSignals
-from libc.errno cimport EAGAIN, EINTR, errno
+from libc.errno cimport EAGAIN, EINTR
 from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
-cdef extern from *:
-    """
-    #include <dlfcn.h>
-    #include <limits.h>
-    #include <time.h>
-
-    #include <poll.h>
-
-    /* libzmq >= 4.1 ABI: a message is 64 bytes aligned on a pointer (zmq.h) */
-    typedef struct { unsigned char _[64]; } __attribute__((aligned(sizeof(void *)))) szq_msg_t;
-    typedef struct { void *socket; int fd; short events; short revents; } szq_pollitem_t;
-
-    typedef struct {
-        int (*msg_init)(szq_msg_t *);
-        int (*msg_init_size)(szq_msg_t *, size_t);
-        int (*msg_recv)(szq_msg_t *, void *, int);
-        int (*msg_send)(szq_msg_t *, void *, int);
-        int (*msg_close)(szq_msg_t *);
-        void *(*msg_data)(szq_msg_t *);
-        size_t (*msg_size)(const szq_msg_t *);
-        int (*msg_more)(const szq_msg_t *);
-        int (*poll)(szq_pollitem_t *, int, long);
-        int (*errno_)(void);
-    } szq_api_t;
-
-    static szq_api_t szq;
-
-    #define SZQ_DONTWAIT 1
-    #define SZQ_SNDMORE 2
-    #define SZQ_POLLIN 1
-    #define SZQ_ETERM (156384712 + 53)
-    #define SZQ_INT32_MAX INT_MAX
-
-    static int64_t szq_clock_ns(clockid_t clock) {
-        struct timespec ts;
-        clock_gettime(clock, &ts);
-        return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    }
-
-    static void szq_sleep_ns(int64_t ns) {
-        struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-        nanosleep(&ts, NULL);
-    }
-
-    /* wait up to ns for fd to become readable (ppoll: Python.h defines _GNU_SOURCE) */
-    static void szq_wait_readable_ns(int fd, int64_t ns) {
-        struct pollfd item = {fd, POLLIN, 0};
-        struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-        ppoll(&item, 1, &ts, NULL);
-    }
-
-    /* the file that holds the code at address, or NULL */
-    static const char *szq_file_of(void *address) {
-        Dl_info info;
-        if (!dladdr(address, &info)) return NULL;
-        return info.dli_fname;
-    }
-    """
-    ctypedef struct szq_msg_t:
-        pass
-    ctypedef struct szq_pollitem_t:
-        void *socket
-        int fd
-        short events
-        short revents
-    ctypedef struct szq_api_t:
-        int (*msg_init)(szq_msg_t *) nogil
-        int (*msg_init_size)(szq_msg_t *, size_t) nogil
-        int (*msg_recv)(szq_msg_t *, void *, int) nogil
-        int (*msg_send)(szq_msg_t *, void *, int) nogil
-        int (*msg_close)(szq_msg_t *) nogil
-        void *(*msg_data)(szq_msg_t *) nogil
-        size_t (*msg_size)(const szq_msg_t *) nogil
-        int (*msg_more)(const szq_msg_t *) nogil
-        int (*poll)(szq_pollitem_t *, int, long) nogil
-        int (*errno_)() nogil
-    szq_api_t szq
-    int SZQ_DONTWAIT, SZQ_SNDMORE, SZQ_POLLIN, SZQ_ETERM, SZQ_INT32_MAX
-    int CLOCK_REALTIME, CLOCK_MONOTONIC
-    int64_t szq_clock_ns(int clock) nogil
-    void szq_sleep_ns(int64_t ns) nogil
-    void szq_wait_readable_ns(int fd, int64_t ns) nogil
-    const char *szq_file_of(void *address)
-    void *RTLD_DEFAULT
-    void *dlopen(const char *path, int flags)
-    void *dlsym(void *handle, const char *name)
-    char *dlerror()
-    int RTLD_NOW, RTLD_NOLOAD
-
-#: the libzmq functions ``bind`` looks up, in the order of ``szq_api_t``'s fields
-FUNCTIONS = (
-    "zmq_msg_init", "zmq_msg_init_size", "zmq_msg_recv", "zmq_msg_send", "zmq_msg_close",
-    "zmq_msg_data", "zmq_msg_size", "zmq_msg_more", "zmq_poll", "zmq_errno",
+from spark_zmq.native.libzmq cimport (
+    CLOCK_MONOTONIC,
+    CLOCK_REALTIME,
+    SZQ_DONTWAIT,
+    SZQ_INT32_MAX,
+    SZQ_POLLIN,
+    api,
+    require_bound,
+    szq_api_t,
+    szq_clock_ns,
+    szq_msg_t,
+    szq_pollitem_t,
+    szq_wait_readable_ns,
 )
 
-cdef bint _bound = False
-cdef str _library = None
-
-
-def bind(str extension_path, dict constants):
-    """Take libzmq's functions from the library that pyzmq's extension at ``extension_path``
-    uses (it must already be loaded): the path of that library. ``constants`` are pyzmq's
-    values of the constants this module has built in; any difference is an ImportError."""
-    global _bound, _library
-    expected = {"DONTWAIT": SZQ_DONTWAIT, "SNDMORE": SZQ_SNDMORE, "POLLIN": SZQ_POLLIN,
-                "ETERM": SZQ_ETERM, "EAGAIN": EAGAIN, "EINTR": EINTR}
-    differ = {k: (v, constants.get(k)) for k, v in expected.items() if constants.get(k) != v}
-    if differ:
-        raise ImportError(f"libzmq constants differ from the compiled core's: {differ}")
-    handle = dlopen(extension_path.encode(), RTLD_NOW | RTLD_NOLOAD)
-    if handle == NULL:
-        raise ImportError(f"pyzmq's extension {extension_path} is not loaded: {_dl_error()}")
-    cdef void **slots = <void **>&szq
-    cdef void *found
-    cdef void *global_one
-    for i, name in enumerate(FUNCTIONS):
-        found = dlsym(handle, name.encode())
-        if found == NULL:
-            raise ImportError(f"{name} not found through {extension_path}: {_dl_error()}")
-        global_one = dlsym(RTLD_DEFAULT, name.encode())
-        if global_one != NULL and global_one != found:
-            raise ImportError(
-                f"two copies of libzmq are loaded: {_file_of(found)} (pyzmq's) and "
-                f"{_file_of(global_one)}, loaded with global symbols; which one pyzmq's "
-                f"sockets belong to depends on the order they were loaded in"
-            )
-        slots[i] = found
-    _library = _file_of(<void *>szq.msg_recv)
-    _bound = True
-    return _library
-
-
-cdef str _file_of(void *address):
-    import os
-
-    cdef const char *path = szq_file_of(address)
-    return os.path.realpath(path.decode()) if path != NULL else "?"
-
-
-cdef str _dl_error():
-    cdef char *text = dlerror()
-    return text.decode() if text != NULL else "no detail"
-
-
-def library_path():
-    """The file of the libzmq whose functions this module calls (None before ``bind``)."""
-    return _library
-
-
-cdef void _require_bound() except *:
-    if not _bound:
-        raise RuntimeError("spark_zmq.capture.native: bind() was not called")
+#: libzmq's functions (filled by ``libzmq.bind``; ``require_bound`` checks it was called)
+cdef szq_api_t *szq = api()
 
 
 # -- memory handed to Arrow ------------------------------------------------------------------
@@ -409,7 +264,7 @@ cdef inline int _next_frame(szq_msg_t *message, void *socket) noexcept nogil:
 
 
 cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
-                       int64_t now) noexcept nogil:
+                              int64_t now) noexcept nogil:
     """Store, or refuse, the message whose first frame is in ``message``, taking its other
     frames from ``socket`` to the last: 0, or the errno of a failure (-1: the buffer could not
     grow), after which nothing of the message is stored.
@@ -674,7 +529,7 @@ def receive(NativeBuffer buffer not None, size_t socket):
     """One burst from the socket at address ``socket`` (pyzmq's ``Socket.underlying``) into
     ``buffer``, without the GIL: (messages taken, whether the queue was found full). A failed
     receive does not raise: ``buffer.take_error()`` says it (what it took before stays)."""
-    _require_bound()
+    require_bound()
     buffer._check_open()
     cdef bint emptied = False, queue_full = False
     cdef int count
@@ -814,7 +669,7 @@ cdef class Poller:
         of (kind, owner) with kind MAILBOX (owner None), MONITOR, FULL (the owner's buffer must
         be written), QUEUE_FULL (the owner's receive queue was found full) or FAILED (a receive
         from the owner's socket failed: its buffer's ``take_error`` says how)."""
-        _require_bound()
+        require_bound()
         cdef NativeBuffer buffer
         for buffer in self.buffers:
             buffer._check_open()  # handed to Arrow since it was watched: not to be written
@@ -907,172 +762,3 @@ cdef class Poller:
                 if revents & MARK_QUEUE_FULL:
                     events.append((QUEUE_FULL, self.owners[i]))
         return events
-
-
-# -- a paced publisher's send loop (benchmarks) --------------------------------------------------
-
-cdef inline void _put_big_endian(unsigned char *at, int64_t value) noexcept nogil:
-    cdef int i
-    for i in range(8):
-        at[i] = <unsigned char>((<unsigned long long>value) >> (56 - 8 * i))
-
-
-def send_sequence(size_t socket, bytes topic, bytes body, int64_t first, int64_t count,
-                  double patience=0.0):
-    """Send ``count`` two-frame messages (``topic``, ``body``) on the socket at address
-    ``socket`` without the GIL, each body starting with its sequence number (``first`` on)
-    and its send time (ns since the epoch), both 8-byte big-endian. A message that zmq cannot
-    queue (EAGAIN: the high-water mark, with XPUB_NODROP) is tried again for up to
-    ``patience`` seconds (the publisher's own I/O thread may simply not have run yet), then
-    dropped and counted: the number dropped. The benchmarks' publisher, so that it is not the
-    first to give out."""
-    _require_bound()
-    if len(body) < 16:
-        raise ValueError("body must have room for the 16-byte head")
-    cdef const char *topic_data = topic
-    cdef const char *body_data = body
-    cdef size_t topic_size = len(topic), body_size = len(body)
-    cdef int64_t i, dropped = 0
-    cdef int64_t patience_ns = <int64_t>(patience * 1e9), give_up
-    cdef int failed = 0
-    cdef szq_msg_t message
-    cdef unsigned char *head
-    with nogil:
-        for i in range(count):
-            szq.msg_init_size(&message, topic_size)
-            memcpy(szq.msg_data(&message), topic_data, topic_size)
-            give_up = szq_clock_ns(CLOCK_MONOTONIC) + patience_ns
-            while szq.msg_send(&message, <void *>socket, SZQ_SNDMORE | SZQ_DONTWAIT) < 0:
-                failed = szq.errno_()
-                if failed != EAGAIN or szq_clock_ns(CLOCK_MONOTONIC) >= give_up:
-                    break
-                failed = 0
-                szq_sleep_ns(50000)
-            if failed:
-                szq.msg_close(&message)
-                if failed != EAGAIN:
-                    break
-                failed = 0
-                dropped += 1
-                continue
-            szq.msg_init_size(&message, body_size)
-            head = <unsigned char *>szq.msg_data(&message)
-            memcpy(head, body_data, body_size)
-            _put_big_endian(head, first + i)
-            _put_big_endian(head + 8, szq_clock_ns(CLOCK_REALTIME))
-            if szq.msg_send(&message, <void *>socket, SZQ_DONTWAIT) < 0:
-                failed = szq.errno_()
-                szq.msg_close(&message)
-                break
-    if failed:
-        import zmq
-        raise zmq.ZMQError(failed)
-    return dropped
-
-
-# -- a writer's send loop --------------------------------------------------------------------
-
-ctypedef struct FrameColumn:
-    # one frame of every row: an Arrow ``binary`` array's buffers, taken at the array's offset
-    const unsigned char *validity  # NULL when the column has no nulls
-    const int32_t *offsets         # row i's bytes are data[offsets[i]:offsets[i + 1]]
-    const char *data
-    int64_t bit_offset             # the array's offset: row i's validity bit is bit_offset + i
-
-ctypedef struct Outbox:
-    FrameColumn *columns
-    int count                      # frame columns
-    Py_ssize_t row                 # the next row to send
-    Py_ssize_t stop                # the end of the run
-    int frame                      # the next frame of ``row`` (not 0: the row is half sent)
-    int64_t sent                   # messages sent whole
-
-
-cdef inline bint _present(const FrameColumn *column, Py_ssize_t row) noexcept nogil:
-    cdef int64_t bit = column.bit_offset + row
-    return column.validity == NULL or (column.validity[bit >> 3] >> (bit & 7)) & 1
-
-
-cdef int _send_frame(const FrameColumn *column, Py_ssize_t row, void *socket,
-                     int flags) noexcept nogil:
-    """One frame as a new zmq message (a copy: zmq's I/O thread sends it later): 0, or errno."""
-    cdef szq_msg_t message
-    cdef int32_t start = column.offsets[row]
-    cdef size_t size = <size_t>(column.offsets[row + 1] - start)
-    if szq.msg_init_size(&message, size) != 0:
-        return szq.errno_()
-    if size:
-        memcpy(szq.msg_data(&message), column.data + start, size)
-    if szq.msg_send(&message, socket, flags) < 0:
-        szq.msg_close(&message)  # not sent: still ours
-        return szq.errno_()
-    return 0
-
-
-cdef int _send_run(Outbox *box, void *socket) noexcept nogil:
-    """Send rows ``box.row`` to ``box.stop`` (each a blocking send: the socket's SNDTIMEO bounds
-    a wait on back-pressure): 0 when done, else the errno of the send that failed, with
-    ``box.row`` and ``box.frame`` at that frame, so that a call after EINTR goes on there.
-
-    Row i's message is its frames in column order up to the first column where the row is
-    null; a row null in the first column is not sent."""
-    cdef int failed
-    cdef bint last
-    while box.row < box.stop:
-        if not _present(&box.columns[0], box.row):
-            box.row += 1
-            continue
-        while True:
-            last = (box.frame + 1 == box.count
-                    or not _present(&box.columns[box.frame + 1], box.row))
-            failed = _send_frame(&box.columns[box.frame], box.row, socket,
-                                 0 if last else SZQ_SNDMORE)
-            if failed:
-                return failed
-            if last:
-                break
-            box.frame += 1
-        box.frame = 0
-        box.row += 1
-        box.sent += 1
-    return 0
-
-
-def send_rows(size_t socket, list columns, Py_ssize_t start, Py_ssize_t stop):
-    """Send the messages of rows ``start`` to ``stop`` of a batch encoded column-wise, on the
-    socket at address ``socket`` (pyzmq's ``Socket.underlying``), without the GIL: (messages
-    sent, 0) or, when a send failed, (messages sent before it, its errno). EAGAIN means that
-    back-pressure outlasted the socket's send timeout. An interrupted send (EINTR) runs
-    Python's signal handlers, as pyzmq does, and goes on where it stopped (a handler's
-    exception ends the call).
-
-    ``columns`` describe the frame columns (``sending.frame_columns``): (validity address or 0,
-    offsets address, data address, offset) of Arrow ``binary`` arrays of at least ``stop``
-    rows, which the caller keeps alive during the call."""
-    _require_bound()
-    if not columns:
-        raise ValueError("a message has at least one frame column")
-    cdef Outbox box
-    memset(&box, 0, sizeof(Outbox))
-    box.count = len(columns)
-    box.columns = <FrameColumn *>malloc(box.count * sizeof(FrameColumn))
-    if box.columns == NULL:
-        raise MemoryError()
-    cdef int i
-    cdef int failed = 0
-    try:
-        for i, (validity, offsets, data, offset) in enumerate(columns):
-            box.columns[i].validity = <const unsigned char *><size_t>validity
-            box.columns[i].offsets = (<const int32_t *><size_t>offsets) + <Py_ssize_t>offset
-            box.columns[i].data = <const char *><size_t>data
-            box.columns[i].bit_offset = offset
-        box.row, box.stop = start, stop
-        while True:
-            with nogil:
-                failed = _send_run(&box, <void *>socket)
-            if failed != EINTR:
-                break
-            PyErr_CheckSignals()  # raises what a handler raised
-        return box.sent, failed
-    finally:
-        free(box.columns)

@@ -1,0 +1,6 @@
+"""Types of the compiled modules' libzmq binding (``libzmq.pyx``)."""
+
+FUNCTIONS: tuple[str, ...]
+
+def bind(extension_path: str, constants: dict[str, int]) -> str: ...
+def library_path() -> str | None: ...
