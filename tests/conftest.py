@@ -58,18 +58,28 @@ def pytest_collection_modifyitems(session, config, items):
     order_longest_first(items)
 
 
+def guessed_seconds(item: pytest.Item) -> int:
+    """Roughly what a test takes on 2 cores: a standalone cluster minutes, any other Spark start
+    tens of seconds, a fuzz test (named ``..._<n>_examples``) seconds, most others less."""
+    if item.get_closest_marker("cluster"):
+        return 150
+    if item.get_closest_marker("spark"):
+        return 40
+    return 10 if item.name.split("[")[0].endswith("_examples") else 1
+
+
 def order_longest_first(items: list[pytest.Item]) -> None:
     """Sorts the tests by unit of work (``support.scheduling.scope_of``: a file or a group of
     files that share a worker), the units that take longest first, so that parallel workers
     (scripts/test.sh) do not end the run waiting on a long file started last; inside a unit,
     tests keep their order, those marked ``last`` after the others. How long a unit takes is
-    guessed from what it holds: a Spark test takes tens of seconds, most others less than one."""
+    guessed from what it holds (``guessed_seconds``)."""
     from support.scheduling import scope_of
 
     weights: dict[str, int] = {}
     for item in items:
         scope = scope_of(item.nodeid)
-        weights[scope] = weights.get(scope, 0) + (40 if item.get_closest_marker("spark") else 1)
+        weights[scope] = weights.get(scope, 0) + guessed_seconds(item)
     position = {id(item): index for index, item in enumerate(items)}
     items.sort(
         key=lambda item: (
