@@ -4,8 +4,9 @@
 ``pyspark_zeroeq``). The subpackages follow a message from the wire to a Spark row:
 
 - ``protocols``: one subpackage per system (wire format, discovery, decoding, writing);
-- ``planning``: discovery -> assignment -> claims, where capture runs (driver or executors);
-- ``capture``: the zmq sockets and the poll loop, and the holder process on an executor;
+- ``placement``: where discovery and capture run (driver, executors' holder processes, a
+  capture service), behind the one interface the reader plans offsets with;
+- ``capture``: the zmq sockets and the poll loop;
 - ``spool``: what capture received, kept per partition until Spark commits it;
 - ``spark``: the data sources, the one generic stream reader and writer, offsets;
 - ``cli``: the command line; ``testing``: clusters, demo peers and probes for tests.

@@ -10,7 +10,7 @@ import pytest
 
 ALLOWED_INTERFACES = ("lo",)
 #: fixtures that start a JVM (the shared session, the standalone clusters of tests/test_deploy.py
-#: and tests/planning/test_executor_capture.py, the Spark Connect server, the docs site's build,
+#: and tests/placement/test_executor_capture.py, the Spark Connect server, the docs site's build,
 #: which runs the notebooks when it finds no outputs of theirs); a test that uses one, directly
 #: or through another fixture, is marked ``spark`` without having to say so
 SPARK_FIXTURES = frozenset({"spark", "cluster", "connect_server", "site"})

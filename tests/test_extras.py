@@ -137,3 +137,30 @@ def test_the_command_line_needs_no_pyspark():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith("spark_zmq/jobs/capture_to_parquet.py")
+
+
+def test_capture_the_capture_service_and_the_holder_process_need_no_pyspark():
+    """A capture service (``spark-zmq capture``) and a holder process on an executor run
+    capture outside Spark: they, every module of ``spark_zmq.capture`` and the spool's file
+    contract import with pyspark missing (only ``capture=executors``'s claims are Spark's)."""
+    done = run_without(
+        ["pyspark"],
+        """
+        import importlib, pkgutil
+        import spark_zmq.capture
+        capture = sorted(
+            m.name for m in pkgutil.iter_modules(spark_zmq.capture.__path__, "spark_zmq.capture.")
+        )
+        others = [
+            "spark_zmq.placement.service",
+            "spark_zmq.placement.executors.holder",
+            "spark_zmq.spool.contract",
+        ]
+        for name in capture + others:
+            importlib.import_module(name)
+        print("imported", " ".join(capture + others))
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    imported = done.stdout.split()
+    assert {"spark_zmq.capture.loop", "spark_zmq.placement.service"} <= set(imported), imported

@@ -54,8 +54,8 @@ from spark_zmq.spool.writer import Spool
 #: seconds before capture tries again to reopen a connection that zmq refused to reopen
 REOPEN_RETRY_SECONDS = 5.0
 
-if TYPE_CHECKING:  # (assignment imports pyspark, which capture alone does not need)
-    from spark_zmq.capture.assignment import CaptureSettings
+if TYPE_CHECKING:
+    from spark_zmq.stream_settings import CaptureSettings
 
 
 class Capture:

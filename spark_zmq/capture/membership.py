@@ -55,7 +55,7 @@ class Membership:
         self._drain = drain
         self._connections: dict[str, Connection] = {}
         #: endpoints that could not be opened, each logged once (the driver's guard bounds
-        #: what discovery reports, ``planning.guard``; this remembers at most as many)
+        #: what discovery reports, ``placement.guard``; this remembers at most as many)
         self._refused = RefusedEndpoints(name, MAX_REFUSALS_REMEMBERED)
 
     def __iter__(self) -> Iterator[Connection]:

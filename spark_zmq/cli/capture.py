@@ -16,17 +16,15 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from spark_zmq.cli.common import add_format_options, positive_seconds_arg
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
 from spark_zmq.options import OptionError
+from spark_zmq.placement.service import CaptureService, Progress
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.stream_settings import ReaderSettings
-
-if TYPE_CHECKING:  # (planning imports pyspark, which the rest of the command line does not need)
-    from spark_zmq.planning.service import CaptureService, Progress
 
 PROG = "spark-zmq capture"
 #: seconds between two looks at what queries committed
@@ -85,8 +83,6 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol[A
         return 2
     spool = os.path.abspath(settings.source.spool_path or args.spool)
     stop = _stop_on_signals()
-    from spark_zmq.planning.service import CaptureService
-
     service = CaptureService(protocol, settings, spool)
     try:
         service.start()

@@ -2,11 +2,11 @@
 
 Driver side (one long-lived process per query run): on the first offset call the reader starts
 discovery and capture for the protocol where the option ``capture`` places them
-(``spark_zmq.planning``), then plans offsets from what capture has written to the spool.
+(``spark_zmq.placement``), then plans offsets from what capture has written to the spool.
 Executor side: ``read`` gets a ``SpoolRange`` and the options, reads that range from the spool,
 lets the protocol decode it and yields Arrow record batches in the exact Spark schema; or it
 gets a ``Claim`` and makes sure a capture process holds that partition
-(``spark_zmq.capture.holder``).
+(``spark_zmq.placement.executors``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from spark_zmq.capture.assignment import Claim
-from spark_zmq.capture.holder import executor_id, register_executor, take_partition
 from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import OptionError, Options
-from spark_zmq.planning import make_placement
-from spark_zmq.planning.placement import Placement
+from spark_zmq.placement import make_placement
+from spark_zmq.placement.base import Placement
+from spark_zmq.placement.executors.claim import Claim, take_partition
+from spark_zmq.placement.executors.holder import executor_id
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spark.offsets import (
     OffsetRange,
@@ -49,6 +49,7 @@ from spark_zmq.spark.offsets import (
     split_ranges,
 )
 from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spool.contract import register_executor
 from spark_zmq.stream_settings import ReaderSettings, SourceSettings
 
 

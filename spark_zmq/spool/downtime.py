@@ -12,7 +12,7 @@ partitions: leases are written only at a claim, so a lease's ``at`` alone says w
 began, not when it was last alive. What zmq still queued in its sockets at ``at`` (capture behind
 its peers) is not covered.
 
-**Since.** A partition left open by the previous run (``planning.driver``) was being captured
+**Since.** A partition left open by the previous run (``placement.driver``) was being captured
 when that run ended: its downtime starts at the later of its previous lease's ``at`` and the alive
 record's ``at`` when both were written by the same process. One owed by the previous run that it
 never wrote (its endpoint had not joined again) is owed still. The gap row ends at the first

@@ -17,7 +17,7 @@ def running_holders() -> dict[int, str]:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "-m spark_zmq.capture.holder " in cmdline:
+        if "-m spark_zmq.placement.executors.holder " in cmdline:
             found[int(entry)] = cmdline
     return found
 

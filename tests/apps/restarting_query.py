@@ -1,5 +1,5 @@
-"""A Spark application for the restart tests (tests/planning/test_executor_capture.py, and
-tests/planning/test_restart_gaps.py, which kills it), run by spark-submit.
+"""A Spark application for the restart tests (tests/placement/test_executor_capture.py, and
+tests/placement/test_restart_gaps.py, which kills it), run by spark-submit.
 
 It runs a zeroeq capture query into a Parquet table, stops it and starts it again from the same
 checkpoint within the application (its executors, and so their capture processes, live on), as a

@@ -10,10 +10,11 @@ import time
 
 import zmq
 
-from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings
-from spark_zmq.capture.holder import TICK, Holder
+from spark_zmq.placement.executors.holder import TICK, Holder
 from spark_zmq.protocols.base import Endpoint
+from spark_zmq.spool.contract import ASSIGNMENT, COMMITS
 from spark_zmq.spool.layout import JsonState, load_index
+from spark_zmq.stream_settings import CaptureSettings
 from support.common import wait_until
 
 SETTINGS = CaptureSettings(

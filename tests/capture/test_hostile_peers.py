@@ -17,10 +17,10 @@ import pytest
 import zmq
 from zeroconf import ServiceInfo
 
-from spark_zmq.capture.holder import holder_log
 from spark_zmq.protocols.zeroeq import event_id
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
+from spark_zmq.spool.contract import holder_log
 from spark_zmq.testing.logs import logged_warnings
 from spark_zmq.testing.processes import rss_bytes
 from spark_zmq.testing.standalone import free_port

@@ -1,6 +1,6 @@
 """Capture refuses an endpoint it cannot open alone: one log line naming it, no folder outside
 the spool, and the endpoints beside it keep flowing (before, one such endpoint ended capture
-for every partition). Discovery's guard (``planning.guard``) refuses most such endpoints before
+for every partition). Discovery's guard (``placement.guard``) refuses most such endpoints before
 capture sees them; this is what capture does with one that gets through (a holder's, say)."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def _kind(pid: int) -> str:
     command = os.path.basename(words[0]).decode(errors="replace") if words[0] else "?"
     if command == "java":
         return "jvm"
-    if b"spark_zmq.capture.holder" in words:
+    if b"spark_zmq.placement.executors.holder" in words:
         return "capture"
     return "python" if command.startswith("python") else command
 

@@ -1,7 +1,7 @@
 """``ExecutorCapture`` (``capture=executors``), after Flink's split enumerator: the driver only
 discovers, assigns and plans. It publishes the live endpoints in ``assignment.json`` in the
 spool and renews that document every second. Each partition is captured by one holder process on
-an executor (``spark_zmq.capture.holder``), started by a *claim* task of that partition and
+an executor (``holder``), started by a *claim* task of that partition and
 fenced by the spool's epochs. The driver watches every holder's heartbeat; a partition whose
 holder is gone, or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the
 next micro-batch (the reader forces one). Commits go to ``commits.json``; each holder records
@@ -23,12 +23,13 @@ import time
 import uuid
 from typing import Any
 
-from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, Claim
 from spark_zmq.log import logger
-from spark_zmq.planning.guard import guarded
-from spark_zmq.planning.holders import HolderWatch
-from spark_zmq.planning.placement import DISCOVERY, Placement
+from spark_zmq.placement.base import DISCOVERY, Placement
+from spark_zmq.placement.executors.claim import Claim
+from spark_zmq.placement.executors.watch import HolderWatch
+from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol
+from spark_zmq.spool.contract import assignment_state, commits_state
 from spark_zmq.spool.layout import JsonState, PartitionState
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
@@ -51,8 +52,8 @@ class ExecutorCapture(Placement):
     ) -> None:
         super().__init__(protocol, query, spool_path)
         self.settings = query.capture
-        self._assignment = JsonState(os.path.join(spool_path, f"{ASSIGNMENT}.json"))
-        self._commits = JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
+        self._assignment = assignment_state(spool_path)
+        self._commits = commits_state(spool_path)
         self._endpoints: dict[str, Endpoint] = {}
         #: endpoints carried over from the previous run, until discovery finds them: key -> the
         #: time.monotonic() at which they leave if it has not

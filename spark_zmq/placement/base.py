@@ -1,19 +1,21 @@
 """Where capture runs, behind one interface the stream reader plans offsets with.
 
 Three placements: ``driver.DriverCapture`` (option ``capture=driver``),
-``executors.ExecutorCapture`` (``capture=executors``) and ``service.ServiceSpool``
+``executors.enumerator.ExecutorCapture`` (``capture=executors``) and ``service.ServiceSpool``
 (``capture=service``: a capture service captures, the query only reads).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spark_zmq.capture.assignment import Claim
 from spark_zmq.protocols.base import StreamProtocol
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.stream_settings import ReaderSettings
+
+if TYPE_CHECKING:  # (a Claim is a Spark partition: placements without claims need no pyspark)
+    from spark_zmq.placement.executors.claim import Claim
 
 #: the spool's JSON document that holds discovery's durable state
 DISCOVERY = "discovery"

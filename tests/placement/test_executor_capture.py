@@ -274,7 +274,8 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     RECONFIRM_SECONDS."""
     from spark_zmq.capture.buffer import spool_table
     from spark_zmq.options import parse_options
-    from spark_zmq.planning import executors, make_placement
+    from spark_zmq.placement import make_placement
+    from spark_zmq.placement.executors import enumerator
     from spark_zmq.protocols.base import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.layout import JsonState
@@ -283,7 +284,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     from spark_zmq.stream_settings import ReaderSettings
 
     grace = 4.0
-    monkeypatch.setattr(executors, "RECONFIRM_SECONDS", grace)
+    monkeypatch.setattr(enumerator, "RECONFIRM_SECONDS", grace)
     live = publishers("carried")
     found = Endpoint(live.instance_name, f"tcp://{live.instance_name}")
     gone = Endpoint("127.0.0.1:9", "tcp://127.0.0.1:9")
@@ -342,7 +343,8 @@ def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_p
     left, is not claimed; a round planned by an earlier run (a restart replays its last batch)
     is worked out anew. The reader's side of rounds: tests/spark/test_reader_planning.py."""
     from spark_zmq.options import parse_options
-    from spark_zmq.planning import executors, make_placement
+    from spark_zmq.placement import make_placement
+    from spark_zmq.placement.executors import enumerator
     from spark_zmq.protocols.base import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.epochs import claim_epoch
@@ -350,7 +352,7 @@ def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_p
     from spark_zmq.stream_settings import ReaderSettings
 
     retry = 0.5
-    monkeypatch.setattr(executors, "CLAIM_RETRY", retry)
+    monkeypatch.setattr(enumerator, "CLAIM_RETRY", retry)
     spool = tmp_path / "spool"
     spool.mkdir()
     protocol = ZeroEQ()

@@ -13,8 +13,8 @@ import time
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
-from spark_zmq.planning.guard import guarded
-from spark_zmq.planning.placement import DISCOVERY, Placement
+from spark_zmq.placement.base import DISCOVERY, Placement
+from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.base import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY

@@ -17,23 +17,17 @@ query's commits would let go of what the first has not read.
 
 from __future__ import annotations
 
-import os
 from typing import Any, NamedTuple
 
-from spark_zmq.capture.assignment import COMMITS
 from spark_zmq.log import logger
-from spark_zmq.planning.driver import DriverCapture
-from spark_zmq.planning.placement import Placement
+from spark_zmq.placement.base import Placement
+from spark_zmq.placement.driver import DriverCapture
 from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.spool.contract import commits_state
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
-from spark_zmq.spool.layout import JsonState, PartitionState, SpoolError, load_indexes
+from spark_zmq.spool.layout import PartitionState, SpoolError, load_indexes
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
-
-
-def commits_state(spool_path: str) -> JsonState:
-    """The spool's document of what Spark committed: {partition: end offset}."""
-    return JsonState(os.path.join(spool_path, f"{COMMITS}.json"))
 
 
 class ServiceSpool(Placement):

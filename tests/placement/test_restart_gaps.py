@@ -216,7 +216,7 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
 def placement(spool: Path, session: str):
     """Capture on the driver as a query's reader runs it (``make_placement``), for ``session``."""
     from spark_zmq.options import parse_options
-    from spark_zmq.planning import make_placement
+    from spark_zmq.placement import make_placement
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.stream_options import READER_OPTIONS
     from spark_zmq.stream_settings import ReaderSettings

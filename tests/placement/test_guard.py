@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from spark_zmq.planning.guard import EndpointGuard
+from spark_zmq.placement.guard import EndpointGuard
 from spark_zmq.protocols.base import Endpoint
 
 
