@@ -33,7 +33,7 @@ from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings, C
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import (
     JsonState,

@@ -45,7 +45,7 @@ from spark_zmq.capture.sync import FlushRequests
 from spark_zmq.errors import CaptureError, CaptureTimeout
 from spark_zmq.log import logger
 from spark_zmq.mailbox import Mailbox
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost

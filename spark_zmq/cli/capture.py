@@ -22,7 +22,7 @@ from spark_zmq.cli.common import add_format_options, positive_seconds_arg
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
 from spark_zmq.options import OptionError
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.stream_settings import ReaderSettings
 
 if TYPE_CHECKING:  # (planning imports pyspark, which the rest of the command line does not need)

@@ -10,7 +10,7 @@ from spark_zmq.planning.driver import DriverCapture
 from spark_zmq.planning.executors import ExecutorCapture
 from spark_zmq.planning.placement import Placement
 from spark_zmq.planning.service import ServiceSpool
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.stream_settings import ReaderSettings
 
 #: the format's reader settings

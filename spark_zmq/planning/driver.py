@@ -15,7 +15,7 @@ from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.placement import DISCOVERY, Placement
-from spark_zmq.protocols.base import Discovery
+from spark_zmq.protocols.contract import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY
 from spark_zmq.spool.layout import PartitionState

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from spark_zmq.capture.assignment import Claim
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.layout import PartitionState
 from spark_zmq.stream_settings import ReaderSettings
 

@@ -24,7 +24,7 @@ from spark_zmq.capture.assignment import COMMITS
 from spark_zmq.log import logger
 from spark_zmq.planning.driver import DriverCapture
 from spark_zmq.planning.placement import Placement
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.layout import JsonState, PartitionState, SpoolError, load_indexes
 from spark_zmq.spool.reader import read_snapshot

@@ -38,7 +38,7 @@ from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import OptionError, Options
 from spark_zmq.planning import make_placement
 from spark_zmq.planning.placement import Placement
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.offsets import (
     OffsetRange,
     PartitionOffsets,

@@ -29,7 +29,7 @@ import zmq
 from spark_zmq.capture.cores import CORES, native_module
 from spark_zmq.log import logger
 from spark_zmq.options import OptionError
-from spark_zmq.protocols.base import EncodedBatch, SinkPublisher
+from spark_zmq.protocols.contract import EncodedBatch, SinkPublisher
 
 SEND_CORE_VARIABLE = "SPARK_ZMQ_SEND_CORE"
 #: most rows the compiled loop sends in one go: the publisher's checks (``sending_socket``:

@@ -43,7 +43,8 @@ from spark_zmq.errors import RowError
 from spark_zmq.extras import require
 from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import (
+from spark_zmq.protocols.arrow import distinct_rows, message_sizes, refuse_rows
+from spark_zmq.protocols.contract import (
     ANSWERED,
     REFUSED,
     UNANSWERED,
@@ -53,7 +54,6 @@ from spark_zmq.protocols.base import (
     Requester,
     SinkProtocol,
     SinkPublisher,
-    distinct_rows,
 )
 from spark_zmq.spark.sending import ColumnSender, compiled_send_loop
 from spark_zmq.stream_settings import WriterSettings
@@ -118,11 +118,23 @@ def shared_publisher(protocol: SinkProtocol[W], settings: W) -> SinkPublisher | 
     with _publishers_lock:
         publisher = _publishers.get(key)
         if publisher is None:
-            publisher = _publishers[key] = protocol.open_publisher(settings)
+            publisher = _publishers[key] = protocol.open_publisher(settings, application_name())
             logger.info("%s writer: publisher %s opened in process", protocol.name, publisher.name)
             if len(_publishers) == 1:
                 atexit.register(close_publishers)
         return publisher
+
+
+def application_name() -> str | None:
+    """The Spark application's name, as a writer task sees it (a local property of its job);
+    None outside a Spark task."""
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        return context.getLocalProperty("spark.app.name") if context is not None else None
+    except Exception:  # outside Spark
+        return None
 
 
 def subscriber_wait_deadline(publisher: SinkPublisher, wait: float) -> float:
@@ -288,10 +300,10 @@ class ZmqStreamWriter(DataSourceStreamArrowWriter, Generic[W]):
         """``_check_rows`` for a batch encoded column-wise: the batch to send (rows over
         maxMessageBytes refused)."""
         limit = self.settings.max_message_bytes
-        sizes = encoded.sizes()
+        sizes = message_sizes(encoded)
         over = np.flatnonzero(sizes > limit)
         if len(over):
-            encoded = encoded.refuse(over, [_too_large(int(sizes[i]), limit) for i in over])
+            encoded = refuse_rows(encoded, over, [_too_large(int(sizes[i]), limit) for i in over])
         errors = encoded.errors
         if errors.null_count < len(errors):
             first = pc.index(pc.is_valid(errors), True).as_py()

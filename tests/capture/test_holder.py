@@ -12,7 +12,7 @@ import zmq
 
 from spark_zmq.capture.assignment import ASSIGNMENT, COMMITS, CaptureSettings
 from spark_zmq.capture.holder import TICK, Holder
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.layout import JsonState, load_index
 from support.common import wait_until
 

@@ -275,7 +275,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     from spark_zmq.capture.buffer import spool_table
     from spark_zmq.options import parse_options
     from spark_zmq.planning import executors, make_placement
-    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.contract import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.layout import JsonState
     from spark_zmq.spool.writer import Spool
@@ -343,7 +343,7 @@ def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_p
     is worked out anew. The reader's side of rounds: tests/spark/test_reader_planning.py."""
     from spark_zmq.options import parse_options
     from spark_zmq.planning import executors, make_placement
-    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.contract import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.epochs import claim_epoch
     from spark_zmq.stream_options import READER_OPTIONS

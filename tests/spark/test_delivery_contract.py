@@ -11,7 +11,7 @@ import time
 import pytest
 
 from spark_zmq.capture.loop import Capture
-from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
 from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.spool.layout import load_index, segment_paths

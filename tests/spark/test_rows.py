@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_zmq.errors import MissingDependency, OptionError
-from spark_zmq.protocols.base import Decoded
+from spark_zmq.protocols.contract import Decoded
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.zeroeq import ZeroEQ

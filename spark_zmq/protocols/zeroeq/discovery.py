@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
+from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener, StateStore
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, make_zeroconf
 from spark_zmq.protocols.zeroeq.management import ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError

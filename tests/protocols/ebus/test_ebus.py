@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from spark_zmq.options import parse_options
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.ebus import (
     BroadcastRelay,
     Broker,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus.connection import BrokerConnection
 from spark_zmq.protocols.ebus.outstanding import Answer, Outstanding, PendingRequest
-from spark_zmq.protocols.ebus.requests import ServiceRequester
+from spark_zmq.protocols.ebus.publisher import ServiceRequester
 from spark_zmq.protocols.ebus.routing import RequestRouter
 from spark_zmq.protocols.ebus.wire import CLIENT, WORKER, pack, unpack
 from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError

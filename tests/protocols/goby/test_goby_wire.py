@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 from spark_zmq.options import OptionError, parse_options
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.goby import (
     Goby,
     GobyDaemon,
