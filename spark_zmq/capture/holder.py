@@ -35,13 +35,7 @@ from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.downtime import Downtime
-from spark_zmq.spool.layout import (
-    JsonState,
-    LeaseLost,
-    SpoolError,
-    folder_name,
-    partition_keys,
-)
+from spark_zmq.spool.layout import JsonState, LeaseLost, SpoolError, folder_name, partition_keys
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.spool.writer import Spool
 

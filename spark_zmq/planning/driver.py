@@ -18,7 +18,7 @@ from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.contract import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY
-from spark_zmq.spool.layout import PartitionState
+from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.writer import Spool
 
 

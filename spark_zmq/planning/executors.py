@@ -29,7 +29,8 @@ from spark_zmq.planning.guard import guarded
 from spark_zmq.planning.holders import HolderWatch
 from spark_zmq.planning.placement import DISCOVERY, Placement
 from spark_zmq.protocols.contract import Discovery, Endpoint, StreamProtocol
-from spark_zmq.spool.layout import JsonState, PartitionState
+from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.layout import JsonState
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from spark_zmq.capture.assignment import Claim
 from spark_zmq.protocols.contract import StreamProtocol
-from spark_zmq.spool.layout import PartitionState
+from spark_zmq.spool.index import PartitionState
 from spark_zmq.stream_settings import ReaderSettings
 
 #: the spool's JSON document that holds discovery's durable state

@@ -26,7 +26,8 @@ from spark_zmq.planning.driver import DriverCapture
 from spark_zmq.planning.placement import Placement
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
-from spark_zmq.spool.layout import JsonState, PartitionState, SpoolError, load_indexes
+from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.layout import JsonState, SpoolError, load_indexes
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
 

@@ -41,7 +41,7 @@ import zmq
 from spark_zmq.errors import shown
 from spark_zmq.options import Option, Options, parse_options
 from spark_zmq.protocols.addresses import address_problem, key_problem
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
 #: a format's reader settings (its ``options.ReadSettings``) and writer settings

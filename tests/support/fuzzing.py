@@ -57,7 +57,7 @@ from spark_zmq.spark.rows import (
     output_schema,
     read_rows,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.stream_settings import RowSettings

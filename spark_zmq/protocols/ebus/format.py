@@ -51,7 +51,7 @@ from spark_zmq.protocols.ebus.wire import (
     to_json,
     unpack,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 
 class EBus(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):

@@ -69,7 +69,7 @@ from spark_zmq.protocols.goby.wire import (
     split_message,
     thread_hash,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 CSTR, PROTOBUF, JSON = SCHEMES["CSTR"], SCHEMES["PROTOBUF"], SCHEMES["JSON"]
 

@@ -41,7 +41,7 @@ from spark_zmq.protocols.yamz.options import (
 )
 from spark_zmq.protocols.yamz.publisher import YamzPublisher
 from spark_zmq.protocols.yamz.wire import AddressError, Category, Port
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 
 class Yamz(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):

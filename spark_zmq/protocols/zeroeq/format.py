@@ -47,7 +47,7 @@ from spark_zmq.protocols.zeroeq.wire import (
     EVENT_ID_BYTES,
     event_id,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 
 class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):

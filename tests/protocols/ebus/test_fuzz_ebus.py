@@ -23,7 +23,7 @@ from spark_zmq.protocols.ebus.wire import CLIENT, WORKER, pack, unpack
 from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES, Worker
 from spark_zmq.protocols.extjson import from_json, to_json
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from support.fuzzing import (
     Captured,

@@ -24,7 +24,7 @@ from spark_zmq.protocols.yamz.wire import (
     parse,
     ports_of,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from support.fuzzing import captured, check_read_path, fuzz, json_texts, json_values, list_array
 
 pytestmark = pytest.mark.timeout(120)

@@ -27,7 +27,7 @@ from spark_zmq.protocols.zeroeq.management import (
     parse_request,
 )
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, tcp_endpoint
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from support.common import MemoryState
 from support.fuzzing import (
