@@ -129,7 +129,7 @@ def test_subscribe_resolves_an_abstract_address_and_prints_its_messages():
 
 def test_subscribe_with_no_peer_says_how_many_messages_came():
     done = cli(
-        "subscribe", "yamz://nobody/out", "--beacon-port", "5693", "--count", "1", "--timeout", "2"
+        "subscribe", "yamz://nobody/out", "--beacon-port", "5694", "--count", "1", "--timeout", "2"
     )
     assert done.returncode == 1
     assert "received 0 of 1 messages within 2.0 s" in done.stderr
