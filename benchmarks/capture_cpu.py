@@ -151,7 +151,7 @@ def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
     from spark_zmq.capture.loop import Capture
     from spark_zmq.capture.pushback import PushBack
     from spark_zmq.capture.spooling import SegmentWriter
-    from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+    from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
     from spark_zmq.protocols.zeroeq import MEERKAT, event_id
     from spark_zmq.spool.writer import Spool
 

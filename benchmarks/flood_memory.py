@@ -38,7 +38,7 @@ def flood(port: int, seconds: float, size: int) -> None:
 def trial(bound: int, seconds: float, size: int) -> tuple[int, int, bool]:
     """(messages captured, peak RSS in MiB, flood logged) of one capture under one flood."""
     from spark_zmq.capture.loop import Capture
-    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.contract import Endpoint
     from spark_zmq.spool.writer import Spool
     from spark_zmq.testing.logs import logged_warnings
     from spark_zmq.testing.processes import rss_bytes

@@ -69,7 +69,7 @@ def bare_zmq(port: int) -> dict:
 def capture(port: int, core: str) -> dict:
     os.environ["SPARK_ZMQ_CAPTURE_CORE"] = core
     from spark_zmq.capture.loop import Capture
-    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.contract import Endpoint
     from spark_zmq.spool.layout import load_index
     from spark_zmq.spool.reader import read_range
     from spark_zmq.spool.writer import Spool

@@ -302,7 +302,7 @@ def sink_rate(spark: Any, parts: int, count: int) -> float:
     JVM, Parquet), without capture or a publisher competing for the cores. Best of two."""
     from spark_zmq.capture.buffer import spool_table
     from spark_zmq.protocols.zeroeq import event_id
-    from spark_zmq.spool.layout import Source
+    from spark_zmq.spool.index import Source
     from spark_zmq.spool.writer import Spool
 
     folder = Path(tempfile.mkdtemp(prefix="sink-rate-"))

@@ -845,7 +845,7 @@ def capture_memory_main(
 
     def body() -> None:
         from spark_zmq.capture.loop import Capture
-        from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+        from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
         from spark_zmq.spool.writer import Spool
 
         spool = Spool(root, max_bytes=max_bytes)

@@ -432,7 +432,8 @@ def alone_writer_main(
         import pyarrow.parquet as pq
 
         from spark_zmq.protocols.zeroeq import ZeroEQ
-        from spark_zmq.spark.writer import ZmqStreamWriter, close_publishers
+        from spark_zmq.spark.publishers import close_publishers
+        from spark_zmq.spark.writer import ZmqStreamWriter
 
         protocol = ZeroEQ()
         options = protocol.parse_writer_options(writer_options(session, core))

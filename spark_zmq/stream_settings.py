@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from spark_zmq.options import Options
 from spark_zmq.security import Curve
-from spark_zmq.spool.layout import Retention
+from spark_zmq.spool.index import Retention
 from spark_zmq.stream_options import (
     CAPTURE,
     CAPTURE_CORE,

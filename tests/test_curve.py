@@ -15,7 +15,7 @@ import zmq.auth
 from spark_zmq import stream_options
 from spark_zmq.capture.loop import Capture
 from spark_zmq.options import OptionError, parse_options
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, ManagerUnreachable, request_router

@@ -19,7 +19,7 @@ APPLICATION = textwrap.dedent("""
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="APP %(name)s %(message)s")
 
     from spark_zmq.capture.loop import Capture
-    from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+    from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
     from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
     from spark_zmq.spool.writer import Spool
     publisher = Publisher("", announce=False)

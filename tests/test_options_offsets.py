@@ -30,7 +30,7 @@ def test_defaults_and_case_insensitive_names():
 def test_retention_options_reach_capture_as_a_retention():
     """spoolRetention takes days and ``forever``; the defaults keep committed data 7 days with no
     byte bound of its own (maxSpoolBytes deletes it first when room is needed)."""
-    from spark_zmq.spool.layout import Retention
+    from spark_zmq.spool.index import Retention
     from spark_zmq.stream_settings import CaptureSettings
 
     assert CaptureSettings.of(parse_options("zeroeq", SPECS, {})).retention == Retention(

@@ -17,7 +17,7 @@ from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
 from spark_zmq.capture.pushback import PushBack
 from spark_zmq.capture.receiving import Core
 from spark_zmq.capture.refusals import ReceiveFailures, Refusals
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.security import Curve
 
 

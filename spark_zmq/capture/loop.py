@@ -31,28 +31,22 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import zmq
-from zmq.utils.monitor import recv_monitor_message
-
 from spark_zmq.capture import receiving
 from spark_zmq.capture.connections import Connection, Sockets
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.priority import PriorityOutcome, protect_capture, restore_main_thread
-from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
 from spark_zmq.capture.spooling import SegmentWriter
 from spark_zmq.capture.sync import FlushRequests
+from spark_zmq.capture.upkeep import ConnectionUpkeep
 from spark_zmq.errors import CaptureError, CaptureTimeout
 from spark_zmq.log import logger
 from spark_zmq.mailbox import Mailbox
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool
-
-#: seconds before capture tries again to reopen a connection that zmq refused to reopen
-REOPEN_RETRY_SECONDS = 5.0
 
 if TYPE_CHECKING:
     from spark_zmq.stream_settings import CaptureSettings
@@ -86,9 +80,6 @@ class Capture:
         thread (``priority``; None: as the process runs); ``own_process``: this process is
         capture's (``of``), and its main thread gets ``nice`` too."""
         self.spool = spool
-        self.nice = nice
-        self.own_process = own_process
-        self._priority: PriorityOutcome | None = None
         self.max_message_bytes = max_message_bytes
         self.flush_interval = flush_interval
         self.name = name
@@ -96,7 +87,7 @@ class Capture:
         self._core = receiving.make_core(self._mailbox, core)
         #: CURVE client settings of every socket capture opens; receive_hwm: messages zmq
         #: queues per endpoint before it pushes back on the peer (0: no bound)
-        self._sockets = Sockets(
+        sockets = Sockets(
             name,
             self._core,
             curve=curve,
@@ -104,15 +95,21 @@ class Capture:
             max_message_bytes=max_message_bytes,
             max_message_parts=max_message_parts,
         )
-        self._downtime = downtime
-        self._writer = SegmentWriter(spool, name, drop_on_write_error, downtime)
-        self._members = Membership(name, spool, self._sockets, self._drain, downtime)
-        self._unwritten = False  # the last messages of a connection could not be written
-        self._stopping = False
-        self._flushes = FlushRequests()
-        self._failure: BaseException | None = None
-        self._next_load_check = 0.0
-        self._thread = threading.Thread(target=self._run, name=f"spark_zmq {name}", daemon=True)
+        self._loop = CaptureThread(
+            name,
+            spool,
+            self._mailbox,
+            self._core,
+            sockets,
+            flush_interval=flush_interval,
+            drop_on_write_error=drop_on_write_error,
+            downtime=downtime,
+            nice=nice,
+            own_process=own_process,
+        )
+        self._thread = threading.Thread(
+            target=self._loop.run, name=f"spark_zmq {name}", daemon=True
+        )
         # The last flush may run during interpreter shutdown (atexit after SIGTERM), when
         # pyarrow can no longer import its lazily loaded parts: load them now.
         warm = self._core.new_buffer(
@@ -164,17 +161,17 @@ class Capture:
 
     def received(self) -> dict[str, int]:
         """Messages received per partition since start (read without locking: a statistic)."""
-        return {key: conn.received for key, conn in self._members.items()}
+        return {key: conn.received for key, conn in self._loop.members.items()}
 
     def handshake_failures(self) -> dict[str, int]:
         """Failed handshakes per partition since its last success (a statistic)."""
-        return {k: c.health.handshake_failures for k, c in self._members.items()}
+        return {k: c.health.handshake_failures for k, c in self._loop.members.items()}
 
     def sync(self, timeout: float = 10.0) -> None:
         """Return once everything received before this call is in the spool."""
-        ticket = self._flushes.ask()
+        ticket = self._loop.flushes.ask()
         self._mailbox.wake()
-        done = self._flushes.wait(ticket, timeout, self._thread.is_alive)
+        done = self._loop.flushes.wait(ticket, timeout, self._thread.is_alive)
         self._raise_if_failed()
         if not done:
             raise CaptureTimeout(f"{self.name}: capture did not flush within {timeout} s")
@@ -183,7 +180,7 @@ class Capture:
         """Stop receiving, write what was received, close sockets. Idempotent."""
         if self._mailbox.closed:
             return
-        self._stopping = True
+        self._loop.stopping = True
         self._mailbox.wake()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
@@ -198,21 +195,61 @@ class Capture:
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:
-        if self._failure is not None:
-            raise CaptureError(f"{self.name}: capture failed: {self._failure}") from self._failure
+        failure = self._loop.failure
+        if failure is not None:
+            raise CaptureError(f"{self.name}: capture failed: {failure}") from failure
 
-    # -- the capture thread --------------------------------------------------------------------
 
-    def _run(self) -> None:
+class CaptureThread:
+    """The capture thread's side of a ``Capture``: the poll loop, flushes, and the end.
+
+    Only this thread touches the sockets; other threads reach it through ``mailbox`` (join and
+    leave) and ``flushes`` (sync), and read ``failure`` and set ``stopping``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        spool: Spool,
+        mailbox: Mailbox,
+        core: receiving.Core,
+        sockets: Sockets,
+        *,
+        flush_interval: float,
+        drop_on_write_error: bool,
+        downtime: Downtime | None,
+        nice: int | None,
+        own_process: bool,
+    ) -> None:
+        self.name = name
+        self.spool = spool
+        self.mailbox = mailbox
+        self._core = core
+        self._sockets = sockets
+        self.flush_interval = flush_interval
+        self._downtime = downtime
+        self.nice = nice
+        self.own_process = own_process
+        self._priority: PriorityOutcome | None = None
+        self._writer = SegmentWriter(spool, name, drop_on_write_error, downtime)
+        self.members = Membership(name, spool, sockets, self._drain, downtime)
+        self._upkeep = ConnectionUpkeep(name, sockets, self.members, sockets.max_message_bytes)
+        self._unwritten = False  # the last messages of a connection could not be written
+        self.stopping = False
+        self.flushes = FlushRequests()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
         # before any socket: zmq's threads inherit it
         self._priority = protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
         next_flush = time.monotonic() + self.flush_interval
         try:
-            while not self._stopping:
-                recheck_at = self._next_recheck()
-                leave_at = self._members.next_leave()
-                wake_at = min(next_flush, recheck_at, leave_at, self._next_push_back_check())
+            while not self.stopping:
+                recheck_at = self._upkeep.next_recheck()
+                leave_at = self.members.next_leave()
+                push_backs_at = self._upkeep.next_push_back_check()
+                wake_at = min(next_flush, recheck_at, leave_at, push_backs_at)
                 for ready, conn in self._core.wait(wake_at - time.monotonic()):
                     if ready == receiving.MAILBOX:
                         self._apply_commands()
@@ -223,26 +260,26 @@ class Capture:
                     elif ready == receiving.QUEUE_FULL:
                         conn.load.queue_full(conn.received)
                     elif ready == receiving.FAILED:
-                        self._on_receive_failure(conn)
+                        self._upkeep.on_receive_failure(conn, self.stopping)
                     else:
-                        self._on_monitor_event(conn)
+                        self._upkeep.on_monitor_event(conn)
                 if recheck_at <= time.monotonic():
-                    self._reopen_abandoned()
+                    self._upkeep.reopen_abandoned()
                 if leave_at <= time.monotonic():
-                    self._members.retire_left()
-                if time.monotonic() >= self._next_load_check:
-                    self._end_push_backs()
-                if time.monotonic() >= next_flush or self._flushes.pending:
+                    self.members.retire_left()
+                if time.monotonic() >= self._upkeep.next_load_check:
+                    self._upkeep.end_push_backs()
+                if time.monotonic() >= next_flush or self.flushes.pending:
                     began = time.time()
                     self._flush_all()
                     if self._downtime is not None:
                         self._downtime.alive(began)
                     next_flush = time.monotonic() + self.flush_interval
         except LeaseLost as exc:  # a newer holder took the partition over: stop writing
-            self._failure = exc
+            self.failure = exc
             logger.warning("%s: capture stopped: %s", self.name, exc)
         except BaseException as exc:  # surfaced to the reader through sync()
-            self._failure = exc
+            self.failure = exc
             logger.exception("%s: capture stopped by an error", self.name)
         finally:
             self._shutdown()
@@ -252,90 +289,23 @@ class Capture:
         is full (see ``buffer``: it never holds more than MAX_SEGMENT_BYTES plus one message,
         so a flood of large messages costs at most that, plus zmq's queue)."""
         self._core.receive(conn)
-        self._on_receive_failure(conn)
+        self._upkeep.on_receive_failure(conn, self.stopping)
         if conn.buffer.full:
             self._writer.flush(conn)
 
-    def _on_receive_failure(self, conn: Connection) -> None:
-        """If a receive from ``conn`` failed: a gap row and a log line (paced), and a new
-        socket for it unless it is being closed (capture stops, or its endpoint is retired).
-        Only this connection pays: the others are not touched."""
-        error = conn.buffer.take_error()
-        if not error:
-            return
-        conn.buffer.add_fault(conn.failures.failed(error))
-        if not self._stopping and any(member is conn for member in self._members):
-            self._reopen(conn, time.monotonic())
-
-    def _next_push_back_check(self) -> float:
-        """When to look again at open push-back episodes (inf: none is open)."""
-        if any(conn.load.episode is not None for conn in self._members):
-            return self._next_load_check
-        return float("inf")
-
-    def _end_push_backs(self) -> None:
-        now = time.monotonic()
-        self._next_load_check = now + PUSH_BACK_SECONDS / 4
-        for conn in self._members:
-            conn.load.check(now, conn.received)
-
-    def _on_monitor_event(self, conn: Connection) -> None:
-        try:  # none if the socket was reopened since the event was reported
-            event = recv_monitor_message(conn.monitor, zmq.NOBLOCK)["event"]
-        except zmq.Again:
-            return
-        if event == zmq.EVENT_DISCONNECTED and self._members.peer_disconnected(conn):
-            return
-        gap = conn.health.on_event(event)
-        if gap is not None:
-            conn.buffer.add_fault(gap)
-
-    def _reopen_abandoned(self) -> None:
-        """A connection zmq gave up (see ``health``) gets a new socket."""
-        now = time.monotonic()
-        for conn in self._members:
-            if conn.health.abandoned(now, self.max_message_bytes):
-                self._reopen(conn, now)
-
-    def _reopen(self, conn: Connection, now: float) -> None:
-        """New sockets for ``conn``; if zmq refuses, this endpoint alone waits and tries
-        again (one log line per episode), and the others keep flowing."""
-        try:
-            self._sockets.reopen(conn)
-        except Exception as exc:
-            conn.health.recheck_at = now + REOPEN_RETRY_SECONDS
-            if not conn.reopen_failing:
-                logger.warning(
-                    "%s: cannot reconnect to %s (partition %s): %s; trying again every %g s",
-                    self.name,
-                    conn.endpoint.address,
-                    conn.endpoint.key,
-                    exc,
-                    REOPEN_RETRY_SECONDS,
-                )
-            conn.reopen_failing = True
-            return
-        if conn.reopen_failing:
-            logger.info("%s: reconnecting to %s again", self.name, conn.endpoint.address)
-        conn.reopen_failing = False
-
-    def _next_recheck(self) -> float:
-        times = [c.health.recheck_at for c in self._members if c.health.recheck_at is not None]
-        return min(times, default=float("inf"))
-
     def _apply_commands(self) -> None:
-        for command, arg in self._mailbox.take():
+        for command, arg in self.mailbox.take():
             if command == "join":
-                self._members.join(arg)
+                self.members.join(arg)
             else:
-                self._members.leave(arg)
+                self.members.leave(arg)
 
     def _flush_all(self) -> None:
-        tickets = self._flushes.start_flush()
-        for conn in self._members:
+        tickets = self.flushes.start_flush()
+        for conn in self.members:
             self._drain(conn)
         self.spool.expire()  # retention by age runs with nothing new written, too
-        self._flushes.served(tickets)
+        self.flushes.served(tickets)
 
     def _drain(self, conn: Connection) -> None:
         """What ``conn``'s socket holds now, and its buffer, into the spool."""
@@ -345,13 +315,13 @@ class Capture:
     def _shutdown(self) -> None:
         """Write what every connection received, close the sockets; then, if all of it is in
         the spool, say so in the alive record (the time a restart dates its gap rows from)."""
-        fenced = isinstance(self._failure, LeaseLost)  # nothing more may be written
+        fenced = isinstance(self.failure, LeaseLost)  # nothing more may be written
         began = time.time()
-        self._members.close_all(None if fenced else self._write_last)
+        self.members.close_all(None if fenced else self._write_last)
         self._sockets.shutdown()
-        if self._downtime is not None and self._failure is None and not self._unwritten:
+        if self._downtime is not None and self.failure is None and not self._unwritten:
             self._downtime.alive(began, force=True)
-        self._flushes.wake_all()
+        self.flushes.wake_all()
         restore_main_thread(self._priority)
 
     def _write_last(self, conn: Connection) -> None:

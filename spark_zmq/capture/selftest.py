@@ -18,7 +18,7 @@ import zmq
 
 from spark_zmq.capture.loop import Capture
 from spark_zmq.native import CORES, status
-from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool

@@ -1,14 +1,15 @@
 """``python -m spark_zmq`` (or the ``spark-zmq`` command): tools around the connector.
 
 ``options [FORMAT]`` prints a format's options as a Markdown table, generated from their
-definitions (the docs' options reference is this output). ``zeroeq ...`` speaks ZeroEQ from a shell
-(``spark_zmq.cli.zeroeq``), ``ebus ...`` runs EBUS peers and asks brokers (``spark_zmq.cli.ebus``),
-``goby ...`` runs a stand-in gobyd and Goby clients (``spark_zmq.cli.goby``), ``discover`` lists
-the endpoints a stream of any format would read (``spark_zmq.cli.discover``), ``capture`` runs
-a capture service that fills a spool without a query (``spark_zmq.cli.capture``), ``demo`` runs
-demo peers of a format (``spark_zmq.cli.demo``), ``doctor`` checks what this host gives the
-formats (``spark_zmq.cli.doctor``), ``job NAME`` prints the path of a job's file
-for spark-submit (``spark_zmq.jobs``).
+definitions (the docs' options reference is this output). One package per format under
+``spark_zmq.cli``, each with ``add_<format>_parser`` and ``run_<format>``: ``zeroeq ...`` speaks
+ZeroEQ from a shell, ``ebus ...`` runs EBUS peers and asks brokers, ``goby ...`` runs a
+stand-in gobyd and Goby clients, ``yamz ...`` browses a Zyre network and reads yamz addresses.
+``discover`` lists the endpoints a stream of any format would read (``spark_zmq.cli.discover``),
+``capture`` runs a capture service that fills a spool without a query (``spark_zmq.cli.capture``),
+``demo`` runs demo peers of a format (``spark_zmq.cli.demo``), ``doctor`` checks what this host
+gives the formats (``spark_zmq.cli.doctor``), ``job NAME`` prints the path of a job's file for
+spark-submit (``spark_zmq.jobs``).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.doctor import add_doctor_parser, run_doctor
 from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
 from spark_zmq.cli.goby import add_goby_parser, run_goby
+from spark_zmq.cli.yamz import add_yamz_parser, run_yamz
 from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
 from spark_zmq.log import configure_logging
 from spark_zmq.options import option_table
-from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
+from spark_zmq.protocols.contract import SinkProtocol, StreamProtocol
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.yamz import Yamz
@@ -44,6 +46,7 @@ RUNNERS = {
     "zeroeq": run_zeroeq,
     "ebus": run_ebus,
     "goby": run_goby,
+    "yamz": run_yamz,
     "discover": lambda args: run_discover(args, FORMATS),
     "capture": lambda args: run_capture(args, FORMATS),
     "demo": run_demo,
@@ -89,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_zeroeq_parser(commands)
     add_ebus_parser(commands)
     add_goby_parser(commands)
+    add_yamz_parser(commands)
     add_discover_parser(commands, sorted(FORMATS))
     add_capture_parser(commands, sorted(FORMATS))
     add_demo_parser(commands)

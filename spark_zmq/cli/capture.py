@@ -23,7 +23,7 @@ from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
 from spark_zmq.options import OptionError
 from spark_zmq.placement.service import CaptureService, Progress
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.stream_settings import ReaderSettings
 
 PROG = "spark-zmq capture"

@@ -19,7 +19,7 @@ from typing import Any
 
 from spark_zmq.cli.common import MemoryState, add_format_options, aligned, positive_seconds_arg
 from spark_zmq.options import OptionError
-from spark_zmq.protocols.base import Endpoint, StreamProtocol
+from spark_zmq.protocols.contract import Endpoint, StreamProtocol
 
 PROG = "python -m spark_zmq discover"
 #: what discover reads of yamz when no address is given: every port one to three levels deep

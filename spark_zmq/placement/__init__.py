@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from spark_zmq.placement.base import Placement
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.stream_settings import ReaderSettings
 
 #: the format's reader settings

@@ -10,8 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
-from spark_zmq.protocols.base import StreamProtocol
-from spark_zmq.spool.layout import PartitionState
+from spark_zmq.protocols.contract import StreamProtocol
+from spark_zmq.spool.index import PartitionState
 from spark_zmq.stream_settings import ReaderSettings
 
 if TYPE_CHECKING:  # (a Claim is a Spark partition: placements without claims need no pyspark)

@@ -15,10 +15,10 @@ from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
 from spark_zmq.placement.base import DISCOVERY, Placement
 from spark_zmq.placement.guard import guarded
-from spark_zmq.protocols.base import Discovery
+from spark_zmq.protocols.contract import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY
-from spark_zmq.spool.layout import PartitionState
+from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.writer import Spool
 
 

@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 from spark_zmq.log import logger
 from spark_zmq.placement.base import Placement
 from spark_zmq.placement.driver import DriverCapture
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.contract import commits_state
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
-from spark_zmq.spool.layout import PartitionState, SpoolError, load_indexes
+from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.layout import SpoolError, load_indexes
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
 

@@ -14,7 +14,7 @@ from collections import Counter
 import zmq
 
 from spark_zmq.errors import PeerTimeout
-from spark_zmq.protocols.base import SinkPublisher
+from spark_zmq.protocols.contract import SinkPublisher
 from spark_zmq.security import NO_CURVE, Curve
 
 

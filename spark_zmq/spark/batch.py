@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from spark_zmq.errors import OptionError, SpoolError
 from spark_zmq.log import configure_spark_worker_logging
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.offsets import ranges, resolve, split_ranges
 from spark_zmq.spark.rows import SpoolRange, read_rows
 from spark_zmq.spool.reader import read_snapshot

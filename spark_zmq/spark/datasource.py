@@ -21,7 +21,7 @@ from pyspark.sql.types import StructType
 
 from spark_zmq.extras import require
 from spark_zmq.options import OptionError, Options
-from spark_zmq.protocols.base import SinkProtocol, StreamProtocol
+from spark_zmq.protocols.contract import SinkProtocol, StreamProtocol
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.yamz import Yamz

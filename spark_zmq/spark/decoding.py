@@ -31,8 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_zmq.errors import OptionError, SparkZmqError
-from spark_zmq.protocols.base import Decoded, StreamProtocol, joined_frames
-from spark_zmq.spool.layout import Source
+from spark_zmq.protocols.arrow import joined_frames
+from spark_zmq.protocols.contract import Decoded, StreamProtocol
+from spark_zmq.spool.index import Source
 
 #: the format's reader settings
 S = TypeVar("S")

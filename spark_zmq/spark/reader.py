@@ -38,7 +38,7 @@ from spark_zmq.placement import make_placement
 from spark_zmq.placement.base import Placement
 from spark_zmq.placement.executors.claim import Claim, take_partition
 from spark_zmq.placement.executors.holder import executor_id
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.offsets import (
     OffsetRange,
     PartitionOffsets,

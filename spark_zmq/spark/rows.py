@@ -30,9 +30,9 @@ from pyspark.sql.datasource import InputPartition
 from spark_zmq.errors import RowError
 from spark_zmq.extras import require
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import StreamProtocol
+from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.decoding import DecodeFailures, bounded_errors, decode_isolating
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.spool.reader import read_range
 from spark_zmq.stream_settings import RowSettings
 

@@ -25,7 +25,7 @@ from types import ModuleType
 import pyarrow as pa
 import zmq
 
-from spark_zmq.protocols.base import EncodedBatch, SinkPublisher
+from spark_zmq.protocols.contract import EncodedBatch, SinkPublisher
 
 #: most rows the compiled loop sends in one go: the publisher's checks (``sending_socket``:
 #: goby's dropped Router connection, yamz's failed announcement) run again after each run

@@ -8,14 +8,8 @@ import socket
 import time
 from dataclasses import dataclass
 
-from spark_zmq.spool.layout import (
-    LEASE_NAME,
-    checked_version,
-    epochs,
-    partition_dir,
-    read_in_epoch,
-    versioned,
-)
+from spark_zmq.spool.index import checked_version, versioned
+from spark_zmq.spool.layout import LEASE_NAME, epochs, partition_dir, read_in_epoch
 
 
 @dataclass(frozen=True)

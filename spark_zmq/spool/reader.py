@@ -15,16 +15,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from spark_zmq.log import logger
-from spark_zmq.spool.layout import (
-    SPOOL_SCHEMA,
-    PartitionState,
-    Segment,
-    Source,
-    SpoolError,
-    load_index,
-    load_indexes,
-    segment_paths,
-)
+from spark_zmq.spool.index import PartitionState, Segment, Source
+from spark_zmq.spool.layout import SPOOL_SCHEMA, SpoolError, load_index, load_indexes, segment_paths
 
 #: what an Arrow IPC file starts with, before the IPC stream it holds
 IPC_FILE_MAGIC = b"ARROW1\0\0"

@@ -13,7 +13,7 @@ import zmq
 
 from spark_zmq.capture.buffer import BURST, MAX_SEGMENT_ROWS
 from spark_zmq.capture.loop import Capture
-from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range

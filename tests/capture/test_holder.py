@@ -11,7 +11,7 @@ import time
 import zmq
 
 from spark_zmq.placement.executors.holder import TICK, Holder
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.contract import ASSIGNMENT, COMMITS
 from spark_zmq.spool.layout import JsonState, load_index
 from spark_zmq.stream_settings import CaptureSettings

@@ -17,7 +17,7 @@ import zmq
 from spark_zmq.capture import buffer as buffer_module
 from spark_zmq.capture import receiving
 from spark_zmq.capture.loop import Capture
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool

@@ -36,7 +36,7 @@ CAPTURE_SCRIPT = textwrap.dedent("""
     from spark_zmq.log import configure_logging
     configure_logging("INFO")
     from spark_zmq.capture.loop import Capture
-    from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+    from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
     from spark_zmq.spool.layout import load_index
     from spark_zmq.spool.reader import read_range
     from spark_zmq.spool.writer import Spool

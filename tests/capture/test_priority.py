@@ -18,7 +18,7 @@ import zmq
 
 from spark_zmq.capture.loop import Capture
 from spark_zmq.options import parse_options
-from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import CAPTURE_NICE, READER_OPTIONS
 from support.common import wait_until

@@ -11,7 +11,7 @@ import os
 import zmq
 
 from spark_zmq.capture.loop import Capture
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import tomllib
 
 from spark_zmq.cli import FORMATS
-from spark_zmq.protocols.base import SinkProtocol
+from spark_zmq.protocols.contract import SinkProtocol
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.common import ROOT
 from support.docs import documents

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from spark_zmq.cli import FORMATS, build_parser
-from spark_zmq.protocols.base import SinkProtocol
+from spark_zmq.protocols.contract import SinkProtocol
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.common import ROOT
 

@@ -276,7 +276,7 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     from spark_zmq.options import parse_options
     from spark_zmq.placement import make_placement
     from spark_zmq.placement.executors import enumerator
-    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.contract import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.layout import JsonState
     from spark_zmq.spool.writer import Spool
@@ -345,7 +345,7 @@ def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_p
     from spark_zmq.options import parse_options
     from spark_zmq.placement import make_placement
     from spark_zmq.placement.executors import enumerator
-    from spark_zmq.protocols.base import Endpoint
+    from spark_zmq.protocols.contract import Endpoint
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.epochs import claim_epoch
     from spark_zmq.stream_options import READER_OPTIONS

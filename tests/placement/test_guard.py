@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from spark_zmq.placement.guard import EndpointGuard
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 
 
 class Recorder:

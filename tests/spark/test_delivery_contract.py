@@ -11,7 +11,7 @@ import time
 import pytest
 
 from spark_zmq.capture.loop import Capture
-from spark_zmq.protocols.base import Endpoint, StaticDiscovery
+from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
 from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.spool.layout import load_index, segment_paths
@@ -342,7 +342,7 @@ def test_partitions_an_earlier_run_left_open_are_read_to_their_end_and_leave(
     which skips it, and the offsets of both cases are checked without Spark:
     tests/spark/test_reader_planning.py.)"""
     from spark_zmq.capture.buffer import spool_table
-    from spark_zmq.spool.layout import Source
+    from spark_zmq.spool.index import Source
 
     root = str(tmp_path / "spool")
     earlier = Spool(root, 1 << 30)

@@ -10,7 +10,7 @@ from spark_zmq.capture.buffer import spool_table
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.zeroeq import Publisher, ZeroEQ, event_id
 from spark_zmq.spark.offsets import OffsetRange, split_ranges
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import MIN_PARTITIONS, READER_OPTIONS
 from support.common import wait_until

@@ -19,7 +19,7 @@ from spark_zmq.spark import reader as reader_module
 from spark_zmq.spark.datasource import ZeroEQDataSource
 from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.spark.rows import SpoolRange
-from spark_zmq.spool.layout import PartitionState
+from spark_zmq.spool.index import PartitionState
 
 #: a retired partition's data of an earlier run, and the live one's
 OLD, LIVE = "10.9.9.9:1", "127.0.0.1:5000"

@@ -10,7 +10,7 @@ import pytest
 
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.protocols.zeroeq import Publisher, event_id
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until
 

@@ -16,13 +16,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_zmq.errors import MissingDependency, OptionError
-from spark_zmq.protocols.base import Decoded
+from spark_zmq.protocols.contract import Decoded
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.spark.decoding import MAX_ERROR_CHARS, bounded_text, decode_isolating
 from spark_zmq.spark.rows import SHARED_COLUMNS
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from support.fuzzing import (
     Captured,
     captured,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from spark_zmq.errors import OptionError
 from spark_zmq.native import SEND, choose, load
-from spark_zmq.protocols.base import EncodedBatch
+from spark_zmq.protocols.contract import EncodedBatch
 from spark_zmq.protocols.xpub import SendTimeout, XPubSender
 from spark_zmq.spark.sending import RUN_ROWS, ColumnSender, frame_column
 from support.fuzzing import fuzz

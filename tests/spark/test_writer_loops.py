@@ -15,15 +15,9 @@ import zmq
 
 from spark_zmq.options import parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ, event_id
-from spark_zmq.spark.writer import (
-    COMPILED,
-    PYTHON,
-    SendCounts,
-    UnsendableRowError,
-    ZmqStreamWriter,
-    close_publishers,
-    shared_publisher,
-)
+from spark_zmq.spark.publishers import close_publishers, shared_publisher
+from spark_zmq.spark.write_mode import COMPILED, PYTHON, SendCounts, UnsendableRowError
+from spark_zmq.spark.writer import ZmqStreamWriter
 from spark_zmq.stream_options import WRITER_OPTIONS
 
 A, B, C = "loops::A", "loops::B", "loops::C"

@@ -8,11 +8,10 @@ import os
 import time
 
 from spark_zmq.capture.buffer import spool_table
+from spark_zmq.spool.index import Retention, Source
 from spark_zmq.spool.layout import (
     HISTORY_NAME,
     INDEX_NAME,
-    Retention,
-    Source,
     epochs,
     load_index,
     partition_dir,

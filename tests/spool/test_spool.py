@@ -10,15 +10,8 @@ import pyarrow as pa
 import pytest
 
 from spark_zmq.capture.buffer import spool_table
-from spark_zmq.spool.layout import (
-    LeaseLost,
-    Retention,
-    Source,
-    SpoolError,
-    epochs,
-    load_index,
-    partition_dir,
-)
+from spark_zmq.spool.index import Retention, Source
+from spark_zmq.spool.layout import LeaseLost, SpoolError, epochs, load_index, partition_dir
 from spark_zmq.spool.leases import load_lease
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
@@ -184,7 +177,8 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     release) is read as version 1."""
     import json
 
-    from spark_zmq.spool.layout import FORMAT_VERSION, INDEX_NAME, LEASE_NAME, JsonState
+    from spark_zmq.spool.index import FORMAT_VERSION
+    from spark_zmq.spool.layout import INDEX_NAME, LEASE_NAME, JsonState
 
     root = str(tmp_path / "spool")
     spool = Spool(root, 1 << 20)

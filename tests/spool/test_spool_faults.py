@@ -12,7 +12,8 @@ import pytest
 
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.protocols.zeroeq import Publisher
-from spark_zmq.spool.layout import BATCH_ROWS, Source, load_index, partition_dir, segment_paths
+from spark_zmq.spool.index import Source
+from spark_zmq.spool.layout import BATCH_ROWS, load_index, partition_dir, segment_paths
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
 from support.common import wait_until

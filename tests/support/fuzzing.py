@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.log import logger
 from spark_zmq.options import parse_options
-from spark_zmq.protocols.base import SIZES_SHOWN
+from spark_zmq.protocols.arrow import SIZES_SHOWN
 from spark_zmq.spark.decoding import MAX_ERROR_CHARS, bounded_text
 from spark_zmq.spark.rows import (
     DataLossError,
@@ -57,7 +57,7 @@ from spark_zmq.spark.rows import (
     output_schema,
     read_rows,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.stream_settings import RowSettings

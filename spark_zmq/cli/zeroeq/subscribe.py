@@ -15,7 +15,7 @@ import zmq
 from spark_zmq.cli.common import CommandError, MemoryState
 from spark_zmq.cli.zeroeq.common import note
 from spark_zmq.options import OptionError, Options, parse_options
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.zeroeq import (
     ZeroEQ,
     default_session,

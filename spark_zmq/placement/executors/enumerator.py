@@ -28,9 +28,10 @@ from spark_zmq.placement.base import DISCOVERY, Placement
 from spark_zmq.placement.executors.claim import Claim
 from spark_zmq.placement.executors.watch import HolderWatch
 from spark_zmq.placement.guard import guarded
-from spark_zmq.protocols.base import Discovery, Endpoint, StreamProtocol
+from spark_zmq.protocols.contract import Discovery, Endpoint, StreamProtocol
 from spark_zmq.spool.contract import assignment_state, commits_state
-from spark_zmq.spool.layout import JsonState, PartitionState
+from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.layout import JsonState
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
 

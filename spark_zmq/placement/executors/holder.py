@@ -30,7 +30,7 @@ import time
 
 from spark_zmq.capture.loop import Capture
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.contract import assignment_state, commits_state, register_executor
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost

@@ -1,11 +1,13 @@
 """EBUS: the ``ebus`` format.
 
+``options``    the format's own options and its frozen reader and writer settings
 ``wire``       constants, ports, timing, payload packing (zlib + BSON ``{l: value}``)
 ``broker``     a broker: the broadcast relay (XSUB/XPUB) and ``routing`` of requests
 ``client``     the long-lived client of a broker's frontend (heartbeats, reconnects, requests)
 ``worker``     a worker serving one service, for demos and tests
 ``discovery``  ``channels=services``: a channel per service registered at the broker
-``requests``   the request sink: rows sent as requests to a service, answers collected
+``publisher``  a writer's publisher: broadcasts through the broker, or rows sent as requests to
+               a service (answers collected)
 ``format``     what the generic stream reader and writer need (options, columns, decode, encode)
 """
 

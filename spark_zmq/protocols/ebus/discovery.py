@@ -23,7 +23,7 @@ from collections.abc import Callable
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
+from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener
 from spark_zmq.protocols.ebus.client import BrokerError, Client
 from spark_zmq.protocols.ebus.wire import WORKERS_CHANNEL, PayloadError, unpack
 from spark_zmq.security import NO_CURVE, Curve

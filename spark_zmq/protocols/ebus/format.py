@@ -15,7 +15,14 @@ import pyarrow.compute as pc
 
 from spark_zmq.errors import shown
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import (
+from spark_zmq.protocols.arrow import (
+    binary_column,
+    column_values,
+    distinct_rows,
+    frame_sizes,
+    string_column,
+)
+from spark_zmq.protocols.contract import (
     Decoded,
     Discovery,
     Encoded,
@@ -27,12 +34,8 @@ from spark_zmq.protocols.base import (
     StateStore,
     StaticDiscovery,
     StreamProtocol,
-    binary_column,
-    column_values,
-    distinct_rows,
-    frame_sizes,
-    string_column,
 )
+from spark_zmq.protocols.ebus import publisher
 from spark_zmq.protocols.ebus.discovery import ServiceChannels
 from spark_zmq.protocols.ebus.options import (
     READER_OPTIONS,
@@ -40,7 +43,6 @@ from spark_zmq.protocols.ebus.options import (
     ReadSettings,
     WriteSettings,
 )
-from spark_zmq.protocols.ebus.requests import ServiceRequester
 from spark_zmq.protocols.ebus.wire import (
     PayloadError,
     from_json,
@@ -49,8 +51,7 @@ from spark_zmq.protocols.ebus.wire import (
     to_json,
     unpack,
 )
-from spark_zmq.protocols.xpub import XPubSender
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 
 class EBus(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
@@ -135,21 +136,10 @@ class EBus(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
                     f"ebus writer: column `{column}` has type {schema.field(column).type}"
                 )
 
-    def open_publisher(self, settings: WriteSettings) -> SinkPublisher | Requester:
-        if settings.service is not None:
-            return ServiceRequester(
-                settings.frontend_address,
-                settings.service,
-                settings.stales_ms,
-                settings.curve,
-                max_bytes=settings.max_message_bytes,
-            )
-        return XPubSender(
-            settings.pub_address,
-            send_hwm=settings.send_high_water_mark,
-            send_timeout=settings.send_timeout,
-            curve=settings.curve,
-        )
+    def open_publisher(
+        self, settings: WriteSettings, application: str | None = None
+    ) -> SinkPublisher | Requester:
+        return publisher.open_publisher(settings)
 
     def encode(self, batch: pa.RecordBatch, settings: WriteSettings) -> Encoded:
         requests = settings.service is not None

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
+from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener
 from spark_zmq.protocols.goby.manager import ManagerAddress, ManagerError, Router, request_router
 from spark_zmq.security import NO_CURVE, Curve
 

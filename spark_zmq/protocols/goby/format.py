@@ -19,7 +19,14 @@ import pyarrow.compute as pc
 
 from spark_zmq.errors import shown
 from spark_zmq.options import OptionError, Options
-from spark_zmq.protocols.base import (
+from spark_zmq.protocols.arrow import (
+    binary_column,
+    column_values,
+    distinct_rows,
+    frame_sizes,
+    raw_column,
+)
+from spark_zmq.protocols.contract import (
     Decoded,
     Discovery,
     Encoded,
@@ -29,11 +36,6 @@ from spark_zmq.protocols.base import (
     SinkPublisher,
     StateStore,
     StreamProtocol,
-    binary_column,
-    column_values,
-    distinct_rows,
-    frame_sizes,
-    raw_column,
 )
 from spark_zmq.protocols.goby.discovery import ManagerDiscovery
 from spark_zmq.protocols.goby.manager import (
@@ -67,7 +69,7 @@ from spark_zmq.protocols.goby.wire import (
     split_message,
     thread_hash,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 CSTR, PROTOBUF, JSON = SCHEMES["CSTR"], SCHEMES["PROTOBUF"], SCHEMES["JSON"]
 
@@ -164,10 +166,12 @@ class Goby(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
             if name in names and not check(schema.field(name).type):
                 raise ValueError(f"goby writer: column `{name}` has type {schema.field(name).type}")
 
-    def open_publisher(self, settings: WriteSettings) -> SinkPublisher:
+    def open_publisher(
+        self, settings: WriteSettings, application: str | None = None
+    ) -> SinkPublisher:
         return GobyPublisher(
             settings.manager,
-            settings.client_name or spark_application_name(),
+            settings.client_name or application or FALLBACK_CLIENT_NAME,
             manager_timeout=settings.manager_timeout,
             hold_timeout=settings.hold_timeout,
             send_hwm=settings.send_high_water_mark,
@@ -222,18 +226,6 @@ class Goby(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
         body = pc.if_else(has_payload, payload, pa.array(bodies, pa.binary()).take(of_row))
         frame = pc.binary_join_element_wise(head, body, pa.scalar(b"", pa.binary()))
         return EncodedBatch([frame], pa.array(errors, pa.string()).take(of_row), topics)
-
-
-def spark_application_name() -> str:
-    """The Spark application's name, as a writer task sees it (a local property of its job)."""
-    try:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        name = context.getLocalProperty("spark.app.name") if context is not None else None
-    except Exception:  # outside Spark
-        name = None
-    return name or FALLBACK_CLIENT_NAME
 
 
 def _string_or_integer(data_type: pa.DataType) -> bool:

@@ -20,7 +20,7 @@ import os
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import SinkPublisher
+from spark_zmq.protocols.contract import SinkPublisher
 from spark_zmq.protocols.goby.manager import HoldHandshake, ManagerAddress, Router, request_router
 from spark_zmq.protocols.xpub import XPubSender
 from spark_zmq.security import NO_CURVE, Curve

@@ -19,9 +19,8 @@ import zmq
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.addresses import AddressError, connect_address
-from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener
-from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
-from spark_zmq.protocols.yamz.uri import Address, Category
+from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener
+from spark_zmq.protocols.yamz.wire import Address, Category, HeaderError, Port, matches, ports_of
 from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
 
 HEADER = "YAMZ"

@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 import zmq
 
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import (
+from spark_zmq.protocols.arrow import as_binary, binary_column, column_values, raw_column
+from spark_zmq.protocols.contract import (
     Decoded,
     Discovery,
     Encoded,
@@ -29,10 +30,6 @@ from spark_zmq.protocols.base import (
     SinkPublisher,
     StateStore,
     StreamProtocol,
-    as_binary,
-    binary_column,
-    column_values,
-    raw_column,
 )
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery
 from spark_zmq.protocols.yamz.options import (
@@ -43,9 +40,8 @@ from spark_zmq.protocols.yamz.options import (
     unique_node_name,
 )
 from spark_zmq.protocols.yamz.publisher import YamzPublisher
-from spark_zmq.protocols.yamz.tree import Port
-from spark_zmq.protocols.yamz.uri import AddressError, Category
-from spark_zmq.spool.layout import Source
+from spark_zmq.protocols.yamz.wire import AddressError, Category, Port
+from spark_zmq.spool.index import Source
 
 
 class Yamz(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
@@ -129,7 +125,9 @@ class Yamz(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
                     f"{schema.field(column).type}; it must be binary or string"
                 )
 
-    def open_publisher(self, settings: WriteSettings) -> SinkPublisher:
+    def open_publisher(
+        self, settings: WriteSettings, application: str | None = None
+    ) -> SinkPublisher:
         address = settings.address
         if address.category is Category.ABSTRACT:  # parsed by for_bind: cannot happen
             raise AddressError(f"cannot bind {address.text}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_zmq.options import Option, OptionError, Options, comma_list, port, text
-from spark_zmq.protocols.yamz.uri import Address, for_bind, for_connect
+from spark_zmq.protocols.yamz.wire import Address, for_bind, for_connect
 from spark_zmq.protocols.yamz.zyre import DEFAULT_BEACON_PORT
 from spark_zmq.security import Curve
 from spark_zmq.stream_options import SEND_HIGH_WATER_MARK, SEND_TIMEOUT, curve_of

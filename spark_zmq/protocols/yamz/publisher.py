@@ -15,10 +15,10 @@ import json
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import SinkPublisher
+from spark_zmq.protocols.contract import SinkPublisher
 from spark_zmq.protocols.xpub import XPubSender
 from spark_zmq.protocols.yamz.discovery import HEADER
-from spark_zmq.protocols.yamz.uri import Address
+from spark_zmq.protocols.yamz.wire import Address
 from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
 from spark_zmq.security import NO_CURVE, Curve
 

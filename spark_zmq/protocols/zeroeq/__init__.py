@@ -1,13 +1,20 @@
 """ZeroEQ: the ``zeroeq`` format.
 
+``options``     the format's own options and its frozen reader and writer settings
 ``wire``        event ids, URIs, sessions (the fact sheet's wire facts)
-``reqrep``      request/reply server and client (vocabulary and management port use it)
-``vocabulary``  the seed's Vocabulary: registered events, served and announced
-``announce``    ZeroConf records of publishers and subscribers
 ``publisher``   a publisher as the shipped 0.9 library's, plus the seed's vocabulary
 ``discovery``   which publishers, and which events of them, a reader reads
-``management``  the seed's management port
 ``format``      what the generic stream reader and writer need (options, decode, encode)
+
+Extra parts (ZeroEQ's ZeroConf layer and the seed's request/reply services):
+
+``announce``    ZeroConf records of publishers and subscribers
+``mdns``        mDNS as a ZeroEQ peer writes it (under ``announce``)
+``selection``   what the reader reads of one publisher, given the options and management
+``subscriber``  what a reader announces of itself over ZeroConf, and its vocabulary server
+``reqrep``      request/reply server and client (vocabulary and management port use it)
+``vocabulary``  the seed's Vocabulary: registered events, served and announced
+``management``  the seed's management port
 """
 
 from spark_zmq.protocols.zeroeq.announce import (

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Discovery, Endpoint, EndpointListener, StateStore
+from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener, StateStore
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, make_zeroconf
 from spark_zmq.protocols.zeroeq.management import ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
@@ -72,8 +73,7 @@ class ZeroEQDiscovery(Discovery):
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
         self._passed_over: set[str] = set()  # publishers not read, logged once each
-        #: record name -> the faults logged for it (each logged once)
-        self._faulty: dict[str, set[str]] = {}
+        self.records = RecordReader(curve, self._known_changed)
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf: ZeroEQZeroconf | None = None
@@ -109,7 +109,9 @@ class ZeroEQDiscovery(Discovery):
             management=self.management.address if self.management else None,
             curve=self.curve,
         )
-        self._browser = ServiceBrowser(zeroconf, PUBLISHER_SERVICE, handlers=[self._on_change])
+        self._browser = ServiceBrowser(
+            zeroconf, PUBLISHER_SERVICE, handlers=[self.records.on_change]
+        )
         where = ", ".join(self.interfaces) if self.interfaces else "all interfaces"
         shown = repr(self.session) if self.session else "any session (empty session)"
         logger.info("zeroeq: browsing %s on %s for session %s", PUBLISHER_SERVICE, where, shown)
@@ -127,88 +129,16 @@ class ZeroEQDiscovery(Discovery):
         if self.management is not None:
             self.management.close()
 
-    # -- ZeroConf ------------------------------------------------------------------------------
-
-    def _on_change(
-        self,
-        zeroconf: ZeroEQZeroconf,
-        service_type: str,
-        name: str,
-        state_change: ServiceStateChange,
-    ) -> None:
-        """Runs on zeroconf's browser thread, which ends for good if this raises (and no
-        publisher is found after that). So nothing a record holds may escape: a failure with
-        one record is logged (once per record and reason) and the record skipped."""
-        try:
-            self._handle_change(zeroconf, service_type, name, state_change)
-        except Exception as exc:  # the browser thread must live on, whatever the record
-            self._fault(name, f"could not be handled ({type(exc).__name__}: {exc}); ignored")
-
-    def _handle_change(
-        self,
-        zeroconf: ZeroEQZeroconf,
-        service_type: str,
-        name: str,
-        state_change: ServiceStateChange,
-    ) -> None:
-        from zeroconf import ServiceStateChange
-
-        key = name[: -len(PUBLISHER_SERVICE) - 1]
-        if state_change is ServiceStateChange.Removed:
-            with self._lock:
-                self._known.pop(key, None)
-            self._faulty.pop(name, None)  # a record that comes back is a new episode
-            self._refresh(key)
-            return
-        try:  # the name alone first: it must be host:port before we ask about it
-            PublisherRecord.parse(name, {})
-        except ValueError as exc:
-            self._fault(name, f"the instance name is not host:port ({exc}); ignored")
-            return
-        zeroconf.keep_one_label(key)  # our questions about it name it as its owner does
-        info = zeroconf.get_service_info(service_type, name, timeout=3000)
-        if info is None:
-            self._fault(name, "no answer when asked for its record; ignored")
-            return
-        record = PublisherRecord.parse(name, info.properties)
-        vocabulary, fault = self._vocabulary_of(record)
-        if fault:
-            self._fault(name, fault)
-        else:
-            self._faulty.pop(name, None)  # a fault logged before is over: log it if it comes back
-        with self._lock:
-            self._known[key] = Known(record, vocabulary)
-        self._refresh(key)
-
-    def _fault(self, name: str, why: str) -> None:
-        """One line per faulty record and reason, however often its publisher announces it."""
-        reasons = self._faulty.setdefault(name, set())
-        if why not in reasons:
-            reasons.add(why)
-            logger.warning("zeroeq: publisher record %r: %s", name, why)
-        while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
-            del self._faulty[next(iter(self._faulty))]
-
-    def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
-        """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why
-        asking failed, if it did."""
-        ids: dict[bytes, str | None] = dict.fromkeys(record.vocabulary)
-        if not record.vocabulary_request:
-            return ids, None
-        try:
-            address = tcp_endpoint(record.vocabulary_request)
-        except ValueError as exc:
-            return ids, (
-                f"its vocabulary_request is not a tcp:// address a subscriber can connect to "
-                f"({exc}); using the TXT record's event ids"
-            )
-        try:
-            ids.update(request_vocabulary(address, VOCABULARY_TIMEOUT, self.curve))
-        except (RequestError, ValueError, zmq.ZMQError) as exc:
-            return ids, f"no vocabulary from {address} ({exc}); using the TXT record's event ids"
-        return ids, None
-
     # -- what to read --------------------------------------------------------------------------
+
+    def _known_changed(self, key: str, known: Known | None) -> None:
+        """What is known of publisher ``key`` changed (``RecordReader``)."""
+        with self._lock:
+            if known is None:
+                self._known.pop(key, None)
+            else:
+                self._known[key] = known
+        self._refresh(key)
 
     def _overridden(self) -> set[str]:
         return self.management.overrides.publishers() if self.management else set()
@@ -266,3 +196,91 @@ class ZeroEQDiscovery(Discovery):
             describe(key, endpoint, self.selection.origin(self._known.get(key)))
             for key, endpoint in sorted(joined.items())
         ]
+
+
+class RecordReader:
+    """What the ZeroConf browser reports of publisher records, as what is known of each
+    publisher: ``on_known(key, Known)`` for a record read (with its vocabulary), ``on_known(key,
+    None)`` for one removed. Faults are logged once per record and reason (at most
+    MAX_FAULTY_RECORDS remembered: peers choose the names)."""
+
+    def __init__(self, curve: Curve, on_known: Callable[[str, Known | None], None]) -> None:
+        self.curve = curve
+        self.on_known = on_known
+        #: record name -> the faults logged for it (each logged once)
+        self._faulty: dict[str, set[str]] = {}
+
+    def on_change(
+        self,
+        zeroconf: ZeroEQZeroconf,
+        service_type: str,
+        name: str,
+        state_change: ServiceStateChange,
+    ) -> None:
+        """Runs on zeroconf's browser thread, which ends for good if this raises (and no
+        publisher is found after that). So nothing a record holds may escape: a failure with
+        one record is logged (once per record and reason) and the record skipped."""
+        try:
+            self._handle_change(zeroconf, service_type, name, state_change)
+        except Exception as exc:  # the browser thread must live on, whatever the record
+            self._fault(name, f"could not be handled ({type(exc).__name__}: {exc}); ignored")
+
+    def _handle_change(
+        self,
+        zeroconf: ZeroEQZeroconf,
+        service_type: str,
+        name: str,
+        state_change: ServiceStateChange,
+    ) -> None:
+        from zeroconf import ServiceStateChange
+
+        key = name[: -len(PUBLISHER_SERVICE) - 1]
+        if state_change is ServiceStateChange.Removed:
+            self._faulty.pop(name, None)  # a record that comes back is a new episode
+            self.on_known(key, None)
+            return
+        try:  # the name alone first: it must be host:port before we ask about it
+            PublisherRecord.parse(name, {})
+        except ValueError as exc:
+            self._fault(name, f"the instance name is not host:port ({exc}); ignored")
+            return
+        zeroconf.keep_one_label(key)  # our questions about it name it as its owner does
+        info = zeroconf.get_service_info(service_type, name, timeout=3000)
+        if info is None:
+            self._fault(name, "no answer when asked for its record; ignored")
+            return
+        record = PublisherRecord.parse(name, info.properties)
+        vocabulary, fault = self._vocabulary_of(record)
+        if fault:
+            self._fault(name, fault)
+        else:
+            self._faulty.pop(name, None)  # a fault logged before is over: log it if it comes back
+        self.on_known(key, Known(record, vocabulary))
+
+    def _fault(self, name: str, why: str) -> None:
+        """One line per faulty record and reason, however often its publisher announces it."""
+        reasons = self._faulty.setdefault(name, set())
+        if why not in reasons:
+            reasons.add(why)
+            logger.warning("zeroeq: publisher record %r: %s", name, why)
+        while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
+            del self._faulty[next(iter(self._faulty))]
+
+    def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
+        """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why
+        asking failed, if it did."""
+        ids: dict[bytes, str | None] = dict.fromkeys(record.vocabulary)
+        if not record.vocabulary_request:
+            return ids, None
+        try:
+            address = tcp_endpoint(record.vocabulary_request)
+        except ValueError as exc:
+            return ids, (
+                f"its vocabulary_request is not a tcp:// address a subscriber can connect to "
+                f"({exc}); using the TXT record's event ids"
+            )
+        try:
+            ids.update(request_vocabulary(address, VOCABULARY_TIMEOUT, self.curve))
+        except (RequestError, ValueError, zmq.ZMQError) as exc:
+            return ids, f"no vocabulary from {address} ({exc}); using the TXT record's event ids"
+        return ids, None

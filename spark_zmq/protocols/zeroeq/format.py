@@ -16,7 +16,15 @@ import pyarrow.compute as pc
 import zmq
 
 from spark_zmq.options import Options
-from spark_zmq.protocols.base import (
+from spark_zmq.protocols.arrow import (
+    binary_column,
+    column_values,
+    distinct_rows,
+    frame_sizes,
+    joined_frames,
+    string_column,
+)
+from spark_zmq.protocols.contract import (
     Decoded,
     Discovery,
     Encoded,
@@ -25,12 +33,6 @@ from spark_zmq.protocols.base import (
     SinkPublisher,
     StateStore,
     StreamProtocol,
-    binary_column,
-    column_values,
-    distinct_rows,
-    frame_sizes,
-    joined_frames,
-    string_column,
 )
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.options import (
@@ -45,7 +47,7 @@ from spark_zmq.protocols.zeroeq.wire import (
     EVENT_ID_BYTES,
     event_id,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 
 class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
@@ -157,7 +159,9 @@ class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
                     f"{' or '.join(kinds)}, not {schema.field(column).type}"
                 )
 
-    def open_publisher(self, settings: WriteSettings) -> SinkPublisher:
+    def open_publisher(
+        self, settings: WriteSettings, application: str | None = None
+    ) -> SinkPublisher:
         publisher = Publisher(
             settings.session,
             host=settings.host,

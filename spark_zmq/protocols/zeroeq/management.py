@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spark_zmq.errors import PeerError
-from spark_zmq.protocols.base import StateStore
+from spark_zmq.protocols.contract import StateStore
 from spark_zmq.protocols.zeroeq.reqrep import ReplyServer, RequestError, request
 from spark_zmq.protocols.zeroeq.wire import event_id, parse_address, parse_event
 from spark_zmq.security import NO_CURVE, Curve

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord
 from spark_zmq.protocols.zeroeq.management import ALL, Overrides
 from spark_zmq.protocols.zeroeq.wire import MEERKAT, event_id, event_id_text, in_session, zmq_host

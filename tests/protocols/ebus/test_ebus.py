@@ -17,7 +17,7 @@ import pytest
 import zmq
 
 from spark_zmq.options import parse_options
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.ebus import (
     BroadcastRelay,
     Broker,
@@ -31,7 +31,7 @@ from spark_zmq.protocols.ebus.discovery import ServiceChannels
 from spark_zmq.protocols.ebus.wire import WORKER
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from spark_zmq.spark.rows import read_rows
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.stream_settings import RowSettings
 from support.common import wait_until

@@ -16,7 +16,7 @@ import pytest
 import zmq
 
 from spark_zmq.log import logger
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.ebus import Broker, Client, Worker, pack, unpack
 from spark_zmq.protocols.ebus.discovery import ANNOUNCED_ASK_SECONDS, ServiceChannels
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES

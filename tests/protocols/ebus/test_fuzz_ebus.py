@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.ebus.connection import BrokerConnection
 from spark_zmq.protocols.ebus.outstanding import Answer, Outstanding, PendingRequest
-from spark_zmq.protocols.ebus.requests import ServiceRequester
+from spark_zmq.protocols.ebus.publisher import ServiceRequester
 from spark_zmq.protocols.ebus.routing import RequestRouter
 from spark_zmq.protocols.ebus.wire import CLIENT, WORKER, pack, unpack
 from spark_zmq.protocols.ebus.wire import PayloadError as EBusPayloadError
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES, Worker
 from spark_zmq.protocols.extjson import from_json, to_json
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from support.fuzzing import (
     Captured,

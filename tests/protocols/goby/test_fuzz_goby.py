@@ -42,7 +42,7 @@ from spark_zmq.protocols.goby.wire import (
     split_message,
     subscription_prefix,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from support.fuzzing import (
     Captured,
     bson_documents,

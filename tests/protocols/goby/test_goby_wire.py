@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 from spark_zmq.options import OptionError, parse_options
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.goby import (
     Goby,
     GobyDaemon,
@@ -39,7 +39,7 @@ from spark_zmq.protocols.goby.options import HOLD_TIMEOUT, SUBSCRIBE, manager_ad
 from spark_zmq.protocols.goby.payloads import descriptor_set
 from spark_zmq.protocols.goby.publisher import GobyPublisher
 from spark_zmq.protocols.goby.wire import subscription_prefix
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 from support.common import wait_until
 from support.goby import (

@@ -13,9 +13,18 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from spark_zmq.protocols.yamz import Yamz
-from spark_zmq.protocols.yamz.tree import HeaderError, Port, matches, ports_of
-from spark_zmq.protocols.yamz.uri import AddressError, Category, for_bind, for_connect, parse
-from spark_zmq.spool.layout import Source
+from spark_zmq.protocols.yamz.wire import (
+    AddressError,
+    Category,
+    HeaderError,
+    Port,
+    for_bind,
+    for_connect,
+    matches,
+    parse,
+    ports_of,
+)
+from spark_zmq.spool.index import Source
 from support.fuzzing import captured, check_read_path, fuzz, json_texts, json_values, list_array
 
 pytestmark = pytest.mark.timeout(120)

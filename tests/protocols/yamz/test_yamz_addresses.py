@@ -8,8 +8,16 @@ import json
 
 import pytest
 
-from spark_zmq.protocols.yamz.tree import HeaderError, matches, ports_of
-from spark_zmq.protocols.yamz.uri import AddressError, Category, for_bind, for_connect, parse
+from spark_zmq.protocols.yamz.wire import (
+    AddressError,
+    Category,
+    HeaderError,
+    for_bind,
+    for_connect,
+    matches,
+    parse,
+    ports_of,
+)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 import zmq
 from pyre import Pyre
 
-from spark_zmq.protocols.base import Endpoint
+from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.yamz import ZyreNode, for_connect
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery, reachable
 from spark_zmq.testing.logs import logged_warnings

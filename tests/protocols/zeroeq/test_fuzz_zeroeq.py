@@ -14,6 +14,7 @@ import zmq
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from spark_zmq.protocols.arrow import message_sizes
 from spark_zmq.protocols.zeroeq import ZeroEQ, event_id, event_id_text, parse_address
 from spark_zmq.protocols.zeroeq import vocabulary as zeroeq_vocabulary
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, Record
@@ -26,7 +27,7 @@ from spark_zmq.protocols.zeroeq.management import (
     parse_request,
 )
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, SUBSCRIBER_SERVICE, tcp_endpoint
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS
 from support.common import MemoryState
 from support.fuzzing import (
@@ -315,7 +316,7 @@ def test_zeroeq_encodes_the_same_messages_column_wise_300_examples(
     assert by_columns.as_encoded() == by_rows
     assert all(frame.type == pa.binary() for frame in [*by_columns.frames, by_columns.topics])
     sizes = [sum(map(len, m)) if m else 0 for m in by_rows.messages]
-    assert by_columns.sizes().tolist() == sizes
+    assert message_sizes(by_columns).tolist() == sizes
 
 
 def _as_bytes(text: str | None) -> bytes | None:

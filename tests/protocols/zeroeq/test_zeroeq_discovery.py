@@ -190,7 +190,7 @@ def test_what_discovery_remembers_of_record_names_is_bounded(zeroconf):
         state=MemoryState(),
     )
     for n in range(MAX_FAULTY_RECORDS + 100):
-        discovery._fault(f"bad{n}._zeroeq_pub._tcp.local.", "a reason")
+        discovery.records._fault(f"bad{n}._zeroeq_pub._tcp.local.", "a reason")
         zeroconf.keep_one_label(f"h.{n}:5555")
-    assert len(discovery._faulty) == MAX_FAULTY_RECORDS
+    assert len(discovery.records._faulty) == MAX_FAULTY_RECORDS
     assert len(zeroconf._one_labels) == MAX_ONE_LABEL_NAMES

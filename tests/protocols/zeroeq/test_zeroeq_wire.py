@@ -19,7 +19,7 @@ from spark_zmq.protocols.zeroeq import (
     parse_event,
     request_vocabulary,
 )
-from spark_zmq.spool.layout import Source
+from spark_zmq.spool.index import Source
 
 ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
 

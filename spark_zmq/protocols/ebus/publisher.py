@@ -1,4 +1,7 @@
-"""The request sink: with writer option ``service``, each row is a REQ to that service.
+"""A writer's publisher: broadcasts through the broker, or (writer option ``service``) requests.
+
+Broadcasts go to the broker's pub port through ``xpub.XPubSender`` (back-pressure rather than
+drops). With ``service``, each row is a REQ to that service (``ServiceRequester``).
 
 The requests go through one long-lived ``Client`` per Python worker and option set, so the
 client's heartbeats, resends with the same request id and reconnects serve every task. Each
@@ -11,13 +14,40 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from spark_zmq.protocols.base import ANSWERED, REFUSED, UNANSWERED, Outcome, Requester
+from spark_zmq.protocols.contract import (
+    ANSWERED,
+    REFUSED,
+    UNANSWERED,
+    Outcome,
+    Requester,
+    SinkPublisher,
+)
 from spark_zmq.protocols.ebus.client import Client
+from spark_zmq.protocols.ebus.options import WriteSettings
 from spark_zmq.protocols.ebus.outstanding import Answer
 from spark_zmq.protocols.ebus.wire import answer_json
+from spark_zmq.protocols.xpub import XPubSender
 from spark_zmq.security import NO_CURVE, Curve
 
 _KINDS = {"REPLY": ANSWERED, "REJECT": REFUSED, "EXPIRED": UNANSWERED}
+
+
+def open_publisher(settings: WriteSettings) -> SinkPublisher | Requester:
+    """A requester to ``service`` when the settings name one, else a broadcast publisher."""
+    if settings.service is not None:
+        return ServiceRequester(
+            settings.frontend_address,
+            settings.service,
+            settings.stales_ms,
+            settings.curve,
+            max_bytes=settings.max_message_bytes,
+        )
+    return XPubSender(
+        settings.pub_address,
+        send_hwm=settings.send_high_water_mark,
+        send_timeout=settings.send_timeout,
+        curve=settings.curve,
+    )
 
 
 class ServiceRequester(Requester):

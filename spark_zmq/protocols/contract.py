@@ -1,13 +1,33 @@
-"""What a protocol module provides to the generic reader: discovery, its columns, and decoding.
+"""The seam between the generic layers and a wire format: what a protocol module provides.
 
 A protocol module knows its wire format and how its endpoints are found; it knows nothing of
-Spark's streaming machinery. The generic reader (``spark_zmq.spark.reader``) and the data plane
-(``spark_zmq.capture``, ``spark_zmq.spool``) know nothing of any one wire format.
+Spark's streaming machinery (no pyspark import under ``spark_zmq.protocols``). The generic
+reader and writer (``spark_zmq.spark``) and the data plane (``spark_zmq.capture``,
+``spark_zmq.spool``) know nothing of any one wire format. Everything that crosses the seam is
+defined here; Arrow helpers that formats share are in ``spark_zmq.protocols.arrow``.
+
+Invariants a format (a fifth one included) must keep:
+
+- **Settings are made once, on the driver.** ``read_settings``/``write_settings`` turn the
+  parsed options into a frozen, picklable settings object (the format's
+  ``options.ReadSettings``/``WriteSettings``); ``decode``/``encode`` receive it and never
+  parse options again.
+- **An endpoint's key is stable and checked.** ``Endpoint.key`` names a partition across
+  restarts (a folder, a column value, an offset in Spark's checkpoint): discovery derives it
+  from what peers announce the same way each time; ``Endpoint.problem`` refuses keys and
+  addresses that must not be used (``addresses.key_problem``, ``addresses.address_problem``).
+- **Discovery reports, it does not capture.** It calls its listener from its own threads,
+  reports every endpoint known at ``start`` and every later change, and ``check`` raises the
+  error that stopped it.
+- **Decoding never raises for a message.** ``decode`` returns one entry per message; a
+  malformed message is an entry with ``error`` set and its raw bytes as ``payload``. Only an
+  OptionError (a fault of the options) may fail a read task.
+- **Encoding never raises for a row.** ``encode``/``encode_columns`` return one entry per input
+  row; a row that cannot be sent is an error text. Both encodings give the same messages.
 """
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
@@ -15,54 +35,18 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 from typing import Protocol as TypingProtocol
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import zmq
 
 from spark_zmq.errors import shown
-from spark_zmq.log import logger
 from spark_zmq.options import Option, Options, parse_options
-from spark_zmq.protocols.addresses import AddressError, connect_address
-from spark_zmq.spool.layout import Source
+from spark_zmq.protocols.addresses import address_problem, key_problem
+from spark_zmq.spool.index import Source
 from spark_zmq.stream_options import READER_OPTIONS, WRITER_OPTIONS
 
 #: a format's reader settings (its ``options.ReadSettings``) and writer settings
 S = TypeVar("S")
 W = TypeVar("W")
-
-#: the longest partition key accepted (a key is a folder name, a column value in every row and
-#: an entry in every offset Spark checkpoints; discovery makes it from what peers announce)
-MAX_KEY_BYTES = 1024
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def address_problem(address: str) -> str | None:
-    """Why capture must not connect to ``address`` (a zmq endpoint, from a peer or a user), or
-    None: a ``tcp://``, ``ipc://`` or ``inproc://`` address that zmq's connect takes
-    (``addresses.connect_address``), without control characters."""
-    if _CONTROL.search(address):
-        return "its address holds control characters"
-    try:
-        connect_address(address)
-    except AddressError as exc:
-        return str(exc)
-    return None
-
-
-def key_problem(key: str) -> str | None:
-    """Why ``key`` cannot name a partition, or None (see MAX_KEY_BYTES)."""
-    if not key:
-        return "its partition key is empty"
-    if _CONTROL.search(key):
-        return "its partition key holds control characters"
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "its partition key is not valid Unicode"
-    if size > MAX_KEY_BYTES:
-        return f"its partition key has {size} bytes (at most {MAX_KEY_BYTES})"
-    return None
 
 
 @dataclass(frozen=True)
@@ -115,38 +99,6 @@ class Endpoint:
             tuple(bytes.fromhex(s) for s in obj["subscriptions"]),
             obj["socket_type"],
         )
-
-
-class RefusedEndpoints:
-    """The endpoints refused so far and why, so that each refusal is logged once however often
-    discovery reports the endpoint again; at most ``limit`` are remembered (peers choose the
-    keys), the oldest forgotten first."""
-
-    def __init__(self, name: str, limit: int) -> None:
-        self.name = name
-        self.limit = limit
-        self._problems: dict[str, str] = {}  # key -> the problem logged for it
-
-    def __len__(self) -> int:
-        return len(self._problems)
-
-    def refuse(self, endpoint: Endpoint, problem: str) -> None:
-        """Log that ``endpoint`` is refused for ``problem``, unless that was logged last."""
-        if self._problems.get(endpoint.key) == problem:
-            return
-        if endpoint.key not in self._problems and len(self._problems) >= self.limit:
-            del self._problems[next(iter(self._problems))]
-        self._problems[endpoint.key] = problem
-        logger.warning(
-            "%s: endpoint %s refused: %s; the other endpoints are read as usual",
-            self.name,
-            endpoint.describe(),
-            problem,
-        )
-
-    def forget(self, key: str) -> None:
-        """``key`` was taken: a later refusal of it is logged again."""
-        self._problems.pop(key, None)
 
 
 class EndpointListener(TypingProtocol):
@@ -208,26 +160,6 @@ class Decoded:
     keep: pa.Array | None = None
 
 
-#: frame sizes that ``frame_sizes`` lists before it only counts the rest
-SIZES_SHOWN = 8
-
-
-def frame_sizes(sizes: Sequence[int]) -> str:
-    """``3 frames of 16, 1, 1 bytes``: how a malformed message's error describes its frames,
-    listing the first SIZES_SHOWN sizes only, so that a message of a million frames does not
-    make a text of megabytes."""
-    shown = ", ".join(str(size) for size in sizes[:SIZES_SHOWN])
-    more = f", ... ({len(sizes) - SIZES_SHOWN} more)" if len(sizes) > SIZES_SHOWN else ""
-    return f"{len(sizes)} frames of {shown}{more} bytes"
-
-
-def joined_frames(frames: pa.ListArray) -> pa.Array:
-    """Each message's frames concatenated (``binary``, null for a null message): what the
-    ``payload`` of a malformed message holds when its frames cannot be told apart. One copy of
-    the message, no more (Arrow's join, not a Python list per message)."""
-    return pc.binary_join(frames, pa.scalar(b"", pa.binary()))
-
-
 class StreamProtocol(ABC, Generic[S]):
     """A wire format as seen by the generic stream reader, with its reader settings ``S``:
     made once per query from the options (``read_settings``, on the driver) and handed to
@@ -267,9 +199,6 @@ class StreamProtocol(ABC, Generic[S]):
         a fault of the messages: the generic reader finds the messages that make decode raise
         and makes each a malformed row, so a decoder bug never fails a read task.
         """
-
-
-# -- writing -------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -318,28 +247,6 @@ class EncodedBatch:
     def __len__(self) -> int:
         return len(self.errors)
 
-    def sizes(self) -> np.ndarray:
-        """Each row's message size in bytes (int64; 0 for a row that is not sent)."""
-        total = np.zeros(len(self), np.int64)
-        sent = np.ones(len(self), bool)
-        for frame in self.frames:
-            sent &= frame.is_valid().to_numpy(zero_copy_only=False)
-            lengths = pc.binary_length(frame).fill_null(0).to_numpy(zero_copy_only=False)
-            total += np.where(sent, lengths, 0)
-        return total
-
-    def refuse(self, rows: np.ndarray, reasons: list[str]) -> EncodedBatch:
-        """The same batch with ``rows`` (indices) not sent, each for its reason."""
-        refused = np.zeros(len(self), bool)
-        refused[rows] = True
-        mask = pa.array(refused)
-        texts = np.full(len(self), None, object)
-        texts[rows] = reasons
-        errors = pc.if_else(mask, pa.array(texts, pa.string()), self.errors)
-        first = pc.if_else(mask, pa.nulls(len(self), pa.binary()), self.frames[0])
-        topics = pc.if_else(mask, pa.nulls(len(self), pa.binary()), self.topics)
-        return EncodedBatch([first, *self.frames[1:]], errors, topics, dict(self.names))
-
     def as_encoded(self) -> Encoded:
         """The same rows as ``Encoded`` (a Python list per message), as ``encode`` gives them:
         what the tests compare the two encodings by."""
@@ -363,68 +270,6 @@ class EncodedBatch:
                 message.append(column[row])
             if message:
                 yield message
-
-
-def binary_column(batch: pa.RecordBatch, name: str) -> pa.Array:
-    """A column of input rows as ``binary``: text as its UTF-8 bytes (``string`` viewed as
-    ``binary``, no copy; the large types cast), all null when the rows have no such column."""
-    index = batch.schema.get_field_index(name)
-    if index < 0:
-        return pa.nulls(batch.num_rows, pa.binary())
-    return as_binary(batch.column(index))
-
-
-def as_binary(array: pa.Array) -> pa.Array:
-    """``array`` as ``binary``: text as its UTF-8 bytes (``string`` viewed as ``binary``, no
-    copy), binary as it is, anything else (the large types) cast."""
-    if pa.types.is_string(array.type):
-        return array.view(pa.binary())
-    return array if pa.types.is_binary(array.type) else array.cast(pa.binary())
-
-
-def string_column(batch: pa.RecordBatch, name: str) -> pa.Array:
-    """A column of input rows as ``string``; all null when the rows have no such column."""
-    index = batch.schema.get_field_index(name)
-    if index < 0:
-        return pa.nulls(batch.num_rows, pa.string())
-    column = batch.column(index)
-    return column if pa.types.is_string(column.type) else column.cast(pa.string())
-
-
-def distinct_rows(*columns: pa.Array) -> tuple[np.ndarray, list[tuple]]:
-    """The distinct combinations of the columns' values, in the order they first appear
-    (Python values, nulls as None), and for each row the index of its combination: so that
-    a protocol's per-row rules run once per distinct combination, not once per row."""
-    codes, dictionaries = [], []
-    for column in columns:
-        encoded = pc.dictionary_encode(column, null_encoding="encode")
-        codes.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64))
-        dictionaries.append(encoded.dictionary.to_pylist())
-    combined = codes[0]
-    for code, dictionary in zip(codes[1:], dictionaries[1:]):
-        # numbered densely again after each column: below the row count, never overflows
-        combined = np.unique(combined * len(dictionary) + code, return_inverse=True)[1].ravel()
-    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-    order = np.argsort(first)  # by first appearance
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    values = [
-        tuple(dictionary[code[row]] for code, dictionary in zip(codes, dictionaries))
-        for row in first[order]
-    ]
-    return rank[inverse.ravel()], values
-
-
-def raw_column(batch: pa.RecordBatch, name: str) -> pa.Array:
-    """A column of input rows as it is; all null when the rows have no such column."""
-    index = batch.schema.get_field_index(name)
-    return batch.column(index) if index >= 0 else pa.nulls(batch.num_rows)
-
-
-def column_values(batch: pa.RecordBatch, name: str) -> list:
-    """A column of input rows as Python values; nulls when the rows have no such column."""
-    index = batch.schema.get_field_index(name)
-    return batch.column(index).to_pylist() if index >= 0 else [None] * batch.num_rows
 
 
 class SinkPublisher(ABC):
@@ -519,9 +364,13 @@ class SinkProtocol(ABC, Generic[W]):
         """Raise ValueError naming the columns at fault if rows of ``schema`` cannot be sent."""
 
     @abstractmethod
-    def open_publisher(self, settings: W) -> SinkPublisher | Requester:
+    def open_publisher(
+        self, settings: W, application: str | None = None
+    ) -> SinkPublisher | Requester:
         """Bind or connect, and announce; called once per Python worker and settings. A
-        Requester when the settings make each row a request (EBUS ``service``)."""
+        Requester when the settings make each row a request (EBUS ``service``).
+        ``application``: the Spark application's name where the generic writer knows it (a
+        format may name its client by it; the format itself never asks Spark)."""
 
     @abstractmethod
     def encode(self, batch: pa.RecordBatch, settings: W) -> Encoded:

@@ -1,170 +1,28 @@
-"""The options every format shares: the generic stream reader's, the generic writer's, and
-CURVE's (applied by ``spark_zmq.security``). Each is defined once (see ``options``)."""
+"""Options of the generic stream reader, shared by every format (its settings are read in
+``spark_zmq.spark.settings``). Each is defined once (see ``spark_zmq.options``)."""
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
-from urllib.parse import urlparse
 
-from spark_zmq import security
-from spark_zmq.errors import SparkZmqError
 from spark_zmq.options import (
     Option,
-    Options,
     boolean,
     byte_size,
     choice,
     duration,
-    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
-    text,
 )
-
-# ---------------------------------------------------------------------------------------------
-# CURVE security, for readers and writers of every format (spark_zmq.security applies them).
-
-KEY = "a 40-character Z85 key or a zmq.auth key file"
-
-CURVE_SERVER_KEY = Option(
-    "curveServerKey",
-    security.public_key,
-    KEY,
-    None,
-    "CURVE: the public key of the server this side connects to (publisher, broker, "
-    "gobyd); the connection is then encrypted and the server authenticated.",
+from spark_zmq.stream_options.curve import CURVE_OPTIONS
+from spark_zmq.stream_options.values import (
+    capture_nice,
+    ending_offsets,
+    retention_duration,
+    spool_folder,
+    starting_offsets,
 )
-
-CURVE_PUBLIC_KEY = Option(
-    "curvePublicKey",
-    security.public_key,
-    KEY,
-    None,
-    "CURVE: this side's public key (derived from `curveSecretKey` when not given).",
-)
-
-CURVE_SECRET_KEY = Option(
-    "curveSecretKey",
-    security.secret_key,
-    KEY,
-    None,
-    "CURVE: this side's secret key. A side that binds (a writer's socket, a reader's "
-    "management port) becomes a CURVE server; a client without one uses a fresh key "
-    "pair.",
-)
-
-CURVE_CLIENT_KEYS = Option(
-    "curveClientKeys",
-    security.public_keys,
-    "comma-separated keys or key files, or a folder of .key files",
-    None,
-    "CURVE: the client public keys a CURVE server of this side accepts. Default: any "
-    "client that completes the handshake (the management port then refuses all).",
-)
-
-CURVE_OPTIONS: tuple[Option[Any], ...] = (
-    CURVE_SERVER_KEY,
-    CURVE_PUBLIC_KEY,
-    CURVE_SECRET_KEY,
-    CURVE_CLIENT_KEYS,
-)
-
-
-def curve_of(options: Options) -> security.Curve:
-    """The query's CURVE settings, from its options (a reader's or a writer's)."""
-    return security.Curve.of_keys(
-        options.get(CURVE_SERVER_KEY),
-        options.get(CURVE_PUBLIC_KEY),
-        options.get(CURVE_SECRET_KEY),
-        options.get(CURVE_CLIENT_KEYS),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# startingOffsets and endingOffsets (spark_zmq.spark.offsets.resolve applies them to a spool)
-
-#: earliest, latest, or an offset per partition
-OffsetSpec = str | dict[str, int]
-#: in a JSON offset spec, as in Kafka's: the first offset still held, and the next one written
-EARLIEST, LATEST = -2, -1
-
-
-def starting_offsets(value: str) -> OffsetSpec:
-    """Option parser: ``earliest``, ``latest`` or JSON ``{"<partition>": offset}``."""
-    return _offset_spec(value, ("earliest", "latest"))
-
-
-def ending_offsets(value: str) -> OffsetSpec:
-    """Option parser: ``latest`` or JSON ``{"<partition>": offset}`` (no ``earliest``: a
-    read that ends where it starts reads nothing)."""
-    return _offset_spec(value, ("latest",))
-
-
-def _offset_spec(value: str, words: tuple[str, ...]) -> OffsetSpec:
-    if value.strip().lower() in words:
-        return value.strip().lower()
-    if not value.strip().startswith("{"):
-        raise ValueError(value)
-    doc = json.loads(value)  # ValueError: the option's error says what is accepted
-    if not isinstance(doc, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= EARLIEST for v in doc.values()
-    ):
-        raise ValueError(value)
-    return {str(k): int(v) for k, v in doc.items()}
-
-
-def retention_duration(value: str) -> float | None:
-    """Option parser: a duration (``duration``), or ``forever`` (None: no bound by age)."""
-    if value.strip().lower() == "forever":
-        return None
-    return duration(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# spoolPath: a folder on a POSIX file system
-
-#: a URI's scheme, as an object store's paths begin (``s3a://``, ``abfss://``, ``dbfs:/``)
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
-
-
-class NotAPosixFolder(SparkZmqError, ValueError):
-    """A spoolPath on storage the spool cannot live on (an object store, HDFS, DBFS)."""
-
-
-def spool_folder(value: str) -> str:
-    """Option parser: a folder path; a ``file:`` URI is taken as its path. Any other URI is
-    refused: the spool needs what a POSIX file system gives (``flock`` for one writer,
-    ``rename`` that replaces a file whole, ``mkdir`` that one claimant wins), which object
-    stores do not; taken as a path, ``s3a://b/x`` would quietly become the local ``s3a:/b/x``."""
-    match = _SCHEME.match(value.strip())
-    if match is None:
-        return value
-    scheme = match.group(1).lower()
-    if scheme == "file":
-        return urlparse(value.strip()).path
-    hint = " (on Databricks, the FUSE path /dbfs/... is a local path)" if scheme == "dbfs" else ""
-    raise NotAPosixFolder(
-        f"{scheme}:// is not a POSIX file system: the spool needs flock, atomic rename and "
-        f"mkdir; give a local folder or an NFS mount{hint}"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Options of the generic stream reader, shared by every format.
-
-
-def capture_nice(value: str) -> int | None:
-    """``captureNice``: a nice value (-20..19), or None for ``off``."""
-    if value.strip().lower() == "off":
-        return None
-    number = int(value.strip())
-    if not -20 <= number <= 19:
-        raise ValueError("not a nice value")
-    return number
-
 
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 
@@ -466,123 +324,4 @@ READER_OPTIONS: tuple[Option[Any], ...] = (
     LEASE_TIMEOUT,
     CAPTURE_IDLE_TIMEOUT,
     *CURVE_OPTIONS,
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Options of the generic stream writer, shared by every format.
-
-WRITER_MODE = Option(
-    "mode",
-    choice(*MODES),
-    "one of " + ", ".join(MODES),
-    "PERMISSIVE",
-    "What to do with a row that cannot be sent (no event, a wrong id, a message over "
-    "`maxMessageBytes`, ...): skip it with a warning naming the first such row of the "
-    "task, skip it counting only, or fail the batch naming the row. For requests "
-    "(`ebus` with `service`): a refused request fails the batch under FAILFAST only; an "
-    "unanswered (expired) one fails it unless DROPMALFORMED, which counts it and records "
-    "it in `replyPath`.",
-)
-
-WRITER_MAX_MESSAGE_BYTES = Option(
-    "maxMessageBytes",
-    byte_size,
-    "a size such as 64m or 1048576",
-    "64m",
-    "Largest message sent; a larger row is handled per `mode`.",
-)
-
-WAIT_FOR_SUBSCRIBERS = Option(
-    "waitForSubscribers",
-    non_negative_float,
-    "a number of seconds",
-    "0",
-    "Time given to subscribers to connect to a new publisher: before it sends an "
-    "event, a publisher waits until `minSubscribers` subscriptions match it (seen "
-    "through XPUB), but only until this many seconds after its first send; then it "
-    "sends anyway, with a warning. The bound is per publisher (one per executor Python "
-    "worker), so however many events, tasks and batches it sends, it waits no longer "
-    "than this in all. Sending anyway is deliberate: a publisher cannot tell a late "
-    "subscriber from one that never comes, and those that are there keep the batch; the "
-    "driver's line for the batch is then a warning naming the topics.",
-)
-
-MIN_SUBSCRIBERS = Option(
-    "minSubscribers",
-    positive_int,
-    "a positive integer",
-    "1",
-    "How many matching subscriptions `waitForSubscribers` waits for.",
-)
-
-SEND_HIGH_WATER_MARK = Option(
-    "sendHighWaterMark",
-    positive_int,
-    "a positive number of messages",
-    "100000",
-    "Messages queued per peer (subscriber, or broker); when a queue is full a send waits "
-    "(XPUB_NODROP: back-pressure, not loss).",
-)
-
-SEND_TIMEOUT = Option(
-    "sendTimeout",
-    non_negative_float,
-    "a number of seconds",
-    "60",
-    "How long a send may wait on back-pressure before the task fails.",
-)
-
-SEND_CORE = Option(
-    "sendCore",
-    choice("auto", "native", "python"),
-    "auto, native or python",
-    None,
-    "How a writer task sends: `native`, the compiled send loop (the format encodes each "
-    "Arrow batch column-wise and C sends its messages without Python's lock), or "
-    "`python`, an encoded row and a Python call per message; `auto` takes the compiled "
-    "loop when it loads and otherwise logs once that it sends through Python. The wire "
-    "bytes are the same. Requests (`ebus` with `service`) go through the EBUS client "
-    "either way. Not set: the environment variable `SPARK_ZMQ_SEND_CORE` of the "
-    "executor's Python worker, else `auto`.",
-)
-
-WRITER_OPTIONS: tuple[Option[Any], ...] = (
-    WRITER_MODE,
-    WRITER_MAX_MESSAGE_BYTES,
-    WAIT_FOR_SUBSCRIBERS,
-    MIN_SUBSCRIBERS,
-    SEND_HIGH_WATER_MARK,
-    SEND_TIMEOUT,
-    SEND_CORE,
-    *CURVE_OPTIONS,
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Options of writers whose rows are requests that get answers (EBUS `service`); a format that
-# has such a writer adds these to its writer options.
-
-MAX_IN_FLIGHT = Option(
-    "maxInFlight",
-    positive_int,
-    "a positive integer",
-    "100",
-    "Requests a task keeps waiting for an answer at once; further rows wait for answers.",
-)
-
-REPLY_PATH = Option(
-    "replyPath",
-    text,
-    "a folder path",
-    None,
-    "Where the answers are written: one Parquet file per task, "
-    "`<replyPath>/batchId=<n>/part-<partition>.parquet`, with columns `requestId`, "
-    "`status` and `data` (JSON text). A retried task replaces its file. Default: not "
-    "written.",
-)
-
-REQUEST_WRITER_OPTIONS: tuple[Option[Any], ...] = (
-    MAX_IN_FLIGHT,
-    REPLY_PATH,
 )

@@ -1,0 +1,159 @@
+"""The files a ``Spool`` writes in the epoch folders of the partitions it holds: segments,
+index.json, the history file and lease.json, each whole or not at all.
+
+A write that fails because the epoch folder was sealed (a newer holder claimed the partition)
+is LeaseLost, and the partition is no longer held (``on_lost``); any other failure is a
+SpoolWriteError naming the file, the partition and the cause.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+import pyarrow as pa
+
+from spark_zmq.errors import SpoolError
+from spark_zmq.spool.epochs import remove_unused_epochs
+from spark_zmq.spool.index import PartitionIndex, Segment, Source
+from spark_zmq.spool.layout import (
+    BATCH_ROWS,
+    HISTORY_NAME,
+    INDEX_NAME,
+    SPOOL_SCHEMA,
+    LeaseLost,
+    SpoolWriteError,
+    epoch_name,
+    epochs,
+    os_cause,
+    partition_dir,
+    remove_quietly,
+    segment_paths,
+    write_atomically,
+)
+
+#: dead lines (segments deleted since) a history file may hold beyond its live ones before it is
+#: written anew
+HISTORY_SLACK = 1024
+
+
+class EpochFiles:
+    """Writes in the epoch folder of each partition held (``epochs``: key -> epoch, the Spool's).
+
+    Invariant: the history file holds every committed segment that index.json does not list
+    (it is written first), so that an index names nothing the history lacks.
+    """
+
+    def __init__(
+        self, root: str, held: Mapping[str, int], on_lost: Callable[[str], object]
+    ) -> None:
+        self.root = root
+        self.held = held
+        self.on_lost = on_lost
+        #: per held partition, what its epoch's history file holds: (the end of the last
+        #: segment in it, its lines); none yet: written whole at the next save
+        self.history: dict[str, tuple[int, int]] = {}
+
+    def path(self, key: str, name: str) -> str:
+        return os.path.join(partition_dir(self.root, key), epoch_name(self.held[key]), name)
+
+    def segment(self, key: str, segment: Segment, source: Source, table: pa.Table) -> None:
+        """Write ``segment``'s rows (SPOOL_SCHEMA) and set its size."""
+        path = self.path(key, segment.file_name)
+        try:
+            segment.nbytes = _write_segment_file(path, source, table)
+        except OSError as exc:
+            raise self.failed(key, path, exc) from None
+
+    def save(self, index: PartitionIndex) -> None:
+        """Publish ``index``: its committed segments in the history file first, then
+        index.json, which lists the others (so the history holds whatever an index names)."""
+        self._save_history(index)
+        self.write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
+
+    def _save_history(self, index: PartitionIndex) -> None:
+        """Add the newly committed segments to the epoch's history file: appended, so a commit
+        costs what it committed, not what retention keeps; written whole in a new epoch, and
+        once it holds more than HISTORY_SLACK (and as many as its live lines) of segments that
+        retention deleted."""
+        key = index.key
+        committed = index.committed_count()
+        written = self.history.get(key)
+        if written is None and not committed:
+            return
+        if written is None or written[1] - committed > max(HISTORY_SLACK, committed):
+            data, lines, mode = index.history_lines(0, committed), committed, "wb"
+        else:
+            begin = index.count_before(written[0])
+            data, lines, mode = index.history_lines(begin, committed), written[1], "ab"
+            lines += committed - begin
+            if not data:
+                return
+        path = self.path(key, HISTORY_NAME)
+        self.history.pop(key, None)  # written whole next time if this write fails
+        try:
+            if mode == "wb":
+                write_atomically(path, data.encode())
+            else:
+                with open(path, "ab") as f:
+                    f.write(data.encode())
+        except OSError as exc:
+            raise self.failed(key, path, exc) from None
+        self.history[key] = (index.segments[committed - 1].end if committed else 0, lines)
+
+    def write(self, key: str, name: str, data: bytes) -> None:
+        path = self.path(key, name)
+        try:
+            write_atomically(path, data)
+        except OSError as exc:
+            raise self.failed(key, path, exc) from None
+
+    def failed(self, key: str, path: str, exc: OSError) -> SpoolError:
+        """The error for a write that failed (see ``_write_error``); a partition taken over
+        is no longer held."""
+        error = _write_error(self.root, key, path, exc, self.held.get(key, 0))
+        if isinstance(error, LeaseLost):
+            self.on_lost(key)
+        return error
+
+    def delete(self, key: str, gone: list[Segment], kept: list[Segment]) -> None:
+        """Delete the files of segments ``gone`` (each in whichever epoch folder it is; gone
+        already: nothing to do), then the epoch folders that neither ``kept`` nor the epoch
+        held use."""
+        for segment in gone:
+            for path in segment_paths(self.root, key, segment):
+                try:
+                    os.remove(path)
+                    break
+                except FileNotFoundError:
+                    continue
+        epoch = self.held[key]
+        used = {s.epoch for s in kept} | {epoch}
+        remove_unused_epochs(partition_dir(self.root, key), used, epoch)
+
+
+def _write_segment_file(path: str, source: Source, table: pa.Table) -> int:
+    """Write ``table`` as an Arrow IPC file at ``path`` (whole or not at all); its size."""
+    schema = SPOOL_SCHEMA.with_metadata({"source": source.to_json()})
+    tmp = path + ".tmp"
+    try:
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
+            writer.write_table(table.replace_schema_metadata(schema.metadata), BATCH_ROWS)
+        os.replace(tmp, path)
+        return os.path.getsize(path)
+    except OSError:
+        remove_quietly(tmp)
+        raise
+
+
+def _write_error(root: str, key: str, path: str, exc: OSError, mine: int) -> SpoolError:
+    """LeaseLost if the epoch folder was sealed (someone claimed the partition after epoch
+    ``mine``), else a SpoolWriteError naming the file, the partition and the cause."""
+    newer = any(e > mine for e, _ in epochs(partition_dir(root, key)))
+    if isinstance(exc, FileNotFoundError) and newer:
+        return LeaseLost(
+            f"partition {key!r}: epoch {mine} was taken over by a newer "
+            f"holder; this process may no longer write to it"
+        )
+    return SpoolWriteError(f"cannot write {path} (spool {root}, partition {key}): {os_cause(exc)}")

@@ -1,0 +1,210 @@
+"""What a spool's index.json and history file hold for one partition: its segments and offsets
+(``PartitionIndex``, ``Segment``), where messages came from (``Source``), and how long
+committed segments are kept (``Retention``). Files and folders are ``layout``'s.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from spark_zmq.errors import SpoolError
+
+#: the layout of the JSON files of a spool (index.json, lease.json, the driver's documents) that
+#: this release writes and reads; a file without one predates versions (the same layout)
+FORMAT_VERSION = 1
+VERSION_KEY = "format_version"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a segment's messages came from: the zmq endpoint and the discovery metadata."""
+
+    endpoint: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({"endpoint": self.endpoint, "metadata": dict(self.metadata)})
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Source:
+        obj = json.loads(data)
+        return cls(obj["endpoint"], obj["metadata"])
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long committed segments are kept (options ``spoolRetention``,
+    ``spoolRetentionBytes``): ``seconds`` after they were written (None: no bound by age), and
+    at most ``nbytes`` of them in the spool (None: no bound of their own; the spool's bound
+    ``maxSpoolBytes`` still deletes them first whenever a write needs room)."""
+
+    seconds: float | None = None
+    nbytes: int | None = None
+
+
+class PartitionState(NamedTuple):
+    start: int  # first offset still retained (committed or not)
+    end: int  # next offset to be written
+    retired: bool  # the endpoint left
+    committed: int = 0  # Spark committed every offset below this one (start <= committed <= end)
+
+    @property
+    def first_uncommitted(self) -> int:
+        """Where a stream that has read everything committed goes on (``start`` at least)."""
+        return max(self.start, self.committed)
+
+
+@dataclass
+class Segment:
+    first: int
+    count: int
+    nbytes: int
+    epoch: int = 0  # the epoch whose folder holds the file
+    #: when it was written (wall-clock seconds), for retention by age; 0: not known (written by
+    #: an earlier release, see ``PartitionIndex.from_json``)
+    at: float = 0.0
+
+    @property
+    def end(self) -> int:
+        return self.first + self.count
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.first:020d}.arrow"
+
+
+@dataclass
+class PartitionIndex:
+    """What index.json holds for one partition.
+
+    Invariants: ``start <= committed <= end``; ``segments`` cover [start, end) in order, and
+    those that end at or before ``committed`` (a prefix) are the committed ones, the only ones
+    retention deletes.
+    """
+
+    key: str
+    start: int = 0  # first offset still retained (committed or not)
+    end: int = 0  # next offset to be written
+    segments: list[Segment] = field(default_factory=list)
+    dropped: int = 0  # messages dropped at the spool bound, ever
+    retired: bool = False  # the endpoint left; no more appends expected
+    committed: int = 0  # Spark committed every offset below this one
+
+    def to_json(self) -> str:
+        """index.json: every segment not wholly committed; the committed ones are in the
+        history file (``history_lines``), so that the index written at every append stays
+        small however much retention keeps. ``start`` is the first offset the index lists (as
+        an earlier release reads it), ``retained_from`` the first one kept."""
+        listed = self.segments[self.committed_count() :]
+        return json.dumps(
+            versioned(
+                {
+                    "key": self.key,
+                    "start": listed[0].first if listed else self.end,
+                    "retained_from": self.start,
+                    "end": self.end,
+                    "dropped": self.dropped,
+                    "retired": self.retired,
+                    "committed": self.committed,
+                    "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in listed],
+                    # beside the segments, not in them: an earlier release reads this index too
+                    "written_at": [s.at for s in listed],
+                }
+            )
+        )
+
+    @classmethod
+    def from_json(
+        cls, text: str, where: str = "index.json", history: str | None = None
+    ) -> PartitionIndex:
+        """An index as written by this release or an earlier one: without ``committed`` (an
+        earlier release deleted what was committed at once: everything it kept is uncommitted)
+        and without ``written_at`` (ages not known: 0).
+
+        ``history`` (the history file's text) adds the committed segments the index does not
+        list; without it, ``segments`` may start after ``start``. Segments the history lacks
+        (a history cut short) count as deleted: ``start`` moves up to what is listed."""
+        obj = checked_version(json.loads(text), where)
+        segments = [Segment(*s) for s in obj["segments"]]
+        times = obj.get("written_at") or []
+        if len(times) == len(segments):
+            for segment, at in zip(segments, times, strict=True):
+                segment.at = float(at)
+        start = obj.get("retained_from", obj["start"])
+        if history is not None:
+            start, older = _committed_before(history, start, obj["start"])
+            segments = older + segments
+        return cls(
+            obj["key"],
+            start,
+            obj["end"],
+            segments,
+            obj["dropped"],
+            obj["retired"],
+            obj.get("committed", obj["start"]),
+        )
+
+    def history_lines(self, begin: int, stop: int) -> str:
+        """History file lines of segments ``begin`` to ``stop`` (committed ones)."""
+        return "".join(
+            json.dumps([s.first, s.count, s.nbytes, s.epoch, s.at]) + "\n"
+            for s in self.segments[begin:stop]
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.segments)
+
+    def committed_count(self) -> int:
+        """How many segments, from the first, are committed (end at or before ``committed``)."""
+        return bisect.bisect_right(self.segments, self.committed, key=lambda s: s.end)
+
+    def count_before(self, offset: int) -> int:
+        """How many segments, from the first, end at or before ``offset``."""
+        return bisect.bisect_right(self.segments, offset, key=lambda s: s.end)
+
+    def state(self) -> PartitionState:
+        return PartitionState(self.start, self.end, self.retired, self.committed)
+
+
+def versioned(doc: dict) -> dict:
+    """``doc`` with this release's format version, as every JSON file of a spool carries it."""
+    return {VERSION_KEY: FORMAT_VERSION, **doc}
+
+
+def checked_version(doc: dict, where: str) -> dict:
+    """``doc`` read from ``where``, without its version; SpoolError if another release wrote it
+    in a layout this one does not read."""
+    version = doc.pop(VERSION_KEY, FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise SpoolError(
+            f"{where} has spool format version {version!r}; this release of "
+            f"spark_zmq reads version {FORMAT_VERSION}. Run the release that wrote "
+            f"it, or give the query a new spoolPath (and checkpoint)"
+        )
+    return doc
+
+
+def _committed_before(text: str, start: int, listed: int) -> tuple[int, list[Segment]]:
+    """The history's segments that cover [start, listed) without a hole, and where they start
+    (``start`` unless lines are missing: what they named counts as deleted). Lines that do not
+    parse (a line cut short by a crash) and segments outside the range are passed over."""
+    by_end: dict[int, Segment] = {}
+    for line in text.splitlines():
+        try:
+            segment = Segment(*json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        if segment.first >= start and segment.end <= listed:
+            by_end[segment.end] = segment
+    chain: list[Segment] = []
+    at = listed
+    while at > start and at in by_end:
+        chain.append(by_end[at])
+        at = chain[-1].first
+    chain.reverse()
+    return at, chain
