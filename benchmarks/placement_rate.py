@@ -29,25 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from hermetic import ensure_private_network
-from zeroeq_rate import (
-    SUBSCRIBE_TIMEOUT,
-    TABLE_HEADER,
-    BatchCollector,
-    PublisherProcess,
-    PublishPlan,
-    PublishResult,
-    Trial,
-    drain_query,
-    error_text,
-    planned_count,
-    print_header,
-    print_progress,
-    record_delivery,
-    search,
-    stop_query,
-    trial_row,
-)
+from harness.hermetic import ensure_private_network
+from harness.publisher import SUBSCRIBE_TIMEOUT, PublisherProcess, PublishPlan, PublishResult
+from harness.report import TABLE_HEADER, print_header, print_progress, trial_row
+from harness.spark import BatchCollector, drain_query, error_text, record_delivery, stop_query
+from harness.trials import Trial, planned_count, search
 
 from spark_zmq.spark.session import LOOPBACK
 

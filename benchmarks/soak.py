@@ -83,7 +83,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hermetic import ensure_private_network
+from harness.hermetic import ensure_private_network
 
 from spark_zmq.spark.offsets import StreamOffset
 from spark_zmq.testing.processes import rss_bytes, running_holders

@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any
 
 import zmq
-from children import Child, report_errors
-from hermetic import ensure_private_network
+from harness.children import Child, report_errors
+from harness.hermetic import ensure_private_network
 
 from spark_zmq.protocols.zeroeq import MEERKAT, PUBLISHER_SERVICE, Record, event_id, make_zeroconf
 from spark_zmq.spark.session import LOOPBACK
