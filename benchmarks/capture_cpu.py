@@ -26,7 +26,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.hermetic import ensure_private_network
-from harness.measure import capture_thread_id
+from harness.measure import capture_thread_id, cpu_ns, split_threads, thread_times
 
 HERE = Path(__file__).resolve().parent
 PAYLOAD_BYTES = 100  # the shared publisher's (harness.publisher)
@@ -50,46 +49,6 @@ BARE = "bare pyzmq loop"
 
 
 # -- receivers (run as a subprocess of their own: ``--role``) --------------------------------------
-
-
-def thread_times() -> dict[int, tuple[str, int, int]]:
-    """{thread id: (name, CPU ns, voluntary context switches)} of this process."""
-    threads = {}
-    for tid in os.listdir("/proc/self/task"):
-        base = f"/proc/self/task/{tid}"
-        try:
-            name = Path(f"{base}/comm").read_text().strip()
-            ns = int(Path(f"{base}/schedstat").read_text().split()[0])
-            status = Path(f"{base}/status").read_text()
-        except OSError:
-            continue
-        switches = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
-        threads[int(tid)] = (name, ns, switches)
-    return threads
-
-
-def split_threads(before: dict[int, tuple[str, int, int]], capture_tid: int) -> dict[str, Any]:
-    """CPU ns and wake-ups since ``before``: capture's thread, zmq's I/O thread(s), the rest."""
-    split: dict[str, list[int]] = {
-        "capture": [0, 0],
-        "zmq I/O": [0, 0],
-        "other": [0, 0],
-    }
-    for tid, (name, ns, switches) in thread_times().items():
-        _, ns0, switches0 = before.get(tid, (name, 0, 0))
-        group = "other"
-        if tid == capture_tid:
-            group = "capture"
-        elif name.startswith("ZMQbg"):
-            group = "zmq I/O"
-        split[group][0] += ns - ns0
-        split[group][1] += switches - switches0
-    return split
-
-
-def cpu_ns() -> int:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return round((usage.ru_utime + usage.ru_stime) * 1e9)
 
 
 def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:

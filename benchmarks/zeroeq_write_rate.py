@@ -6,9 +6,11 @@ one right after the other (the writers' order alternates from round to round), s
 ratios compare like with like on a shared, noisy machine (the ratios matter more than the
 absolute rates):
 
-1. bare: a separate process binds an XPUB (the writer's send high-water mark, XPUB_NODROP),
-   waits until the subscriber has subscribed, then sends N prebuilt ZeroEQ messages as fast as
-   it can with ``send_multipart``. That is what a hand-written Python loop achieves.
+1. bare: the benchmarks' shared publisher (``harness/publisher.py``) in a process of its own
+   binds an XPUB (the writer's send high-water mark, XPUB_NODROP), waits until the subscriber
+   has subscribed, then sends N ZeroEQ messages as fast as it can with ``send_multipart``,
+   building each payload as it goes and waiting at a full queue as the writer does. That is
+   what a hand-written Python loop achieves. (Runs before 2026-11-26 sent prebuilt messages.)
 2. spark <core>: a Spark query reads the same N rows (``event``, ``payload``) from Parquet and
    writes them with ``format("zeroeq")``, trigger ``availableNow``, with the option
    ``sendCore`` = ``native`` (the compiled send loop) or ``python`` (``--send-cores``). Each
@@ -30,6 +32,9 @@ the first to the last message: the rates are taken there, at the receiver. For t
 writers, the run also times the whole query, from ``start()`` to its termination, and splits
 that into start-up (until the first message arrives), streaming and the end of the batch
 (after the last message).
+
+The subscriber is in ``write_subscriber.py``, the sides in ``write_sides.py``, the report in
+``write_report.py``.
 
 Run it as ``python benchmarks/zeroeq_write_rate.py [--quick] [--rows N] [--partitions 2]
 [--send-cores native,python] [--skip-alone]``. It re-executes itself through

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import resource
 import threading
+from pathlib import Path
+from typing import Any
 
 #: per thread: (name, CPU seconds)
 ThreadTimes = dict[int, tuple[str, float]]
@@ -70,3 +72,46 @@ def capture_thread_id(name: str) -> int | None:
         if thread.name == f"spark_zmq {name}":
             return thread.native_id
     return None
+
+
+# -- finer: nanoseconds and wake-ups from schedstat (capture_cpu.py) --------------------------
+
+
+def thread_times() -> dict[int, tuple[str, int, int]]:
+    """{thread id: (name, CPU ns, voluntary context switches)} of this process."""
+    threads = {}
+    for tid in os.listdir("/proc/self/task"):
+        base = f"/proc/self/task/{tid}"
+        try:
+            name = Path(f"{base}/comm").read_text().strip()
+            ns = int(Path(f"{base}/schedstat").read_text().split()[0])
+            status = Path(f"{base}/status").read_text()
+        except OSError:
+            continue
+        switches = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        threads[int(tid)] = (name, ns, switches)
+    return threads
+
+
+def split_threads(before: dict[int, tuple[str, int, int]], capture_tid: int) -> dict[str, Any]:
+    """CPU ns and wake-ups since ``before``: capture's thread, zmq's I/O thread(s), the rest."""
+    split: dict[str, list[int]] = {
+        "capture": [0, 0],
+        "zmq I/O": [0, 0],
+        "other": [0, 0],
+    }
+    for tid, (name, ns, switches) in thread_times().items():
+        _, ns0, switches0 = before.get(tid, (name, 0, 0))
+        group = "other"
+        if tid == capture_tid:
+            group = "capture"
+        elif name.startswith("ZMQbg"):
+            group = "zmq I/O"
+        split[group][0] += ns - ns0
+        split[group][1] += switches - switches0
+    return split
+
+
+def cpu_ns() -> int:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return round((usage.ru_utime + usage.ru_stime) * 1e9)
