@@ -20,6 +20,7 @@ Run it as ``python benchmarks/placement_rate.py [--quick]``: it re-executes itse
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import shutil
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.hermetic import ensure_private_network
 from harness.publisher import SUBSCRIBE_TIMEOUT, PublisherProcess, PublishPlan, PublishResult
@@ -43,7 +45,8 @@ PLACEMENTS = ("driver", "executors")
 IDLE_TIMEOUT = "3"
 
 
-def cluster_session(cluster):
+def cluster_session(cluster: Any) -> Any:
+    """A session on the standalone ``cluster``, bound to loopback, quiet."""
     os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = LOOPBACK
@@ -58,7 +61,7 @@ def cluster_session(cluster):
 
 
 def run_trial(
-    spark,
+    spark: Any,
     workdir: Path,
     placement: str,
     rate: float,
@@ -116,6 +119,13 @@ def run_trial(
     return trial
 
 
+def trial_at(
+    spark: Any, workdir: Path, placement: str, duration: float, trigger_ms: int, rate: float
+) -> Trial:
+    """``run_trial`` with the rate last: one step of the search."""
+    return run_trial(spark, workdir, placement, rate, duration, trigger_ms)
+
+
 def wait_for_holders_to_end(timeout: float) -> None:
     from spark_zmq.testing.processes import running_holders
 
@@ -169,8 +179,8 @@ def main() -> int:
             outcomes.append(
                 search(
                     placement,
-                    lambda rate, p=placement: run_trial(
-                        spark, workdir, p, rate, args.duration, args.trigger_ms
+                    functools.partial(
+                        trial_at, spark, workdir, placement, args.duration, args.trigger_ms
                     ),
                     args.start_rate,
                     args.factor,

@@ -55,9 +55,9 @@ def median_row(side: str, rounds: Sequence[Round]) -> str:
         for name in names
     }
     rate = f"{statistics.median(rates):>10,.0f}" if rates else f"{'-':>10}"
-    ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+    ratio_cell = f"{statistics.median(ratios):.2f}" if ratios else "-"
     return (
-        f"{'median':<7}{side:<14}{rate}{ratio:>8}  {'all' if once else 'NOT':<6}"
+        f"{'median':<7}{side:<14}{rate}{ratio_cell:>8}  {'all' if once else 'NOT':<6}"
         f"{figures_cell(figures)}"
     )
 

@@ -22,7 +22,7 @@ from spark_zmq.spark.session import LOOPBACK
 EVENT = "bench::Write"
 WIRE_ID = event_id(EVENT)
 PAYLOAD_BYTES = 100
-#: the sequence number at the start of every payload (the shared publisher's ``HEAD`` starts so)
+#: the sequence number at the start of every payload (the shared publisher's HEAD starts so too)
 SEQUENCE = struct.Struct(">Q")
 INPUT_SCHEMA = "event STRING, payload BINARY"
 #: a receiver that has seen messages and then nothing for this long stops waiting

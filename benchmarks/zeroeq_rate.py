@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from harness.children import reap_children
 from harness.hermetic import ensure_private_network
 from harness.publisher import SEND_PATIENCE
 from harness.report import print_header
@@ -234,9 +235,7 @@ def main() -> int:
         if "memory" not in args.skip:
             measure_memory(args, bench)
     finally:
-        for child in multiprocessing.active_children():  # only if a trial was interrupted
-            child.terminate()
-            child.join(5.0)
+        reap_children()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\ntotal time {time.monotonic() - started:.0f} s")
     return 0

@@ -57,6 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.children import reap_children
 from harness.hermetic import ensure_private_network
 from write_report import TABLE_HEADER, print_header, print_report, run_row
 from write_sides import Round, run_alone, run_bare, run_writer
@@ -200,9 +201,7 @@ def main() -> int:
     finally:
         if spark is not None:
             spark.stop()
-        for child in multiprocessing.active_children():  # only if a round was interrupted
-            child.terminate()
-            child.join(5.0)
+        reap_children()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\ntotal time {time.monotonic() - began:.0f} s")
     return 0
