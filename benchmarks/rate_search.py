@@ -34,7 +34,7 @@ def measure_bare(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
 def measure_connector(args: argparse.Namespace, bench: Bench) -> SearchOutcome:
     """A warm-up trial (the first query pays for starting Python workers and JIT), then the
     search, with capture's receive loop ``bench.core``."""
-    receiver = f"conn-{bench.core[:3]}"
+    receiver = f"conn-{(bench.core or 'default')[:3]}"
     print(f"connector ({bench.core} capture core) -> foreachBatch:", flush=True)
     warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
     print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)

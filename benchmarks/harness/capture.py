@@ -67,7 +67,7 @@ def capture_memory_main(
     root: str,
     max_bytes: int,
     timeout: float,
-    core: str,
+    core: str | None,
     conn: multiprocessing.connection.Connection,
 ) -> None:
     """The package's capture alone in a fresh process, receiving ``count`` messages into a spool

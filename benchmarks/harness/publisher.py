@@ -121,6 +121,40 @@ class PublisherProcess:
         self._child.stop()
 
 
+class PublisherGroup:
+    """Several publisher processes that share one count (each its own run of sequence numbers,
+    ``PublishPlan.first``) and report as one: what a query reading several endpoints gets."""
+
+    def __init__(self, context: Any, plans: list[PublishPlan]) -> None:
+        self.members: list[PublisherProcess] = []
+        try:
+            for plan in plans:
+                self.members.append(PublisherProcess(context, plan))
+        except BaseException:
+            self.finish()
+            raise
+
+    @property
+    def addresses(self) -> str:
+        """The readers' ``publishers`` option: every member's ``host:port``."""
+        return ",".join(member.address for member in self.members)
+
+    def result(self, timeout: float) -> PublishResult:
+        """Every member's result as one: counts summed; time, delay and end the longest."""
+        results = [member.result(timeout) for member in self.members]
+        return PublishResult(
+            sum(r.sent for r in results),
+            max(r.seconds for r in results),
+            sum(r.dropped for r in results),
+            max(r.late_ms for r in results),
+            max(r.ended for r in results),
+        )
+
+    def finish(self) -> None:
+        for member in self.members:
+            member.finish()
+
+
 def publisher_main(
     plan: PublishPlan, release: Any, conn: multiprocessing.connection.Connection
 ) -> None:

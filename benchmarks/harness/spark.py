@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.publisher import HEAD, SUBSCRIBE_TIMEOUT, PublisherProcess
+from harness.publisher import HEAD, SUBSCRIBE_TIMEOUT, PublisherGroup
 from harness.receivers import describe_missing
-from harness.trials import Bench, Trial, planned_count, publish_plan
+from harness.trials import Bench, Trial, publish_plans
 
 MS = 1e6
 
@@ -154,21 +154,21 @@ def drain_query(query: Any, collector: BatchCollector, timeout: float) -> None:
 def run_connector_trial(
     bench: Bench, rate: float, receiver: str = "connector", duration: float | None = None
 ) -> Trial:
-    """Publisher process -> ``format("zeroeq")`` -> ``foreachBatch``. The publisher binds first
-    (the query needs its port) but sends nothing until the query's capture has subscribed."""
+    """Publisher processes (``bench.publishers``) -> ``format("zeroeq")`` -> ``foreachBatch``.
+    Each publisher binds first (the query needs its port) but sends nothing until the query's
+    capture has subscribed."""
     duration = duration or bench.duration
-    trial = Trial(receiver, rate, planned_count(rate, duration))
+    plans = publish_plans(bench, rate, duration)
+    trial = Trial(receiver, rate, sum(plan.count for plan in plans))
     collector = BatchCollector(trial.planned)
     folder = Path(tempfile.mkdtemp(prefix="trial-", dir=bench.workdir))
     publisher = query = None
     try:
-        plan = publish_plan(bench, trial.planned, rate)
-        publisher = PublisherProcess(bench.context, plan)
+        publisher = PublisherGroup(bench.context, plans)
         query = (
             bench.spark.readStream.format("zeroeq")
-            .option("publishers", publisher.address)
+            .option("publishers", publisher.addresses)
             .option("spoolPath", str(folder / "spool"))
-            .option("captureCore", bench.core)
             .options(**admission(bench))
             .options(**dict(bench.reader_options))
             .load()
@@ -187,16 +187,19 @@ def run_connector_trial(
             stop_query(query)
         if publisher is not None:
             publisher.finish()
+        if bench.settle is not None:
+            bench.settle()
         shutil.rmtree(folder, ignore_errors=True)
     record_delivery(trial, collector)
     return trial
 
 
 def admission(bench: Bench) -> dict[str, str]:
-    """The connector query's admission option, if the run sets one."""
-    if bench.max_records_per_trigger <= 0:
-        return {}
-    return {"maxRecordsPerTrigger": str(bench.max_records_per_trigger)}
+    """The connector query's capture core and admission options, those the run sets."""
+    options = {} if bench.core is None else {"captureCore": bench.core}
+    if bench.max_records_per_trigger > 0:
+        options["maxRecordsPerTrigger"] = str(bench.max_records_per_trigger)
+    return options
 
 
 def error_text(exc: Exception) -> str:

@@ -123,24 +123,38 @@ class Bench:
     #: seconds the publisher waits at a full send queue before it drops (0: drops at once)
     patience: float = 0.0
     publisher_realtime: bool = False  # the publisher runs SCHED_FIFO (``run_in_real_time``)
-    core: str = "auto"  # the connector's captureCore
+    core: str | None = "auto"  # the connector's captureCore; None: not set (its default)
     bare_receive_hwm: int = CAPTURE_RECEIVE_HWM  # the bare SUB loop's ZMQ_RCVHWM
     #: the connector query's maxRecordsPerTrigger (0: none)
     max_records_per_trigger: int = MAX_RECORDS_PER_TRIGGER
     #: further options of the connector query (a candidate's settings, e.g. captureNice)
     reader_options: tuple[tuple[str, str], ...] = ()
+    #: publisher processes of a connector trial, sharing its rate
+    publishers: int = 1
+    #: called after a connector trial's query stopped, before its folder is deleted (e.g.:
+    #: wait for executors' capture processes to end)
+    settle: Callable[[], None] | None = None
 
 
-def publish_plan(bench: Bench, count: int, rate: float) -> PublishPlan:
+def publish_plan(bench: Bench, count: int, rate: float, first: int = 0) -> PublishPlan:
     """The run's publisher (send loop, nice value, patience) sending ``count`` at ``rate``."""
     return PublishPlan(
         count,
         rate,
+        first=first,
         native=bench.native_publisher,
         nice=bench.publisher_nice,
         patience=bench.patience,
         realtime=bench.publisher_realtime,
     )
+
+
+def publish_plans(bench: Bench, rate: float, duration: float) -> list[PublishPlan]:
+    """``bench.publishers`` publishers sharing ``rate`` for ``duration``, each its own run of
+    sequence numbers: together they send ``planned_count(rate / n, duration) * n``."""
+    n = bench.publishers
+    each = planned_count(rate / n, duration)
+    return [publish_plan(bench, each, rate / n, first=index * each) for index in range(n)]
 
 
 def run_bare_trial(bench: Bench, rate: float, duration: float | None = None) -> Trial:
