@@ -47,6 +47,7 @@ from harness.publisher import (
     PublisherProcess,
     PublishPlan,
 )
+from harness.spark import payload_heads
 
 
 @dataclass
@@ -79,24 +80,6 @@ class Row:
 # -- sinks ---------------------------------------------------------------------------------------
 
 
-def sequences(payload: Any) -> tuple[np.ndarray, int]:
-    """Sequence numbers of an Arrow binary column (vectorised), and its null rows (gap rows)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    found, nulls = [], 0
-    for chunk in pa.chunked_array(payload).chunks:
-        kept = chunk.filter(pc.fill_null(pc.is_valid(chunk), False))
-        nulls += len(chunk) - len(kept)
-        if len(kept):
-            width = np.int64 if pa.types.is_large_binary(kept.type) else np.int32
-            starts = np.frombuffer(kept.buffers()[1], width)[kept.offset : kept.offset + len(kept)]
-            data = np.frombuffer(kept.buffers()[2], np.uint8)
-            heads = data[starts.astype(np.int64)[:, None] + np.arange(8)]
-            found.append(heads.view(">u8")[:, 0].astype(np.int64))
-    return (np.concatenate(found) if found else np.empty(0, np.int64)), nulls
-
-
 class Tally:
     """Counts of every sequence number seen, for gaps and duplicates."""
 
@@ -106,7 +89,7 @@ class Tally:
         self.lock = threading.Lock()
 
     def add(self, payload: Any) -> None:
-        seqs, nulls = sequences(payload)
+        seqs, _, nulls = payload_heads(payload)  # nulls: gap rows (no payload)
         with self.lock:
             np.add.at(self.seen, seqs[(seqs >= 0) & (seqs < len(self.seen))], 1)
             self.rows += len(seqs)
