@@ -214,10 +214,13 @@ def receive_native(
     into one buffer, the sequence numbers counted at the end with numpy, so that the receiver
     is not the slower side of the comparison."""
     from spark_zmq.capture.cores import native_module
+    from spark_zmq.capture.refusals import Refusals
 
     native = native_module()
     unbounded = 1 << 62
-    buffer = native.NativeBuffer(unbounded, unbounded, 1024, unbounded)
+    # the bounds of one message, as capture's defaults; the benchmark's messages are far below
+    refusals = Refusals("write-rate subscriber", "tcp://127.0.0.1", "bench", 64 << 20, 1000)
+    buffer = native.NativeBuffer(unbounded, unbounded, 1024, unbounded, refusals)
     address = sock.underlying
     first = last = 0.0
     clock = time.monotonic
