@@ -89,7 +89,8 @@ def print_report(rounds: Sequence[Round], partitions: int) -> None:
     for side in sides:
         print(median_row(side, rounds))
     print(
-        "\nbare: its send loop = the bare publisher's own rate (prebuilt messages; the "
+        "\nbare: its send loop = the bare publisher's own rate (the shared publisher's Python "
+        "loop, building each payload as it sends; the "
         "receiver is the slower side when this is higher).\nspark: wall = start() -> query "
         "terminated; start-up = start() -> first message received (batch planning, Python "
         "worker, publisher + ZeroConf announcement, discovery, subscription), end = last "
