@@ -23,12 +23,9 @@ The report gives each variant's median (and range) of us per message, overall an
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
-import multiprocessing.connection
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -38,112 +35,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from children import Child, report_errors
-from hermetic import ensure_private_network
+from harness.hermetic import ensure_private_network
+from harness.measure import capture_thread_id, cpu_ns, split_threads, thread_times
 
 HERE = Path(__file__).resolve().parent
-TREE = HERE.parent
-PAYLOAD_BYTES = 100
+PAYLOAD_BYTES = 100  # the shared publisher's (harness.publisher)
 TICK_SECONDS = 0.001
+TREE = HERE.parent
 #: a receiver that saw messages and then nothing for this long stops waiting
 IDLE_SECONDS = 3.0
 TIMEOUT = 120.0
 BARE = "bare pyzmq loop"
 
 
-# -- publisher ------------------------------------------------------------------------------------
-
-
-def publisher_main(
-    count: int, rate: float, release: Any, conn: multiprocessing.connection.Connection
-) -> None:
-    """XPUB on a random loopback port (send HWM 0: nothing dropped), nice -10 where allowed;
-    report the port, wait for a subscriber, send ``count`` events paced in ~1 ms ticks."""
-
-    def body() -> None:
-        import zmq
-        from native_publisher import send_sequence
-
-        from spark_zmq.protocols.zeroeq import event_id
-
-        with contextlib.suppress(PermissionError):
-            os.setpriority(os.PRIO_PROCESS, 0, -10)
-        context = zmq.Context()
-        sock = context.socket(zmq.XPUB)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.LINGER, 2000)
-        try:
-            conn.send(("port", sock.bind_to_random_port("tcp://127.0.0.1")))
-            deadline = time.monotonic() + TIMEOUT
-            while not (sock.poll(100) and sock.recv() == b"\x01"):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no subscriber")
-            send = send_sequence
-            topic, body = event_id("bench::Tick"), bytes(PAYLOAD_BYTES)
-            sent, start = 0, time.perf_counter()
-            tick = start
-            while sent < count:
-                due = min(count, int((time.perf_counter() - start) * rate) + 1)
-                if rate <= 0:  # unpaced: a thousand a call
-                    due = min(count, sent + 1000)
-                send(sock.underlying, topic, body, sent, due - sent, 0.01)
-                sent = due
-                tick += TICK_SECONDS
-                delay = tick - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                else:
-                    tick = time.perf_counter()
-            conn.send(("sent", (sent, time.perf_counter() - start)))
-            release.wait(TIMEOUT)
-        finally:
-            sock.close()
-            context.term()
-
-    report_errors(conn, body)
-
-
 # -- receivers (run as a subprocess of their own: ``--role``) --------------------------------------
-
-
-def thread_times() -> dict[int, tuple[str, int, int]]:
-    """{thread id: (name, CPU ns, voluntary context switches)} of this process."""
-    threads = {}
-    for tid in os.listdir("/proc/self/task"):
-        base = f"/proc/self/task/{tid}"
-        try:
-            name = Path(f"{base}/comm").read_text().strip()
-            ns = int(Path(f"{base}/schedstat").read_text().split()[0])
-            status = Path(f"{base}/status").read_text()
-        except OSError:
-            continue
-        switches = int(status.split("voluntary_ctxt_switches:")[1].split()[0])
-        threads[int(tid)] = (name, ns, switches)
-    return threads
-
-
-def split_threads(before: dict[int, tuple[str, int, int]], capture_tid: int) -> dict[str, Any]:
-    """CPU ns and wake-ups since ``before``: capture's thread, zmq's I/O thread(s), the rest."""
-    split: dict[str, list[int]] = {
-        "capture": [0, 0],
-        "zmq I/O": [0, 0],
-        "other": [0, 0],
-    }
-    for tid, (name, ns, switches) in thread_times().items():
-        _, ns0, switches0 = before.get(tid, (name, 0, 0))
-        group = "other"
-        if tid == capture_tid:
-            group = "capture"
-        elif name.startswith("ZMQbg"):
-            group = "zmq I/O"
-        split[group][0] += ns - ns0
-        split[group][1] += switches - switches0
-    return split
-
-
-def cpu_ns() -> int:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return round((usage.ru_utime + usage.ru_stime) * 1e9)
 
 
 def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
@@ -202,7 +107,10 @@ def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
             capture.sync(timeout=60)
             _stop_perf(recorder)
             result = _result(
-                cpu0, start, received() - got0, split_threads(before, capture._thread.native_id)
+                cpu0,
+                start,
+                received() - got0,
+                split_threads(before, capture_thread_id("cpu") or -1),
             )
             result["first"] = first
             result["queue_full"] = full_queues[0]
@@ -302,11 +210,15 @@ def run_trial(
 ) -> dict[str, Any]:
     """One publisher and one receiver process (``tree``'s capture, or the bare loop if None);
     with ``perf``, the receiver runs under ``perf record -g`` writing that file."""
+    # here, not at the top: the receiver roles import this file with another tree's spark_zmq
+    from harness.publisher import SEND_PATIENCE, PublisherProcess, PublishPlan
+
     context = multiprocessing.get_context("spawn")
-    release = context.Event()
-    publisher = Child(context, publisher_main, count, rate, release)
+    # send HWM 0: nothing dropped; nice -10 where allowed; a full queue is given 10 ms
+    plan = PublishPlan(count, rate, send_hwm=0, native=True, nice=-10, patience=SEND_PATIENCE)
+    publisher = PublisherProcess(context, plan)
     try:
-        port = publisher.expect("port", 60.0)
+        port = publisher.port
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree or str(TREE), str(HERE)]))
         env.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
         role = "capture" if tree else "bare"
@@ -317,14 +229,13 @@ def run_trial(
         receiver = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=TIMEOUT + 60, check=False
         )
-        publisher.expect("sent", 60.0)
+        publisher.result(60.0)
         if receiver.returncode:
             raise RuntimeError(f"{label}: receiver failed: {receiver.stderr[-2000:]}")
         result: dict[str, Any] = json.loads(receiver.stdout.strip().splitlines()[-1])
         return result
     finally:
-        release.set()
-        publisher.stop()
+        publisher.finish()
 
 
 def us_per_message(ns: float, messages: int) -> float:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from hermetic import ensure_private_network
+from harness.hermetic import ensure_private_network
 
 
 def flood(port: int, seconds: float, size: int) -> None:

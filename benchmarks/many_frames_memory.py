@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from hermetic import ensure_private_network
+from harness.hermetic import ensure_private_network
 
 
 def rss_mib() -> int:

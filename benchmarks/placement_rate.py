@@ -20,6 +20,7 @@ Run it as ``python benchmarks/placement_rate.py [--quick]``: it re-executes itse
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import shutil
@@ -28,26 +29,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from hermetic import ensure_private_network
-from zeroeq_rate import (
-    SUBSCRIBE_TIMEOUT,
-    TABLE_HEADER,
-    BatchCollector,
-    PublisherProcess,
-    PublishPlan,
-    PublishResult,
-    Trial,
-    drain_query,
-    error_text,
-    planned_count,
-    print_header,
-    print_progress,
-    record_delivery,
-    search,
-    stop_query,
-    trial_row,
-)
+from harness.hermetic import ensure_private_network
+from harness.report import TABLE_HEADER, print_header, print_progress, trial_row
+from harness.spark import run_connector_trial
+from harness.trials import Bench, Trial, search
 
 from spark_zmq.spark.session import LOOPBACK
 
@@ -57,7 +44,8 @@ PLACEMENTS = ("driver", "executors")
 IDLE_TIMEOUT = "3"
 
 
-def cluster_session(cluster):
+def cluster_session(cluster: Any) -> Any:
+    """A session on the standalone ``cluster``, bound to loopback, quiet."""
     os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = LOOPBACK
@@ -72,7 +60,7 @@ def cluster_session(cluster):
 
 
 def run_trial(
-    spark,
+    spark: Any,
     workdir: Path,
     placement: str,
     rate: float,
@@ -80,54 +68,28 @@ def run_trial(
     trigger_ms: int,
     label: str | None = None,
 ) -> Trial:
-    """PUBLISHERS publisher processes -> format("zeroeq") with ``capture=placement``."""
-    context = multiprocessing.get_context("spawn")
-    per = planned_count(rate / PUBLISHERS, duration)
-    trial = Trial(label or placement, rate, per * PUBLISHERS)
-    collector = BatchCollector(trial.planned)
-    folder = Path(tempfile.mkdtemp(prefix=f"{placement}-", dir=workdir))
-    publishers, query = [], None
-    try:
-        for n in range(PUBLISHERS):
-            publishers.append(
-                PublisherProcess(context, PublishPlan(per, rate / PUBLISHERS, first=n * per))
-            )
-        addresses = ",".join(f"{LOOPBACK}:{p.port}" for p in publishers)
-        query = (
-            spark.readStream.format("zeroeq")
-            .options(
-                publishers=addresses,
-                capture=placement,
-                spoolPath=str(folder / "spool"),
-                captureIdleTimeout=IDLE_TIMEOUT,
-            )
-            .load()
-            .writeStream.foreachBatch(collector)
-            .option("checkpointLocation", str(folder / "checkpoint"))
-            .trigger(processingTime=f"{trigger_ms} milliseconds")
-            .start()
-        )
-        results = [p.result(SUBSCRIBE_TIMEOUT + 10 * duration + 60) for p in publishers]
-        trial.record_publisher(
-            PublishResult(
-                sum(r.sent for r in results),
-                max(r.seconds for r in results),
-                sum(r.dropped for r in results),
-            )
-        )
-        time.sleep(0.5)
-        drain_query(query, collector, 60.0 + 5 * duration)
-    except Exception as exc:  # a failed query or child is a trial result, not a crash
-        trial.error = error_text(exc)
-    finally:
-        if query is not None:
-            stop_query(query)
-        for publisher in publishers:
-            publisher.finish()
-        wait_for_holders_to_end(float(IDLE_TIMEOUT) + 10)
-        shutil.rmtree(folder, ignore_errors=True)
-    record_delivery(trial, collector)
-    return trial
+    """PUBLISHERS publisher processes -> format("zeroeq") with ``capture=placement``; after
+    the query stops, its capture processes end before the next trial."""
+    bench = Bench(
+        multiprocessing.get_context("spawn"),
+        workdir,
+        duration,
+        trigger_ms,
+        spark=spark,
+        core=None,
+        max_records_per_trigger=0,
+        reader_options=(("capture", placement), ("captureIdleTimeout", IDLE_TIMEOUT)),
+        publishers=PUBLISHERS,
+        settle=lambda: wait_for_holders_to_end(float(IDLE_TIMEOUT) + 10),
+    )
+    return run_connector_trial(bench, rate, label or placement)
+
+
+def trial_at(
+    spark: Any, workdir: Path, placement: str, duration: float, trigger_ms: int, rate: float
+) -> Trial:
+    """``run_trial`` with the rate last: one step of the search."""
+    return run_trial(spark, workdir, placement, rate, duration, trigger_ms)
 
 
 def wait_for_holders_to_end(timeout: float) -> None:
@@ -183,8 +145,8 @@ def main() -> int:
             outcomes.append(
                 search(
                     placement,
-                    lambda rate, p=placement: run_trial(
-                        spark, workdir, p, rate, args.duration, args.trigger_ms
+                    functools.partial(
+                        trial_at, spark, workdir, placement, args.duration, args.trigger_ms
                     ),
                     args.start_rate,
                     args.factor,

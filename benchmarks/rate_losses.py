@@ -27,6 +27,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from harness.report import print_progress, trial_row
+from harness.spark import run_connector_trial
+from harness.trials import Bench, Trial, run_bare_trial
+
 RATES = "40000,60000,85000,120000"
 RECEIVERS: dict[str, str] = {
     "bare": "bare pyzmq SUB loop, alone",
@@ -58,10 +62,8 @@ def add_loss_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def measure_losses(args: argparse.Namespace, bench: Any) -> None:
+def measure_losses(args: argparse.Namespace, bench: Bench) -> None:
     """The loss table: every receiver at every rate, interleaved, then the no-gap rates."""
-    import zeroeq_rate as harness
-
     receivers = [name.strip() for name in args.loss_receivers.split(",") if name.strip()]
     unknown = set(receivers) - set(RECEIVERS)
     if unknown:
@@ -72,35 +74,33 @@ def measure_losses(args: argparse.Namespace, bench: Any) -> None:
         f"noise over all receivers alike) ==",
         flush=True,
     )
-    warm = harness.run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
-    print(f"  {harness.trial_row(warm)}   [warm-up, not counted]", flush=True)
-    trials: dict[str, dict[float, list[Any]]] = {name: {} for name in receivers}
+    warm = run_connector_trial(bench, 5_000, "warm-up", duration=1.0)
+    print(f"  {trial_row(warm)}   [warm-up, not counted]", flush=True)
+    trials: dict[str, dict[float, list[Trial]]] = {name: {} for name in receivers}
     for rate in args.rates:
         for _ in range(args.repeats):
             for name in receivers:
                 trial = run_receiver(name, bench, rate)
-                harness.print_progress(trial)
+                print_progress(trial)
                 trials[name].setdefault(rate, []).append(trial)
     print_loss_table(trials, args.rates)
 
 
-def run_receiver(name: str, bench: Any, rate: float) -> Any:
-    import zeroeq_rate as harness
-
+def run_receiver(name: str, bench: Bench, rate: float) -> Trial:
     if name == "bare":
-        return harness.run_bare_trial(bench, rate)
+        return run_bare_trial(bench, rate)
     if name == "bare+spark":
         with spark_load(bench, rate) as load:
-            trial = harness.run_bare_trial(bench, rate)
+            trial = run_bare_trial(bench, rate)
             rows = sum(load)
         print(f"    (the Spark query beside it took {rows:,} rows in {len(load)} micro-batches)")
         return replace(trial, receiver=name)
     options = (("captureNice", "off"),) if name == "conn-nice-off" else ()
-    return harness.run_connector_trial(replace(bench, reader_options=options), rate, name)
+    return run_connector_trial(replace(bench, reader_options=options), rate, name)
 
 
 @contextmanager
-def spark_load(bench: Any, rate: float) -> Iterator[list[int]]:
+def spark_load(bench: Bench, rate: float) -> Iterator[list[int]]:
     """A Spark query doing the connector's work at ``rate`` while the block runs: 100-byte
     payloads from a ``rate`` source, through a Python worker, collected into the driver. The
     block starts once a micro-batch has brought rows; it gets the rows of each micro-batch."""
@@ -133,7 +133,7 @@ def spark_load(bench: Any, rate: float) -> Iterator[list[int]]:
         query.stop()
 
 
-def no_gap_rate(by_rate: dict[float, list[Any]], rates: list[float]) -> float:
+def no_gap_rate(by_rate: dict[float, list[Trial]], rates: list[float]) -> float:
     """The highest rate at and below which every trial succeeded (0: not even the first)."""
     best = 0.0
     for rate in sorted(rates):
@@ -143,7 +143,7 @@ def no_gap_rate(by_rate: dict[float, list[Any]], rates: list[float]) -> float:
     return best
 
 
-def cell(trials: list[Any]) -> str:
+def cell(trials: list[Trial]) -> str:
     """Messages lost by each trial at one rate, e.g. ``0/160``; ``err`` for a failed trial,
     ``*`` after a trial whose publisher did not keep its pace."""
     shown = []
@@ -155,7 +155,7 @@ def cell(trials: list[Any]) -> str:
     return "/".join(shown)
 
 
-def print_loss_table(trials: dict[str, dict[float, list[Any]]], rates: list[float]) -> None:
+def print_loss_table(trials: dict[str, dict[float, list[Trial]]], rates: list[float]) -> None:
     width = max(12, *(len(cell(t)) + 2 for by in trials.values() for t in by.values()))
     print("\n== messages lost per rate (one figure per trial, in turn order) ==")
     print(f"{'receiver':<14}" + "".join(f"{rate:>{width},.0f}" for rate in rates) + "  no-gap")

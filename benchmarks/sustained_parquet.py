@@ -2,7 +2,7 @@
 ``minPartitions`` buys.
 
 A publisher process behaves as every ZeroEQ publisher does by default: XPUB, send high-water
-mark 1000, a message that finds the queue full is dropped at once (the compiled publisher's
+mark 1000, a message that finds the queue full is dropped at once (the compiled core's
 ``send_sequence`` with no patience; XPUB_NODROP turns the drop into EAGAIN so it is counted).
 It sends 100-byte events at rate R for ``--duration`` seconds into a query that writes a Parquet
 file sink (checkpoint, ``--trigger-ms`` trigger). After the publisher's last send, the table
@@ -39,16 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zmq
-from children import Child, report_errors
-from hermetic import ensure_private_network
-
-PAYLOAD_BYTES = 100
-SEND_HWM = 1000
-TICK_SECONDS = 0.001
-EVENT = "bench::Tick"
-LOOPBACK = "127.0.0.1"
-SUBSCRIBE_TIMEOUT = 120.0
+from harness.hermetic import ensure_private_network
+from harness.publisher import (
+    PAYLOAD_BYTES,
+    SUBSCRIBE_TIMEOUT,
+    TICK_EVENT,
+    PublisherProcess,
+    PublishPlan,
+)
+from harness.spark import payload_heads
 
 
 @dataclass
@@ -78,73 +77,7 @@ class Row:
         return self.bounded(bound) and self.dropped == 0 and self.gaps == 0
 
 
-# -- publisher process ---------------------------------------------------------------------------
-
-
-def publisher_main(count: int, rate: float, nice: int, release: Any, conn: Any) -> None:
-    """XPUB on a random loopback port; after a subscription to everything, ``count`` events at
-    ``rate``, each ~1 ms tick sending what the schedule says is due, dropping at once at the
-    high-water mark. Reports (sent, dropped, wall time of the last send). ``nice`` (negative:
-    the publisher, standing for a peer on its own host, wins the CPU, so that its drops
-    measure the receiving side, not its own wait for a core) is set before the zmq context, so
-    that its I/O thread inherits it."""
-
-    def body() -> None:
-        if nice:
-            os.setpriority(os.PRIO_PROCESS, 0, nice)
-        from native_publisher import send_sequence
-
-        from spark_zmq.protocols.zeroeq import event_id
-
-        context = zmq.Context()
-        sock = context.socket(zmq.XPUB)
-        sock.setsockopt(zmq.SNDHWM, SEND_HWM)
-        sock.setsockopt(zmq.XPUB_NODROP, 1)  # EAGAIN at the mark: dropped by us, and counted
-        sock.setsockopt(zmq.LINGER, 2000)
-        try:
-            conn.send(("port", sock.bind_to_random_port(f"tcp://{LOOPBACK}")))
-            deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
-            while not (sock.poll(100) and sock.recv() == b"\x01"):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no subscriber")
-            send = send_sequence
-            topic, blob, address = event_id(EVENT), bytes(PAYLOAD_BYTES), sock.underlying
-            sent = dropped = 0
-            start = time.perf_counter()
-            while sent < count:
-                due = min(count, int((time.perf_counter() - start) * rate) + 1)
-                if due > sent:
-                    dropped += send(address, topic, blob, sent, due - sent, 0.0)
-                    sent = due
-                time.sleep(TICK_SECONDS)
-            conn.send(("sent", (sent, dropped, time.time())))
-            release.wait(600)
-        finally:
-            sock.close()
-            context.term()
-
-    report_errors(conn, body)
-
-
 # -- sinks ---------------------------------------------------------------------------------------
-
-
-def sequences(payload: Any) -> tuple[np.ndarray, int]:
-    """Sequence numbers of an Arrow binary column (vectorised), and its null rows (gap rows)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    found, nulls = [], 0
-    for chunk in pa.chunked_array(payload).chunks:
-        kept = chunk.filter(pc.fill_null(pc.is_valid(chunk), False))
-        nulls += len(chunk) - len(kept)
-        if len(kept):
-            width = np.int64 if pa.types.is_large_binary(kept.type) else np.int32
-            starts = np.frombuffer(kept.buffers()[1], width)[kept.offset : kept.offset + len(kept)]
-            data = np.frombuffer(kept.buffers()[2], np.uint8)
-            heads = data[starts.astype(np.int64)[:, None] + np.arange(8)]
-            found.append(heads.view(">u8")[:, 0].astype(np.int64))
-    return (np.concatenate(found) if found else np.empty(0, np.int64)), nulls
 
 
 class Tally:
@@ -156,7 +89,7 @@ class Tally:
         self.lock = threading.Lock()
 
     def add(self, payload: Any) -> None:
-        seqs, nulls = sequences(payload)
+        seqs, _, nulls = payload_heads(payload)  # nulls: gap rows (no payload)
         with self.lock:
             np.add.at(self.seen, seqs[(seqs >= 0) & (seqs < len(self.seen))], 1)
             self.rows += len(seqs)
@@ -199,14 +132,14 @@ def run_trial(spark: Any, args: argparse.Namespace, sink: str, rate: int, parts:
     count = int(rate * args.duration)
     folder = Path(tempfile.mkdtemp(prefix="sustained-"))
     context = multiprocessing.get_context("spawn")
-    release = context.Event()
-    publisher = Child(context, publisher_main, count, float(rate), args.publisher_nice, release)
+    # the compiled send loop, dropping at once at the send high-water mark (1000)
+    plan = PublishPlan(count, float(rate), native=True, nice=args.publisher_nice)
+    publisher = PublisherProcess(context, plan)
     tally, query = Tally(count), None
     try:
-        port = publisher.expect("port", 60)
         reader = (
             spark.readStream.format("zeroeq")
-            .option("publishers", f"{LOOPBACK}:{port}")
+            .option("publishers", publisher.address)
             .option("spoolPath", str(folder / "spool"))
         )
         if parts > 1:
@@ -220,9 +153,8 @@ def run_trial(spark: Any, args: argparse.Namespace, sink: str, rate: int, parts:
             query = writer.start()
         else:
             query = writer.format("parquet").start(str(folder / "table"))
-        row.sent, row.dropped, ended = publisher.expect(
-            "sent", SUBSCRIBE_TIMEOUT + 3 * count / rate
-        )
+        sent = publisher.result(SUBSCRIBE_TIMEOUT + 3 * count / rate)
+        row.sent, row.dropped, ended = sent.sent, sent.dropped, sent.ended
         table = folder / "table" if sink == "parquet" else None
         row.catch_up = wait_complete(query, table, tally, row.sent - row.dropped, ended, args)
         row.batch_seconds = batch_seconds(query)
@@ -236,7 +168,7 @@ def run_trial(spark: Any, args: argparse.Namespace, sink: str, rate: int, parts:
     finally:
         if query is not None:
             query.stop()
-        publisher.stop()
+        publisher.finish()
         shutil.rmtree(folder, ignore_errors=True)
     tally.into(row)
     return row
@@ -307,7 +239,7 @@ def sink_rate(spark: Any, parts: int, count: int) -> float:
 
     folder = Path(tempfile.mkdtemp(prefix="sink-rate-"))
     spool = Spool(str(folder / "spool"), 1 << 40)
-    topic, pad = event_id(EVENT), bytes(PAYLOAD_BYTES - 8)
+    topic, pad = event_id(TICK_EVENT), bytes(PAYLOAD_BYTES - 8)
     for first in range(0, count, 65536):
         n = min(65536, count - first)
         frames = [[topic, (first + i).to_bytes(8, "big") + pad] for i in range(n)]

@@ -59,7 +59,7 @@ def test_the_soak_counts_a_loss_that_no_gap_row_covers_as_unmarked(monkeypatch):
     so), 40-49 are at offsets 11-20, and 50-79 never arrived with no gap row after offset 20:
     they are unmarked, although an older gap row (offset 5) names times that cover some."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    soak = importlib.import_module("soak")
+    soak = importlib.import_module("soak_accounting")
     partition = "soak/1@127.0.0.1:5003"
 
     def at(sequence: int, offset: int):
@@ -99,7 +99,7 @@ def test_the_soak_dates_a_capture_restart_gap_row_by_the_times_it_names(monkeypa
     from spark_zmq.spool.downtime import restart_gap_text
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    soak = importlib.import_module("soak")
+    soak = importlib.import_module("soak_accounting")
     partition = "soak/0@127.0.0.1:5003"
     since, until = 2000.25, 2003.5
     text = restart_gap_text(partition, utc_text(int(since * 1e9)), utc_text(int(until * 1e9)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import multiprocessing.connection
 from collections.abc import Callable
 from typing import Any
@@ -56,3 +57,10 @@ def report_errors(conn: multiprocessing.connection.Connection, body: Callable[[]
         raise
     finally:
         conn.close()
+
+
+def reap_children() -> None:
+    """Terminate any child still running: only a run that was interrupted leaves one."""
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join(5.0)

@@ -8,7 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
-NETNS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "netns.sh"
+NETNS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "netns.sh"
 
 
 def ensure_private_network(script: str) -> None:
