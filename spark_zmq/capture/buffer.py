@@ -252,11 +252,3 @@ def _rows(received: pa.Array, frames: pa.Array, faults: dict[int, str]) -> pa.Ta
     else:
         fault_column = pa.nulls(len(frames), pa.string())
     return pa.Table.from_arrays([received, frames, fault_column], schema=SPOOL_SCHEMA)
-
-
-def utc_text(ns: int) -> str:
-    """A time in ns since the epoch as ISO 8601 UTC with milliseconds, as gap rows show it."""
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns / 1e9))
-        + f".{ns // 1_000_000 % 1000:03d}Z"
-    )

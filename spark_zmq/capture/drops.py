@@ -8,8 +8,8 @@ capture stops). Capture's own fault rows dropped meanwhile are kept when possibl
 
 from __future__ import annotations
 
-from spark_zmq.capture.buffer import utc_text
 from spark_zmq.log import logger
+from spark_zmq.units import utc_text
 
 
 class DropEpisode:

@@ -17,8 +17,8 @@ import time
 
 import zmq
 
-from spark_zmq.capture.buffer import utc_text
 from spark_zmq.log import logger
+from spark_zmq.units import utc_text
 
 #: seconds a peer has to complete the ZMTP (and CURVE) handshake before zmq retries it
 HANDSHAKE_SECONDS = 10

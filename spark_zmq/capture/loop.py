@@ -32,10 +32,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from spark_zmq.capture import receiving
-from spark_zmq.capture.connections import Connection, Sockets
+from spark_zmq.capture.connections import Connection
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.priority import PriorityOutcome, protect_capture, restore_main_thread
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
+from spark_zmq.capture.sockets import Sockets
 from spark_zmq.capture.spooling import SegmentWriter
 from spark_zmq.capture.sync import FlushRequests
 from spark_zmq.capture.upkeep import ConnectionUpkeep

@@ -14,11 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from spark_zmq.capture.connections import Connection, Sockets
+from spark_zmq.capture.connections import Connection
+from spark_zmq.capture.sockets import Sockets
 from spark_zmq.errors import brief
 from spark_zmq.log import logger
-from spark_zmq.protocols.addresses import RefusedEndpoints
 from spark_zmq.protocols.contract import Endpoint
+from spark_zmq.protocols.refused import RefusedEndpoints
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost
 from spark_zmq.spool.writer import Spool

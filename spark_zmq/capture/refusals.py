@@ -21,9 +21,9 @@ import time
 
 import zmq
 
-from spark_zmq.capture.buffer import utc_text
 from spark_zmq.log import logger
 from spark_zmq.stream_options import MAX_MESSAGE_PARTS
+from spark_zmq.units import utc_text
 
 #: seconds between two log lines of one episode of one connection
 LOG_INTERVAL = 60.0

@@ -9,12 +9,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from spark_zmq.capture.buffer import Buffer, MessageBuffer, utc_text
+from spark_zmq.capture.buffer import Buffer, MessageBuffer
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost, SpoolWriteError
 from spark_zmq.spool.writer import Spool
+from spark_zmq.units import utc_text
 
 
 class SegmentWriter:

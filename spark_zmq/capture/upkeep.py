@@ -11,9 +11,10 @@ import time
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from spark_zmq.capture.connections import Connection, Sockets
+from spark_zmq.capture.connections import Connection
 from spark_zmq.capture.membership import Membership
 from spark_zmq.capture.pushback import PUSH_BACK_SECONDS
+from spark_zmq.capture.sockets import Sockets
 from spark_zmq.log import logger
 
 #: seconds before capture tries again to reopen a connection that zmq refused to reopen

@@ -17,8 +17,8 @@ import time
 
 from spark_zmq.errors import shown
 from spark_zmq.log import logger
-from spark_zmq.protocols.addresses import RefusedEndpoints
 from spark_zmq.protocols.contract import Endpoint, EndpointListener
+from spark_zmq.protocols.refused import RefusedEndpoints
 
 #: seconds between two log lines about endpoints held back at maxEndpoints
 HELD_BACK_LOG_SECONDS = 60.0

@@ -95,8 +95,8 @@ def test_the_soak_dates_a_capture_restart_gap_row_by_the_times_it_names(monkeypa
     ``spool.downtime``; the soak's matching rule must read its span from the text capture writes
     (from T1 to T2, not to when the row was written), so that a hole inside the downtime is
     marked and one after it is not."""
-    from spark_zmq.capture.buffer import utc_text
     from spark_zmq.spool.downtime import restart_gap_text
+    from spark_zmq.units import utc_text
 
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     soak = importlib.import_module("soak_accounting")
