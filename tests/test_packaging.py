@@ -26,7 +26,7 @@ def test_the_wheel_carries_the_version_licence_type_hints_and_command(checked_wh
     assert {"spark_zmq/spark/batch.py", "spark_zmq/jobs/capture_to_parquet.py"} <= names
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     compiled = {n for n in names if n.endswith(suffix)}
-    modules = ("libzmq", "receive", "send")
+    modules = ("libzmq", "buffer", "receive", "send")
     assert compiled == {f"spark_zmq/native/{module}{suffix}" for module in modules}
     assert {f"spark_zmq/native/{module}.pyi" for module in modules} <= names
     assert not wheel.name.endswith("-py3-none-any.whl")  # a platform wheel: it holds C

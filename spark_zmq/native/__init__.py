@@ -1,13 +1,13 @@
 """The compiled modules, and the one place that loads them and chooses between them and the
 Python paths.
 
-Two extension modules (Cython) do the per-message work in C without Python's lock:
-``receive`` (capture's poller and buffers, behind ``capture.receiving.NativeCore``) and
-``send`` (a writer's ``send_rows``, behind ``spark.sending.ColumnSender``). Both call libzmq
-through one binding, the extension module ``libzmq`` (declared in ``libzmq.pxd``): libzmq's
-functions are never linked but taken, by ``bind``, from the library that pyzmq's own extension
-uses, so that pyzmq's sockets are only ever handled by pyzmq's libzmq, and the build needs
-neither zmq.h nor a libzmq.
+Two extension modules (Cython) do the per-message work in C without Python's lock: ``receive``
+(capture's poller and buffers, behind ``capture.receiving.NativeCore``; the buffers are the
+extension module ``buffer``'s, which ``receive`` imports) and ``send`` (a writer's
+``send_rows``, behind ``spark.sending.ColumnSender``). Both call libzmq through one binding, the
+extension module ``libzmq`` (declared in ``libzmq.pxd``): libzmq's functions are never linked
+but taken, by ``bind``, from the library that pyzmq's own extension uses, so that pyzmq's
+sockets are only ever handled by pyzmq's libzmq, and the build needs neither zmq.h nor a libzmq.
 
 Which one runs, in each direction (``RECEIVE``, ``SEND``): its option (``captureCore``,
 ``sendCore``), else its environment variable (``SPARK_ZMQ_CAPTURE_CORE``,

@@ -1,5 +1,5 @@
 # cython: language_level=3
-# The libzmq binding that the compiled modules share (``receive``, ``send``, and the
+# The libzmq binding that the compiled modules share (``receive``, ``buffer``, ``send``, and the
 # benchmarks' publisher), with the few C helpers they have in common.
 #
 # ``libzmq.pyx`` holds the one table of libzmq's functions (``szq_api_t``), filled by its

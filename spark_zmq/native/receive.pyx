@@ -6,16 +6,11 @@ Capture's Python loop (``capture.loop``, through ``capture.receiving.NativeCore`
 ``Poller`` to wait until something needs Python: a command in the mailbox, a monitor event, a
 buffer that must be written, a receive queue found full, or the time the loop asked to be woken
 at. Meanwhile, every message that arrives is received here with ``zmq_msg_recv`` and appended
-to its connection's ``NativeBuffer`` as Arrow-ready arrays (row offsets, frame offsets, bytes,
-receive times), so Python handles one segment per flush instead of one object per message.
-libzmq is called through the shared binding (``libzmq.pxd``), which ``spark_zmq.native`` binds
-to pyzmq's libzmq before this module is used.
-
-Invariants of a buffer: ``row_offsets`` has ``rows + 1`` entries and ``frame_offsets`` has
-``frames + 1``, both starting at 0 and never decreasing; ``times`` has ``rows`` entries, in
-microseconds since the epoch as the spool stores them (so that Arrow takes them as they are); the
-bytes of frame i are ``data[frame_offsets[i]:frame_offsets[i + 1]]``. Offsets are int32 (Arrow's
-``binary``): a buffer never holds 2 GiB (it is written at MAX_SEGMENT_BYTES).
+to its connection's ``NativeBuffer`` (``buffer.pyx``, which Python finds here) as Arrow-ready
+arrays (``rows.pxd``: row offsets, frame offsets, bytes, receive times), so Python handles one
+segment per flush instead of one object per message. libzmq is called through the shared
+binding (``libzmq.pxd``), which ``spark_zmq.native`` binds to pyzmq's libzmq before this module
+is used.
 
 A message is stored whole or not at all: one over the buffer's bounds of a message (bytes and
 parts, ``maxMessageBytes`` and ``maxMessageParts``) is taken from the socket to its last frame
@@ -25,17 +20,16 @@ the socket too, so that what comes next starts at a message boundary. EINTR is r
 """
 
 cimport cython
-from cpython.buffer cimport PyBuffer_FillInfo
 from libc.errno cimport EAGAIN, EINTR
-from libc.stdint cimport int32_t, int64_t
-from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.stdint cimport int64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memset
 
+from spark_zmq.native.buffer cimport NativeBuffer as Buffer
 from spark_zmq.native.libzmq cimport (
     CLOCK_MONOTONIC,
     CLOCK_REALTIME,
     SZQ_DONTWAIT,
-    SZQ_INT32_MAX,
     SZQ_POLLIN,
     api,
     require_bound,
@@ -45,212 +39,30 @@ from spark_zmq.native.libzmq cimport (
     szq_pollitem_t,
     szq_wait_readable_ns,
 )
+from spark_zmq.native.rows cimport (
+    Inbox,
+    Rows,
+    add_frame,
+    drop_row,
+    end_row,
+    footprint,
+    inbox_full,
+    measure_pace,
+    refuse,
+    start_row,
+)
+
+from spark_zmq.native.buffer import NativeBuffer
+
+#: what Python finds here: the buffers too (``buffer.pyx``), beside what fills them
+__all__ = ["MAILBOX", "MONITOR", "FULL", "QUEUE_FULL", "FAILED", "MAX_WAIT_SECONDS",
+           "NativeBuffer", "Poller", "receive"]
 
 #: libzmq's functions (filled by ``libzmq.bind``; ``require_bound`` checks it was called)
 cdef szq_api_t *szq = api()
 
 
-# -- memory handed to Arrow ------------------------------------------------------------------
-
-@cython.auto_pickle(False)
-cdef class _Memory:
-    """A block of malloc'd memory that Arrow's buffers reference through the buffer protocol;
-    freed when the last of them goes. Never copied or pickled: a copy would free it twice."""
-
-    cdef char *pointer
-    cdef Py_ssize_t size
-
-    def __getbuffer__(self, Py_buffer *view, int flags):
-        PyBuffer_FillInfo(view, self, self.pointer, self.size, 1, flags)
-
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
-    def __dealloc__(self):
-        free(self.pointer)
-
-
-cdef _Memory _hand_over(void *pointer, Py_ssize_t size):
-    cdef _Memory memory = _Memory.__new__(_Memory)
-    memory.pointer = <char *>pointer
-    memory.size = size
-    return memory
-
-
-# -- a connection's buffer -------------------------------------------------------------------
-
-ctypedef struct Refusal:
-    # a run of consecutive messages refused for their size, shown by one empty row
-    Py_ssize_t row          # the row's index
-    int64_t count           # messages refused in the run
-    int64_t largest_bytes   # the largest of them (by bytes, then parts): its bytes and parts
-    int64_t largest_parts
-    int64_t first_ns        # receive times of the first and the last (ns since the epoch)
-    int64_t last_ns
-
-ctypedef struct Rows:
-    int64_t *times          # receive time (us since the epoch: the spool's unit) per row
-    int32_t *row_offsets    # rows + 1: row i's frames are frame_offsets[row_offsets[i]..]
-    int32_t *frame_offsets  # frames + 1: byte offsets into data
-    char *data
-    Py_ssize_t rows, row_capacity, frames, frame_capacity, data_capacity
-    Refusal *refusals       # by row, rare (NULL until the first)
-    Py_ssize_t refusal_count, refusal_capacity
-
-ctypedef struct Pace:
-    # how far apart messages arrive: mean spacings measured over spans of PACE_SPAN_NS or more
-    int64_t spacing_ns      # the shorter of the last two measured (0 until one is)
-    int64_t last_ns         # the last one measured
-    int64_t span_ns, span_messages  # the span being measured: its time and messages so far
-
-ctypedef struct Inbox:
-    Rows rows
-    int64_t received        # messages taken from sockets since the buffer was made
-    int64_t run             # messages taken since the socket's queue was last found empty
-    int64_t full_run        # a run this long means the queue was full
-    int64_t max_rows, max_bytes, burst
-    int64_t max_message_bytes, max_message_parts  # a larger message is refused
-    int error               # errno of a failed receive (-1: the buffer could not grow), 0 if none
-    int64_t emptied_at      # CLOCK_MONOTONIC ns when the queue was last found empty
-    Pace pace               # how far apart messages arrive (``_measure_pace``)
-
-#: what one frame and one row cost in a buffer besides the frames' bytes (their offsets and
-#: receive time), counted against its bound in bytes like the bytes themselves
-cdef enum:
-    FRAME_OVERHEAD = 4   # sizeof(int32_t): a frame offset
-    ROW_OVERHEAD = 12    # sizeof(int32_t) + sizeof(int64_t): a row offset and a receive time
-
-
-cdef int _rows_init(Rows *rows) noexcept nogil:
-    """Empty arrays with room to grow (1 on allocation failure, all freed)."""
-    memset(rows, 0, sizeof(Rows))
-    rows.row_capacity = 1024
-    rows.frame_capacity = 2048
-    rows.data_capacity = 65536
-    rows.times = <int64_t *>malloc(rows.row_capacity * sizeof(int64_t))
-    rows.row_offsets = <int32_t *>malloc((rows.row_capacity + 1) * sizeof(int32_t))
-    rows.frame_offsets = <int32_t *>malloc((rows.frame_capacity + 1) * sizeof(int32_t))
-    rows.data = <char *>malloc(rows.data_capacity)
-    if not (rows.times and rows.row_offsets and rows.frame_offsets and rows.data):
-        _rows_free(rows)
-        return 1
-    rows.row_offsets[0] = 0
-    rows.frame_offsets[0] = 0
-    return 0
-
-
-cdef void _rows_free(Rows *rows) noexcept nogil:
-    free(rows.times)
-    free(rows.row_offsets)
-    free(rows.frame_offsets)
-    free(rows.data)
-    free(rows.refusals)
-    memset(rows, 0, sizeof(Rows))
-
-
-cdef int _grow(void **pointer, Py_ssize_t *capacity, Py_ssize_t needed, Py_ssize_t item,
-               Py_ssize_t extra) noexcept nogil:
-    """Make room for ``needed`` items (plus ``extra``) by doubling: 1 if memory ran out."""
-    cdef Py_ssize_t capacity_now = capacity[0]
-    if needed <= capacity_now:
-        return 0
-    if capacity_now < 1:
-        capacity_now = 1
-    while capacity_now < needed:
-        capacity_now *= 2
-    cdef void *grown = realloc(pointer[0], (capacity_now + extra) * item)
-    if grown == NULL:
-        return 1
-    pointer[0] = grown
-    capacity[0] = capacity_now
-    return 0
-
-
-cdef inline int _start_row(Rows *rows, int64_t now) noexcept nogil:
-    """Room for one more row, and its time (``now`` in ns; 1 if memory ran out)."""
-    cdef Py_ssize_t capacity = rows.row_capacity
-    cdef void *times
-    cdef void *offsets
-    if rows.rows + 1 > capacity:
-        capacity *= 2
-        times = realloc(rows.times, capacity * sizeof(int64_t))
-        if times == NULL:
-            return 1
-        rows.times = <int64_t *>times
-        offsets = realloc(rows.row_offsets, (capacity + 1) * sizeof(int32_t))
-        if offsets == NULL:
-            return 1
-        rows.row_offsets = <int32_t *>offsets
-        rows.row_capacity = capacity
-    rows.times[rows.rows] = now // 1000
-    return 0
-
-
-cdef inline int _add_frame(Rows *rows, const char *data, size_t size) noexcept nogil:
-    cdef Py_ssize_t used = rows.frame_offsets[rows.frames]
-    if <Py_ssize_t>size > SZQ_INT32_MAX - used:
-        return 1
-    if _grow(<void **>&rows.frame_offsets, &rows.frame_capacity, rows.frames + 1,
-             sizeof(int32_t), 1):
-        return 1
-    if _grow(<void **>&rows.data, &rows.data_capacity, used + <Py_ssize_t>size, 1, 0):
-        return 1
-    if size:
-        memcpy(rows.data + used, data, size)
-    rows.frames += 1
-    rows.frame_offsets[rows.frames] = <int32_t>(used + size)
-    return 0
-
-
-cdef inline void _end_row(Rows *rows) noexcept nogil:
-    rows.rows += 1
-    rows.row_offsets[rows.rows] = <int32_t>rows.frames
-
-
-cdef inline void _drop_row(Rows *rows) noexcept nogil:
-    """Forget the frames of the row being filled (it is not ended)."""
-    rows.frames = rows.row_offsets[rows.rows]
-
-
-cdef inline bint _full(Inbox *inbox) noexcept nogil:
-    return (inbox.rows.rows >= inbox.max_rows
-            or _footprint(&inbox.rows) >= inbox.max_bytes)
-
-
-cdef inline Py_ssize_t _data_bytes(Rows *rows) noexcept nogil:
-    """The bytes of the frames."""
-    return rows.frame_offsets[rows.frames]
-
-
-cdef inline Py_ssize_t _footprint(Rows *rows) noexcept nogil:
-    """What the rows take as arrays: the frames' bytes, their offsets and the rows' offsets and
-    times (what the buffer's bound in bytes counts: a message of many empty frames costs too)."""
-    return _data_bytes(rows) + FRAME_OVERHEAD * rows.frames + ROW_OVERHEAD * rows.rows
-
-
-cdef int _refuse(Rows *rows, int64_t now, int64_t nbytes, int64_t parts) noexcept nogil:
-    """Record a refused message in the row being started (its frames are already dropped): a
-    new refusal row, or one more on the refusal row just before it. 1 if memory ran out."""
-    cdef Refusal *run
-    cdef Py_ssize_t last = rows.refusal_count - 1
-    if last >= 0 and rows.refusals[last].row == rows.rows - 1:
-        run = &rows.refusals[last]
-    else:
-        if _grow(<void **>&rows.refusals, &rows.refusal_capacity, rows.refusal_count + 1,
-                 sizeof(Refusal), 0):
-            return 1
-        run = &rows.refusals[rows.refusal_count]
-        rows.refusal_count += 1
-        memset(run, 0, sizeof(Refusal))
-        run.row = rows.rows
-        run.first_ns = now
-        _end_row(rows)  # empty, in the message's place
-    run.count += 1
-    run.last_ns = now
-    if nbytes > run.largest_bytes or (nbytes == run.largest_bytes and parts > run.largest_parts):
-        run.largest_bytes, run.largest_parts = nbytes, parts
-    return 0
-
+# -- a burst ---------------------------------------------------------------------------------
 
 cdef inline int _next_frame(szq_msg_t *message, void *socket) noexcept nogil:
     """The next frame of a message whose first frame was received (zmq delivers a message's
@@ -276,7 +88,7 @@ cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
     cdef size_t size
     cdef int failed = 0
     cdef bint copying = True
-    if _start_row(rows, now):
+    if start_row(rows, now):
         copying = False
     while True:
         size = szq.msg_size(message)
@@ -284,7 +96,7 @@ cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
         nbytes += <int64_t>size
         if parts > inbox.max_message_parts or nbytes > inbox.max_message_bytes:
             copying = False
-        if copying and _add_frame(rows, <const char *>szq.msg_data(message), size):
+        if copying and add_frame(rows, <const char *>szq.msg_data(message), size):
             copying = False  # the buffer could not grow: the rest is only taken
         if not szq.msg_more(message):
             break
@@ -292,34 +104,15 @@ cdef inline int _take_message(Inbox *inbox, szq_msg_t *message, void *socket,
         if failed:
             break
     if copying and not failed:
-        _end_row(rows)
+        end_row(rows)
         return 0
-    _drop_row(rows)
+    drop_row(rows)
     if failed:
         return failed
     if parts > inbox.max_message_parts or nbytes > inbox.max_message_bytes:
-        if _start_row(rows, now) == 0 and _refuse(rows, now, nbytes, parts) == 0:
+        if start_row(rows, now) == 0 and refuse(rows, now, nbytes, parts) == 0:
             return 0
     return -1
-
-
-cdef enum:
-    PACE_SPAN_NS = 2000000  # 2 ms
-
-
-cdef inline void _measure_pace(Pace *pace, int64_t elapsed, int64_t messages) noexcept nogil:
-    """Add ``messages`` that arrived in ``elapsed`` ns (a run, from one time its queue was found
-    empty to the next). Spacings are measured over PACE_SPAN_NS or more: messages come in
-    bursts (a publisher's tick, zmq's I/O thread handing over a read), and a run taken while a
-    burst was still arriving is no measure of the pace; the shorter of the last two is kept."""
-    pace.span_ns += elapsed
-    pace.span_messages += messages
-    if pace.span_ns < PACE_SPAN_NS or not pace.span_messages:
-        return
-    cdef int64_t measured = pace.span_ns // pace.span_messages
-    pace.spacing_ns = min(measured, pace.last_ns) if pace.last_ns else measured
-    pace.last_ns = measured
-    pace.span_ns = pace.span_messages = 0
 
 
 cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noexcept nogil:
@@ -328,7 +121,7 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     ``inbox.error`` set). Sets ``emptied`` when the queue was found empty and ``queue_full``
     when the run since it last was reached ``full_run``. A burst that empties the queue dates
     it (``emptied_at``) and measures how far apart the run's messages arrived (they came
-    after the queue was last found empty: ``_measure_pace``)."""
+    after the queue was last found empty: ``measure_pace``)."""
     cdef szq_msg_t message
     cdef int count = 0
     cdef int failed = 0
@@ -347,7 +140,7 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
             break
         count += 1
         failed = _take_message(inbox, &message, socket, szq_clock_ns(CLOCK_REALTIME))
-        if failed or _footprint(&inbox.rows) >= inbox.max_bytes:
+        if failed or footprint(&inbox.rows) >= inbox.max_bytes:
             break
     szq.msg_close(&message)
     inbox.received += count
@@ -355,7 +148,7 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     queue_full[0] = inbox.run >= inbox.full_run
     if emptied[0]:
         now = szq_clock_ns(CLOCK_MONOTONIC)
-        _measure_pace(&inbox.pace, now - inbox.emptied_at, inbox.run)
+        measure_pace(&inbox.pace, now - inbox.emptied_at, inbox.run)
         inbox.run = 0
         inbox.emptied_at = now
     if failed:
@@ -363,174 +156,12 @@ cdef int _burst(Inbox *inbox, void *socket, bint *emptied, bint *queue_full) noe
     return count
 
 
-@cython.auto_pickle(False)
-cdef class NativeBuffer:
-    """A connection's messages between two flushes, in C arrays (``MessageBuffer`` in
-    ``buffer``), and its counters. Only the capture thread changes it; ``received`` may be read
-    from any thread (a statistic).
-
-    ``refusals`` (``refusals.Refusals``) gives the bounds of one message and turns the runs of
-    refused messages into gap texts: ``faults`` holds them once the rows are taken (``take``)
-    or handed to Arrow (``columns``). Never copied or pickled: its arrays are its own."""
-
-    cdef Inbox *inbox
-    cdef public dict faults  # fault row texts by row index, rare
-    cdef readonly object refusals
-    cdef bint taken_over     # the arrays went to Arrow: nothing more may be added
-    cdef tuple handed        # the _Memory objects that own them since: reading stays valid
-
-    def __cinit__(self, int64_t max_rows, int64_t max_bytes, int burst, int64_t full_run,
-                  object refusals not None):
-        self.inbox = <Inbox *>malloc(sizeof(Inbox))
-        if self.inbox == NULL:
-            raise MemoryError()
-        memset(self.inbox, 0, sizeof(Inbox))
-        self.inbox.emptied_at = szq_clock_ns(CLOCK_MONOTONIC)  # nothing waits for it before
-        if _rows_init(&self.inbox.rows):
-            free(self.inbox)
-            self.inbox = NULL
-            raise MemoryError()
-        self.inbox.max_rows, self.inbox.max_bytes = max_rows, max_bytes
-        self.inbox.burst, self.inbox.full_run = burst, full_run
-        self.inbox.max_message_bytes = refusals.max_message_bytes
-        self.inbox.max_message_parts = refusals.max_message_parts
-        self.refusals = refusals
-        self.faults = {}
-
-    def __dealloc__(self):
-        if self.inbox != NULL:
-            if self.taken_over:  # the _Memory objects in ``handed`` free the arrays
-                free(self.inbox.rows.refusals)
-            else:
-                _rows_free(&self.inbox.rows)
-            free(self.inbox)
-
-    def __len__(self):
-        return self.inbox.rows.rows
-
-    @property
-    def full(self):
-        return _full(self.inbox)
-
-    @property
-    def nbytes(self):
-        """What the rows take as arrays (frames' bytes, offsets, times): what the bound counts."""
-        return _footprint(&self.inbox.rows)
-
-    @property
-    def received(self):
-        return self.inbox.received
-
-    @property
-    def full_run(self):
-        return self.inbox.full_run
-
-    @full_run.setter
-    def full_run(self, int64_t value):
-        self.inbox.full_run = value
-
-    def take_error(self):
-        """The errno of the receive that failed since the last call (-1: the buffer could not
-        grow), or 0; cleared."""
-        cdef int failed = self.inbox.error
-        self.inbox.error = 0
-        return failed
-
-    def time_at(self, Py_ssize_t index):
-        """Receive time (ns, whole microseconds: what the spool keeps) of row ``index``."""
-        if not 0 <= index < self.inbox.rows.rows:
-            raise IndexError(index)
-        return self.inbox.rows.times[index] * 1000
-
-    def add_fault(self, str text not None):
-        """A row with no frames that carries ``text`` (a gap capture observed)."""
-        self._check_open()
-        if _start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
-            raise MemoryError()
-        self.faults[self.inbox.rows.rows] = text
-        _end_row(&self.inbox.rows)
-
-    def add_message(self, list frames not None):
-        """Append one message as if received now (for tests and for messages Python took)."""
-        self._check_open()
-        if _start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
-            raise MemoryError()
-        cdef const unsigned char[:] view
-        cdef const char *start
-        for frame in frames:
-            view = frame
-            start = <const char *>&view[0] if view.shape[0] else NULL
-            if _add_frame(&self.inbox.rows, start, view.shape[0]):
-                _drop_row(&self.inbox.rows)
-                raise MemoryError()
-        _end_row(&self.inbox.rows)
-        self.inbox.received += 1
-
-    def take(self):
-        """What the buffer holds, as a new NativeBuffer whose ``faults`` are complete, leaving
-        this one empty (its counters stay)."""
-        self._check_open()
-        cdef NativeBuffer taken = NativeBuffer(
-            self.inbox.max_rows, self.inbox.max_bytes, self.inbox.burst, self.inbox.full_run,
-            self.refusals
-        )
-        cdef Rows swap = taken.inbox.rows
-        taken.inbox.rows = self.inbox.rows
-        self.inbox.rows = swap
-        taken.faults, self.faults = self.faults, {}
-        taken._settle_refusals()
-        return taken
-
-    cdef void _settle_refusals(self) except *:
-        """The refusal runs become fault texts (``refusals.gap_texts``) and are forgotten."""
-        cdef Rows *rows = &self.inbox.rows
-        if not rows.refusal_count:
-            return
-        cdef Py_ssize_t i
-        cdef Refusal *run
-        runs = {}
-        for i in range(rows.refusal_count):
-            run = &rows.refusals[i]
-            runs[run.row] = (run.count, run.largest_bytes, run.largest_parts, run.first_ns,
-                             run.last_ns)
-        free(rows.refusals)
-        rows.refusals, rows.refusal_count, rows.refusal_capacity = NULL, 0, 0
-        self.faults.update(self.refusals.gap_texts(runs))
-
-    def table(self):
-        """The rows in the spool's schema (``buffer.native_table``); the arrays go to Arrow."""
-        from spark_zmq.capture.buffer import native_table
-
-        return native_table(self)
-
-    def columns(self):
-        """The arrays as memory that Arrow can reference, without a copy: (rows, frames,
-        times us int64, row offsets int32, frame offsets int32, data). From then on the buffer
-        takes nothing more (Arrow's buffers point into its arrays), but it can still be read:
-        its length, ``time_at`` and ``faults`` (a failed spool write drops what it held)."""
-        cdef Rows *rows = &self.inbox.rows
-        if not self.taken_over:
-            self._settle_refusals()
-            self.handed = (
-                _hand_over(rows.times, rows.rows * sizeof(int64_t)),
-                _hand_over(rows.row_offsets, (rows.rows + 1) * sizeof(int32_t)),
-                _hand_over(rows.frame_offsets, (rows.frames + 1) * sizeof(int32_t)),
-                _hand_over(rows.data, _data_bytes(rows)),
-            )
-            self.taken_over = True
-        return (rows.rows, rows.frames) + self.handed
-
-    cdef void _check_open(self) except *:
-        if self.taken_over:
-            raise RuntimeError("this buffer's arrays were handed to Arrow")
-
-
-def receive(NativeBuffer buffer not None, size_t socket):
+def receive(Buffer buffer not None, size_t socket):
     """One burst from the socket at address ``socket`` (pyzmq's ``Socket.underlying``) into
     ``buffer``, without the GIL: (messages taken, whether the queue was found full). A failed
     receive does not raise: ``buffer.take_error()`` says it (what it took before stays)."""
     require_bound()
-    buffer._check_open()
+    buffer.check_open()
     cdef bint emptied = False, queue_full = False
     cdef int count
     cdef Inbox *inbox = buffer.inbox
@@ -546,7 +177,7 @@ cdef enum:
 
 cdef inline int64_t _time_to_fill(Inbox *inbox) noexcept nogil:
     """How long messages take to fill 1/QUEUE_SHARE of the inbox's receive queue, or a burst,
-    at its pace (``_measure_pace``): ns."""
+    at its pace (``measure_pace``): ns."""
     cdef int64_t room = min(inbox.full_run // QUEUE_SHARE, inbox.burst)
     return room * inbox.pace.spacing_ns
 
@@ -625,11 +256,11 @@ cdef class Poller:
         self._build(entries)
 
     cdef void _build(self, list entries) except *:
-        cdef NativeBuffer buffer
+        cdef Buffer buffer
         for _, _, buffer, _ in entries:
             if buffer is None:
                 raise TypeError("a watched entry's buffer must be a NativeBuffer, not None")
-            buffer._check_open()
+            buffer.check_open()
         cdef int count = 1 + 2 * len(entries)
         cdef szq_pollitem_t *items = <szq_pollitem_t *>malloc(count * sizeof(szq_pollitem_t))
         cdef int *kinds = <int *>malloc(count * sizeof(int))
@@ -670,9 +301,9 @@ cdef class Poller:
         be written), QUEUE_FULL (the owner's receive queue was found full) or FAILED (a receive
         from the owner's socket failed: its buffer's ``take_error`` says how)."""
         require_bound()
-        cdef NativeBuffer buffer
+        cdef Buffer buffer
         for buffer in self.buffers:
-            buffer._check_open()  # handed to Arrow since it was watched: not to be written
+            buffer.check_open()  # handed to Arrow since it was watched: not to be written
         cdef int64_t deadline = szq_clock_ns(CLOCK_MONOTONIC) + <int64_t>(
             min(max(seconds, 0.0), MAX_WAIT_SECONDS) * 1e9
         )
@@ -725,7 +356,7 @@ cdef class Poller:
                 self.items[i].revents = 0
                 if inbox.error:
                     self.items[i].revents |= MARK_FAILED
-                if _full(inbox):
+                if inbox_full(inbox):
                     self.items[i].revents |= MARK_FULL
                 if queue_full:
                     self.items[i].revents |= MARK_QUEUE_FULL
