@@ -35,8 +35,9 @@ def pytest_sessionstart(session):
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """scripts/test.sh's ``--dist loadfile``: a file to a worker, with the groups of
-    ``support.scheduling.SHARED_WORKER``, in this collection's order (longest first)."""
+    """scripts/test.sh's ``--dist loadfile``: the units of work of ``support.scheduling`` (a
+    file, a group of files, a test of a long file), in this collection's order (longest
+    first)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from support.scheduling import FileScheduling
@@ -49,8 +50,7 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(session, config, items):
     """Marks ``spark`` every test that uses a fixture of ``SPARK_FIXTURES`` or is marked
     ``cluster``, so that ``-m "not spark"`` deselects it (pytest applies ``-m`` after this hook:
-    ``tryfirst``). Tests marked ``last`` run after all others, in their order: the docs site's
-    build renders the notebooks that tests/jobs/test_notebooks.py executed in this run."""
+    ``tryfirst``); then orders the tests for parallel workers (``order_longest_first``)."""
     for item in items:
         uses = SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ()))
         if uses or item.get_closest_marker("cluster"):
@@ -58,28 +58,15 @@ def pytest_collection_modifyitems(session, config, items):
     order_longest_first(items)
 
 
-def guessed_seconds(item: pytest.Item) -> int:
-    """Roughly what a test takes on 2 cores: a standalone cluster minutes, any other Spark start
-    tens of seconds, a fuzz test (named ``..._<n>_examples``) seconds, most others less."""
-    if item.get_closest_marker("cluster"):
-        return 150
-    if item.get_closest_marker("spark"):
-        return 40
-    return 10 if item.name.split("[")[0].endswith("_examples") else 1
-
-
 def order_longest_first(items: list[pytest.Item]) -> None:
     """Sorts the tests by unit of work (``support.scheduling.scope_of``: a file or a group of
     files that share a worker), the units that take longest first, so that parallel workers
     (scripts/test.sh) do not end the run waiting on a long file started last; inside a unit,
-    tests keep their order, those marked ``last`` after the others. How long a unit takes is
-    guessed from what it holds (``guessed_seconds``)."""
-    from support.scheduling import scope_of
+    tests keep their order, those marked ``last`` after the others. How long a unit takes:
+    ``support.scheduling.unit_seconds``."""
+    from support.scheduling import scope_of, unit_seconds
 
-    weights: dict[str, int] = {}
-    for item in items:
-        scope = scope_of(item.nodeid)
-        weights[scope] = weights.get(scope, 0) + guessed_seconds(item)
+    weights = unit_seconds(items)
     position = {id(item): index for index, item in enumerate(items)}
     items.sort(
         key=lambda item: (

@@ -51,10 +51,14 @@ def test_a_batch_read_after_a_stream_committed_everything_returns_all_it_streame
         for i in range(200):
             publisher.publish(ECHO, b"event-%03d" % i)
 
+        # the sink has a batch's rows before the query reports that batch's progress
         wait_until(
-            lambda: len(payloads(spark, "select payload from history")) >= 200,
+            lambda: (
+                len(payloads(spark, "select payload from history")) >= 200
+                and query.lastProgress is not None
+            ),
             timeout=60,
-            what="the 200 events in the sink",
+            what="the 200 events in the sink and the query's progress",
         )
         last = query.lastProgress["batchId"]
 
