@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 #: test files that run in one worker, one after the other, in collection order: the docs site's
 #: build (tests/docs/test_site.py, marked ``last``) renders the notebooks that
@@ -83,6 +84,14 @@ def unit_seconds(items: Iterable[pytest.Item]) -> dict[str, float]:
             took = guessed_seconds(item)
         units[scope] = units.get(scope, 0.0) + took
     return units
+
+
+class FileScheduling(LoadScopeScheduling):
+    """xdist's ``loadfile`` with this module's units of work (``scope_of``); units go out in
+    collection order, which tests/conftest.py sorts longest first."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return scope_of(nodeid)
 
 
 def write_durations(junit_xml: str) -> None:
