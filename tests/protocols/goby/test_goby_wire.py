@@ -595,6 +595,15 @@ def test_publisher_fails_after_the_hold_timeout_naming_gobyd(ipc_base):
         daemon.close()
 
 
+def restarted(tcp_port: int) -> GobyDaemon | None:
+    """A gobyd on the port of one just closed, or None while that port is still taken: zmq
+    releases a closed socket's port in its I/O thread, a moment after ``close``."""
+    try:
+        return GobyDaemon(tcp_port=tcp_port)
+    except OSError:
+        return None
+
+
 def test_publisher_follows_gobyd_to_its_new_router_after_a_restart():
     daemon = GobyDaemon(tcp_port=0)
     manager = ManagerAddress.tcp("127.0.0.1", daemon.tcp_port)
@@ -621,7 +630,12 @@ def test_publisher_follows_gobyd_to_its_new_router_after_a_restart():
         first = received_through(daemon)
         old_port = daemon.xpub_port
         daemon.close()
-        daemon = GobyDaemon(tcp_port=daemon.tcp_port)
+        daemon = wait_until(
+            lambda: restarted(daemon.tcp_port),
+            timeout=10,
+            interval=0.1,
+            what="gobyd to bind its Manager's port again",
+        )
         second = received_through(daemon)
     finally:
         publisher.close()
