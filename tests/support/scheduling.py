@@ -12,6 +12,7 @@ can be stale without harm: it only orders the units.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable
@@ -22,10 +23,13 @@ from xdist.scheduler import LoadScopeScheduling
 
 #: test files that run in one worker, one after the other, in collection order: the docs site's
 #: build (tests/docs/test_site.py, marked ``last``) renders the notebooks that
-#: tests/jobs/test_notebooks.py executed in this run, and would execute them again without them
+#: tests/jobs/test_notebooks.py executed in this run, and would execute them again without them;
+#: the packaging and deployment tests share the wheel that one worker builds (``checked_wheel``)
 SHARED_WORKER = {
     "tests/jobs/test_notebooks.py": "docs site",
     "tests/docs/test_site.py": "docs site",
+    "tests/test_packaging.py": "the wheel",
+    "tests/test_deploy.py": "the wheel",
 }
 
 #: long files whose tests share no fixture wider than a test's but the session's: each test is
@@ -53,12 +57,13 @@ def scope_of(nodeid: str) -> str:
 
 def guessed_seconds(item: pytest.Item) -> float:
     """Roughly what a test takes on 2 cores when no measurement says: a standalone cluster
-    minutes, any other Spark start tens of seconds, a fuzz test (``..._<n>_examples``) seconds."""
+    minutes, any other Spark start tens of seconds, a fuzz test (``..._<n>_examples``) seconds,
+    most others a fraction of one."""
     if item.get_closest_marker("cluster"):
         return 150
     if item.get_closest_marker("spark"):
         return 40
-    return 10 if item.name.split("[")[0].endswith("_examples") else 1
+    return 10 if re.search(r"_\d+_examples$", item.name.split("[")[0]) else 0.2
 
 
 def measured() -> dict[str, float]:
@@ -79,7 +84,7 @@ def unit_seconds(items: Iterable[pytest.Item]) -> dict[str, float]:
         if item.nodeid in seconds:
             took = seconds[item.nodeid]
         elif item.nodeid.split("::", 1)[0] in files:
-            took = 0.5  # a test of a measured file that durations.json leaves out: a short one
+            took = 0.2  # a test of a measured file that durations.json leaves out: a short one
         else:
             took = guessed_seconds(item)
         units[scope] = units.get(scope, 0.0) + took
