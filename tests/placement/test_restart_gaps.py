@@ -153,7 +153,7 @@ def test_a_killed_query_restarted_marks_every_lost_message_with_a_gap_row(
     job, lines = submit(tmp_path / "control", spool, sink, session, placement)
     try:
         try:
-            wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 90, 0.5, "rows")
+            wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 180, 0.5, "rows")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the job printed:\n{''.join(lines)[-5000:]}") from None
         os.killpg(job.pid, signal.SIGKILL)
@@ -182,7 +182,7 @@ def test_a_stopped_query_restarted_marks_every_lost_message_with_a_gap_row(
     sender = TimedSender(publisher)
     query = start_query(spark, spool, sink, "stopped", "driver")
     try:
-        wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 60, 0.5, "rows")
+        wait_until(lambda: len(numbers(table_rows(spark, sink))) > 20, 120, 0.5, "rows")
         query.stop()
         stopped_at = len(sender.sent_at)
         time.sleep(2)
@@ -200,14 +200,14 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
     message sent is in the table: the table's rows."""
     wait_until(
         lambda: max(numbers(table_rows(spark, sink)), default=0) > restarted_at,
-        60,
+        120,
         0.5,
         "the restarted query to deliver new messages",
     )
     sent = sender.stop()
     return wait_until(
         lambda: (r := table_rows(spark, sink)) and max(numbers(r)) == sent - 1 and r,
-        30,
+        60,
         0.5,
         f"every sent message up to the last in the table ({query.exception()})",
     )
