@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -14,6 +15,15 @@ ALLOWED_INTERFACES = ("lo",)
 #: which runs the notebooks when it finds no outputs of theirs); a test that uses one, directly
 #: or through another fixture, is marked ``spark`` without having to say so
 SPARK_FIXTURES = frozenset({"spark", "cluster", "connect_server", "site"})
+#: the Spark configuration of every Spark process the tests start (JVM flags that save CPU)
+SPARK_CONF_DIR = Path(__file__).parent / "spark-conf"
+
+
+def pytest_configure(config):
+    """Every Spark process the tests start, in this process or in a subprocess, reads its
+    configuration from ``SPARK_CONF_DIR`` (tests/spark-conf/spark-defaults.conf says why), and
+    from nothing a developer's environment would point Spark at instead."""
+    os.environ["SPARK_CONF_DIR"] = str(SPARK_CONF_DIR)
 
 
 def pytest_sessionstart(session):

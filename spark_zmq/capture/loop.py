@@ -52,6 +52,13 @@ from spark_zmq.spool.writer import Spool
 if TYPE_CHECKING:
     from spark_zmq.stream_settings import CaptureSettings
 
+#: a clean stop goes on receiving until no socket has had a message for STOP_QUIET_SECONDS, for
+#: at most STOP_LINGER_SECONDS: what the peers sent before the stop that zmq had not yet handed
+#: over (still in its I/O thread or in the kernel, seen to take 20 ms and more on a loaded
+#: machine) is captured, not dropped with the socket; a restart dates its gap row from the stop
+STOP_QUIET_SECONDS = 0.1
+STOP_LINGER_SECONDS = 0.5
+
 
 class Capture:
     """Receives from every endpoint discovery reports and appends to ``spool``."""
@@ -251,19 +258,7 @@ class CaptureThread:
                 leave_at = self.members.next_leave()
                 push_backs_at = self._upkeep.next_push_back_check()
                 wake_at = min(next_flush, recheck_at, leave_at, push_backs_at)
-                for ready, conn in self._core.wait(wake_at - time.monotonic()):
-                    if ready == receiving.MAILBOX:
-                        self._apply_commands()
-                    elif conn is None:
-                        continue
-                    elif ready == receiving.FULL:
-                        self._writer.flush(conn)
-                    elif ready == receiving.QUEUE_FULL:
-                        conn.load.queue_full(conn.received)
-                    elif ready == receiving.FAILED:
-                        self._upkeep.on_receive_failure(conn, self.stopping)
-                    else:
-                        self._upkeep.on_monitor_event(conn)
+                self._handle(self._core.wait(wake_at - time.monotonic()))
                 if recheck_at <= time.monotonic():
                     self._upkeep.reopen_abandoned()
                 if leave_at <= time.monotonic():
@@ -284,6 +279,35 @@ class CaptureThread:
             logger.exception("%s: capture stopped by an error", self.name)
         finally:
             self._shutdown()
+
+    def _handle(self, events: list[receiving.Event]) -> None:
+        """What the core's ``wait`` reported."""
+        for ready, conn in events:
+            if ready == receiving.MAILBOX:
+                self._apply_commands()
+            elif conn is None:
+                continue
+            elif ready == receiving.FULL:
+                self._writer.flush(conn)
+            elif ready == receiving.QUEUE_FULL:
+                conn.load.queue_full(conn.received)
+            elif ready == receiving.FAILED:
+                self._upkeep.on_receive_failure(conn, self.stopping)
+            else:
+                self._upkeep.on_monitor_event(conn)
+
+    def _take_in_flight(self) -> None:
+        """Receive on until the sockets are quiet (``STOP_QUIET_SECONDS``), or
+        ``STOP_LINGER_SECONDS`` have passed."""
+        deadline = time.monotonic() + STOP_LINGER_SECONDS
+        received, quiet_since = self._received(), time.monotonic()
+        while (now := time.monotonic()) < deadline and now - quiet_since < STOP_QUIET_SECONDS:
+            self._handle(self._core.wait(min(deadline - now, STOP_QUIET_SECONDS)))
+            if (count := self._received()) != received:
+                received, quiet_since = count, time.monotonic()
+
+    def _received(self) -> int:
+        return sum(conn.received for conn in self.members)
 
     def _receive(self, conn: Connection) -> None:
         """Take one burst from ``conn``'s socket into its buffer, and write the buffer when it
@@ -314,10 +338,19 @@ class CaptureThread:
         self._writer.flush(conn)
 
     def _shutdown(self) -> None:
-        """Write what every connection received, close the sockets; then, if all of it is in
-        the spool, say so in the alive record (the time a restart dates its gap rows from)."""
-        fenced = isinstance(self.failure, LeaseLost)  # nothing more may be written
+        """Take what is still on its way (``_take_in_flight``, unless capture failed), write
+        what every connection received, close the sockets; then, if all of it is in the spool,
+        say so in the alive record (the time a restart dates its gap rows from)."""
         began = time.time()
+        if self.failure is None:
+            try:
+                self._take_in_flight()
+            except LeaseLost as exc:
+                self.failure = exc
+            except Exception as exc:  # what was received still gets written below
+                self.failure = exc
+                logger.exception("%s: capture failed while stopping", self.name)
+        fenced = isinstance(self.failure, LeaseLost)  # nothing more may be written
         self.members.close_all(None if fenced else self._write_last)
         self._sockets.shutdown()
         if self._downtime is not None and self.failure is None and not self._unwritten:

@@ -10,7 +10,8 @@ once at a clean close after the last flush (a process killed meanwhile leaves th
 record, earlier, so still true). One small file for the whole spool, whatever the number of
 partitions: leases are written only at a claim, so a lease's ``at`` alone says when capture
 began, not when it was last alive. What zmq still queued in its sockets at ``at`` (capture behind
-its peers) is not covered.
+its peers) is not covered after a crash; a clean stop takes it first (``capture.loop``'s
+``STOP_QUIET_SECONDS``).
 
 **Since.** A partition left open by the previous run (``placement.driver``) was being captured
 when that run ended: its downtime starts at the later of its previous lease's ``at`` and the alive
