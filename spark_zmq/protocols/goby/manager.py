@@ -96,20 +96,22 @@ def ask(
     context: zmq.Context | None = None,
     curve: Curve = NO_CURVE,
 ) -> Any:
-    """Send one ManagerRequest and return the ManagerResponse, checked to be the answer."""
+    """Send one ManagerRequest and return the ManagerResponse, checked to be the answer; the
+    send and the answer together take at most ``timeout`` s (a REQ socket's send blocks while
+    it has no connection: after a refused CURVE handshake, until zmq connects again)."""
     sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MANAGER_MESSAGE_BYTES)
+    sock.setsockopt(zmq.SNDTIMEO, milliseconds(timeout))
+    deadline = time.monotonic() + timeout
     try:
         sock.connect(manager.endpoint)
-        sock.send(request.SerializeToString())
-        if not sock.poll(milliseconds(timeout)):
-            raise ManagerUnreachable(
-                f"gobyd's Manager at {manager.endpoint} did not answer within {timeout:g} s "
-                f"(managerTimeout): is gobyd running there, with this platform, socket name or "
-                f"port? (An answer over {MAX_MANAGER_MESSAGE_BYTES} bytes is refused, and "
-                f"ends the same way.)"
-            )
+        try:
+            sock.send(request.SerializeToString())
+        except zmq.Again:
+            raise _unreachable(manager, timeout) from None
+        if not sock.poll(milliseconds(max(0.0, deadline - time.monotonic()))):
+            raise _unreachable(manager, timeout)
         reply = sock.recv()
     finally:
         sock.close(0)
@@ -132,6 +134,14 @@ def ask(
             f"{response.client_pid})"
         )
     return response
+
+
+def _unreachable(manager: ManagerAddress, timeout: float) -> ManagerUnreachable:
+    return ManagerUnreachable(
+        f"gobyd's Manager at {manager.endpoint} did not answer within {timeout:g} s "
+        f"(managerTimeout): is gobyd running there, with this platform, socket name or port? "
+        f"(An answer over {MAX_MANAGER_MESSAGE_BYTES} bytes is refused, and ends the same way.)"
+    )
 
 
 def request_router(
