@@ -1,17 +1,18 @@
-"""``python -m spark_zmq yamz browse|subscribe`` against yamz peers written here from the fact
-sheet (raw pyre nodes with a ``YAMZ`` header, raw pyzmq sockets): the browse lists peers and
-their ports (and a header it cannot read, by name), subscribe resolves an abstract address and
-prints the matching port's messages."""
+"""``spark-zmq yamz browse|subscribe``, run in this process (``spark_zmq.cli.main``), against
+yamz peers written here from the fact sheet (raw pyre nodes with a ``YAMZ`` header, raw pyzmq
+sockets): the browse lists peers and their ports (and a header it cannot read, by name),
+subscribe resolves an abstract address and prints the matching port's messages."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
+from dataclasses import dataclass
 
 import zmq
 from pyre import Pyre
+
+from spark_zmq.cli import main
 
 #: beacon ports of these tests (nodes of other tests beacon on other ports)
 BROWSE_BEACON, SUBSCRIBE_BEACON = 5691, 5692
@@ -38,21 +39,29 @@ def tree(node: str, address: str) -> str:
     return json.dumps({"name": node, "children": [port]})
 
 
-def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "spark_zmq", "yamz", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_browse_lists_peers_with_their_ports_and_names_an_unreadable_header():
+def cli(capsys, *args: str) -> Done:
+    """``spark-zmq yamz ARGS``: its exit code and what it printed."""
+    capsys.readouterr()
+    code = main(["yamz", *args])
+    out, err = capsys.readouterr()
+    return Done(code, out, err)
+
+
+def test_browse_lists_peers_with_their_ports_and_names_an_unreadable_header(capsys):
     sock, address = bound_pub()
     good = peer("good", tree("good", address), BROWSE_BEACON)
     broken = peer("broken", "{not json", BROWSE_BEACON)
     try:
-        done = cli("browse", "--beacon-port", str(BROWSE_BEACON), "--timeout", "4", "--json")
+        done = cli(
+            capsys, "browse", "--beacon-port", str(BROWSE_BEACON), "--timeout", "4", "--json"
+        )
     finally:
         good.stop()
         broken.stop()
@@ -67,7 +76,7 @@ def test_browse_lists_peers_with_their_ports_and_names_an_unreadable_header():
     assert "'broken'" in peers["broken"]["error"] and "not JSON" in peers["broken"]["error"]
 
 
-def test_subscribe_resolves_an_abstract_address_and_prints_its_messages():
+def test_subscribe_resolves_an_abstract_address_and_prints_its_messages(capsys):
     sock, address = bound_pub()
     other, other_address = bound_pub()  # a port the pattern does not match: never read
     node = peer("source", tree("source", address), SUBSCRIBE_BEACON)
@@ -100,6 +109,7 @@ def test_subscribe_resolves_an_abstract_address_and_prints_its_messages():
     sender.start()
     try:
         done = cli(
+            capsys,
             "subscribe",
             "yamz://*/out?det=tpc",
             "--beacon-port",
@@ -127,11 +137,19 @@ def test_subscribe_resolves_an_abstract_address_and_prints_its_messages():
     assert other_address not in done.stderr
 
 
-def test_subscribe_with_no_peer_says_how_many_messages_came():
+def test_subscribe_with_no_peer_says_how_many_messages_came(capsys):
     done = cli(
-        "subscribe", "yamz://nobody/out", "--beacon-port", "5694", "--count", "1", "--timeout", "2"
+        capsys,
+        "subscribe",
+        "yamz://nobody/out",
+        "--beacon-port",
+        "5694",
+        "--count",
+        "1",
+        "--timeout",
+        "2",
     )
     assert done.returncode == 1
     assert "received 0 of 1 messages within 2.0 s" in done.stderr
-    bad = cli("subscribe", "tcp://*:*", "--count", "1", "--timeout", "1")
+    bad = cli(capsys, "subscribe", "tcp://*:*", "--count", "1", "--timeout", "1")
     assert bad.returncode == 1 and "ephemeral" in bad.stderr
