@@ -8,6 +8,7 @@ the reader's capture together), in local mode, while a publisher sends numbered 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -205,12 +206,20 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
         "the restarted query to deliver new messages",
     )
     sent = sender.stop()
-    return wait_until(
-        lambda: (r := table_rows(spark, sink)) and max(numbers(r)) == sent - 1 and r,
-        60,
-        0.5,
-        f"every sent message up to the last in the table ({query.exception()})",
-    )
+    try:
+        return wait_until(
+            lambda: (r := table_rows(spark, sink)) and max(numbers(r)) == sent - 1 and r,
+            60,
+            0.5,
+            "every sent message up to the last in the table",
+        )
+    except AssertionError as exc:  # what the table and the query show, for the next reader
+        got = numbers(table_rows(spark, sink))
+        raise AssertionError(
+            f"{exc}: {len(got)} numbers in the table, the largest {max(got, default=None)}; "
+            f"{sent} sent; the query: {query.exception()}, {query.status}, last progress "
+            f"{json.dumps(query.lastProgress)[-2000:]}"
+        ) from None
 
 
 def placement(spool: Path, session: str):

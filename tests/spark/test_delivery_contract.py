@@ -44,7 +44,8 @@ def spool(tmp_path_factory):
 
     - ``malformed``: before, a message with a 7-byte event id (malformed), after;
     - ``gaps``: before, a message over maxMessageBytes (zmq drops the connection: a gap row),
-      after; then its last segment is cut short on disk (a damaged segment: gap rows).
+      after, a tail of 3,000; then its last segment, of 100 sent once the tail is in the spool,
+      is cut short on disk (a damaged segment: gap rows).
     """
     root = str(tmp_path_factory.mktemp("contract") / "spool")
     bad, lossy = Publisher("", announce=False), Publisher("", announce=False)
@@ -64,6 +65,9 @@ def spool(tmp_path_factory):
         wait_until(lambda: load_index(root, p.instance_name).end >= 3, what="3 spooled")
         for i in range(3000):
             p.publish(ECHO, b"tail-%04d" % i + b"." * 200)
+        settled(lambda: load_index(root, p.instance_name).end)
+        for i in range(100):  # the last segment, which a crash cuts short below
+            p.publish(ECHO, b"last-%04d" % i + b"." * 200)
 
     try:
         capture_into(root, bad, malformed)
@@ -77,6 +81,16 @@ def spool(tmp_path_factory):
     with open(path, "r+b") as f:  # a crash cut the last segment short
         f.truncate(os.path.getsize(path) // 2)
     return {"root": root, "malformed": bad.instance_name, "gaps": lossy.instance_name}
+
+
+def settled(end) -> int:
+    """``end()`` once it has not moved for half a second (capture flushes every 50 ms here)."""
+    last, since = end(), time.monotonic()
+    while time.monotonic() - since < 0.5:
+        time.sleep(0.05)
+        if (now := end()) != last:
+            last, since = now, time.monotonic()
+    return last
 
 
 def batch_read(spark, spool, **options):
