@@ -1,11 +1,14 @@
 """The hand-written claims of the docs that a count or the code decides, checked against them:
 the number of hypothesis targets on the Guarantees page, every option name a page mentions
-(the generated option reference is the one source of names), and the supported versions on
-the Operating page (pyproject.toml decides them). No Spark, no sockets: a second or so."""
+(the generated option reference is the one source of names), the supported versions on the
+Operating page (pyproject.toml decides them), the Security page's table of bounds (the options'
+defaults and the code's constants) and the flush interval and key bound the pages state. No
+Spark, no sockets: a second or so."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -156,3 +159,91 @@ def test_the_operating_page_states_the_versions_pyproject_supports():
     assert row["Python"] == f"{python} or later ({', '.join(classifiers)} declared)", row
     assert "Operating System :: POSIX :: Linux" in project["classifiers"]
     assert row["Operating system"].startswith("Linux"), row
+
+
+#: the Security page's bounds that no option sets (its table says "(fixed)"), by the row's
+#: first cell: the constants that decide them (all of a row's must agree)
+FIXED_BOUNDS = {
+    "capture's buffer per endpoint between flushes": (
+        "spark_zmq.capture.buffer",
+        "MAX_SEGMENT_BYTES",
+    ),
+    "a partition key (a name a peer chose)": ("spark_zmq.protocols.addresses", "MAX_KEY_BYTES"),
+    "a row's `error` text": ("spark_zmq.spark.decoding", "MAX_ERROR_CHARS"),
+    "a ZeroEQ vocabulary reply; an EBUS SERVICES answer or `ebus/workers` broadcast": (
+        ("spark_zmq.protocols.zeroeq.vocabulary", "MAX_REPLY_BYTES"),
+        ("spark_zmq.protocols.ebus.discovery", "MAX_MESSAGE_BYTES"),
+    ),
+    "a gobyd Manager answer": ("spark_zmq.protocols.goby.manager", "MAX_MANAGER_MESSAGE_BYTES"),
+    "a request to a reader's vocabulary or management port": (
+        "spark_zmq.protocols.zeroeq.reqrep",
+        "MAX_REQUEST_BYTES",
+    ),
+}
+#: rows of that table whose bound is not a number
+NOT_A_NUMBER = {"Goby PROTOBUF types cached"}
+UNITS = {"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+QUANTITY = re.compile(r"([\d,]+) ?(KiB|MiB|GiB)?\b")
+
+
+def quantity(text: str) -> int:
+    """The number a cell starts with, in bytes where it has a unit: '64 MiB', '10,000'."""
+    found = QUANTITY.match(text)
+    assert found, f"no number at the start of {text!r}"
+    return int(found[1].replace(",", "")) * UNITS[found[2] or ""]
+
+
+def option_defaults() -> dict[str, object]:
+    """Every reader option's default, parsed as the option parses what a user gives."""
+    specs = [*READER_OPTIONS, *(s for p in FORMATS.values() for s in p.reader_options)]
+    return {s.name: s.parse(s.default) for s in specs if s.default is not None}
+
+
+def table_rows(page: str, header: str) -> list[list[str]]:
+    """The cells of each row of the table whose header row starts with ``header``."""
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.split("|")[1:-1]])
+    return rows
+
+
+def test_the_security_pages_bounds_are_the_codes():
+    defaults = option_defaults()
+    rows = table_rows((ROOT / "docs" / "security.md").read_text(), "| bound | option |")
+    assert len(rows) >= 10, rows
+    for bound, option, default, _ in rows:
+        if bound in NOT_A_NUMBER:
+            continue
+        stated = quantity(default)
+        if option == "(fixed)":
+            assert bound in FIXED_BOUNDS, f"a fixed bound the test does not know: {bound!r}"
+            places = FIXED_BOUNDS[bound]
+            for module, name in places if isinstance(places[0], tuple) else (places,):
+                actual = getattr(importlib.import_module(module), name)
+                assert actual == stated, f"{bound}: the page says {default}, {name} is {actual}"
+        else:
+            name = option.strip("`")
+            assert defaults[name] == stated, f"{name}: the page says {default}"
+
+
+def test_the_flush_interval_the_pages_state_is_the_default():
+    """'every `flushIntervalMs` (100 ms)' and 'a partition key ... (at most 1 KiB)'."""
+    from spark_zmq.protocols.addresses import MAX_KEY_BYTES
+
+    interval = option_defaults()["flushIntervalMs"]
+    stated = {
+        (path.name, int(ms))
+        for path in documents()
+        for ms in re.findall(r"`flushIntervalMs` \((\d+) ms\)", path.read_text())
+    }
+    assert stated, "no page states the flush interval any more: remove this test"
+    assert all(ms == interval for _, ms in stated), (interval, stated)
+    glossary = (ROOT / "docs" / "glossary.md").read_text()
+    key = re.search(
+        r"A partition's name is a\s+key chosen from the endpoint \(at most (\d+) KiB\)", glossary
+    )
+    assert key and int(key[1]) * 1024 == MAX_KEY_BYTES, key
