@@ -2,8 +2,9 @@
 the number of hypothesis targets on the Guarantees page, every option name a page mentions
 (the generated option reference is the one source of names), the supported versions on the
 Operating page (pyproject.toml decides them), the Security page's table of bounds (the options'
-defaults and the code's constants) and the flush interval and key bound the pages state. No
-Spark, no sockets: a second or so."""
+defaults and the code's constants), the defaults and ports of the Operating page's network table
+and of the Security page's table of what each default opens, and the flush interval and key
+bound the pages state. No Spark, no sockets: a second or so."""
 
 from __future__ import annotations
 
@@ -247,3 +248,51 @@ def test_the_flush_interval_the_pages_state_is_the_default():
         r"A partition's name is a\s+key chosen from the endpoint \(at most (\d+) KiB\)", glossary
     )
     assert key and int(key[1]) * 1024 == MAX_KEY_BYTES, key
+
+
+def option_default_texts() -> dict[str, set[str]]:
+    """Every option's default as a user writes it, by name (a name may be an option of several
+    formats, or of a reader and a writer)."""
+    specs = [*READER_OPTIONS, *WRITER_OPTIONS]
+    for protocol in FORMATS.values():
+        specs += protocol.reader_options
+        if isinstance(protocol, SinkProtocol):
+            specs += protocol.writer_options
+    defaults: dict[str, set[str]] = {}
+    for spec in specs:
+        if spec.default is not None:
+            defaults.setdefault(spec.name, set()).add(spec.default)
+    return defaults
+
+
+#: "`name` (`value`" in a table's cell: an option and the default the page gives it
+NAMED_DEFAULT = re.compile(r"`(?P<name>\w+)` \(`(?P<value>[^`]+)`")
+
+
+def test_the_network_and_security_pages_give_each_option_its_default():
+    """Operating's network table and Security's table of what each default opens: each option
+    named with a value has that default, and each port of a network row is the default of an
+    option the row names (where it names one with a port for a default)."""
+    defaults = option_default_texts()
+    checked = []
+    for page in ("operating.md", "security.md"):
+        rows = [line for line in (ROOT / "docs" / page).read_text().splitlines() if line[:1] == "|"]
+        for found in NAMED_DEFAULT.finditer("\n".join(rows)):
+            name, value = found["name"], found["value"]
+            assert value in defaults.get(name, set()), f"{page}: {name} ({value})"
+            checked.append(name)
+    opens = table_rows((ROOT / "docs" / "security.md").read_text(), "| what | listens or sends")
+    for _, option, default in opens:
+        name, value = option.strip("`"), re.match(r"`([^`]+)`", default)
+        if name in defaults and value:
+            assert value[1] in defaults[name], f"security.md: {name} defaults to {value[1]}"
+            checked.append(name)
+    network = table_rows((ROOT / "docs" / "operating.md").read_text(), "| format | what |")
+    for row in network:
+        ports = {int(p) for p in re.findall(r"\b(?:TCP|UDP) (\d+)\b", row[2])}
+        named = {d for n in re.findall(r"`(\w+)`", row[4]) for d in defaults.get(n, ())}
+        port_defaults = {int(d) for d in named if d.isdigit()}
+        if ports and port_defaults:
+            assert ports <= port_defaults, f"operating.md, {row[0]} {row[1]}: {ports}"
+            checked += [f"{row[0]} port"] * len(ports)
+    assert len(checked) >= 10, checked
