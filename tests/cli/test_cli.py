@@ -234,7 +234,12 @@ def test_manage_reaches_a_reader_by_address_and_by_subscriber_name(reader, capsy
             }
         ]
     }
-    rows = browsed(capsys, "--session", "cli-manage")
+    rows = wait_until(  # browse listens for a while: on a loaded machine one round may miss it
+        lambda: browsed(capsys, "--session", "cli-manage"),
+        timeout=30,
+        interval=0,
+        what="the reader's subscriber record in a browse",
+    )
     assert [(r["kind"], r["instance"], r["management"]) for r in rows] == [
         ("subscriber", name, port.address)
     ]
