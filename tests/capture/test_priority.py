@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,18 @@ def raw_publisher() -> tuple[zmq.Context, zmq.Socket, str]:
     return context, sock, f"tcp://127.0.0.1:{port}"
 
 
+def settled_threads() -> dict[int, list[str]]:
+    """``threads_by_nice`` once two readings 50 ms apart agree: a zmq thread names itself only
+    after it has started (a loaded run read capture's reaper as "python")."""
+    last = threads_by_nice()
+    for _ in range(100):
+        time.sleep(0.05)
+        if (now := threads_by_nice()) == last:
+            return now
+        last = now
+    return last
+
+
 def capture_one_message(
     tmp_path: Path, nice: int | None, own_process: bool = False
 ) -> tuple[dict[int, list[str]], Capture]:
@@ -70,7 +83,7 @@ def capture_one_message(
         sock.recv()
         sock.send_multipart([b"topic", b"body"])
         wait_until(lambda: capture.received().get("p") == 1, timeout=10, what="1 received")
-        return threads_by_nice(), capture
+        return settled_threads(), capture
     finally:
         capture.close()
         spool.close()
