@@ -98,14 +98,19 @@ def test_the_guarantees_page_counts_the_fuzz_targets_that_exist():
     assert set(read_path.values()) == {int(read_stated[2])}
 
 
-def option_names() -> set[str]:
-    """Every option of every format, reader and writer: what the option reference lists."""
-    names = {spec.name for spec in (*READER_OPTIONS, *WRITER_OPTIONS)}
+def all_option_specs() -> list:
+    """Every option of every format, reader and writer: what the option reference lists (a
+    name may be an option of several formats, or of a reader and a writer)."""
+    specs = [*READER_OPTIONS, *WRITER_OPTIONS]
     for protocol in FORMATS.values():
-        names |= {spec.name for spec in protocol.reader_options}
+        specs += protocol.reader_options
         if isinstance(protocol, SinkProtocol):
-            names |= {spec.name for spec in protocol.writer_options}
-    return names
+            specs += protocol.writer_options
+    return specs
+
+
+def option_names() -> set[str]:
+    return {spec.name for spec in all_option_specs()}
 
 
 def unknown_option_names(text: str, known: set[str]) -> set[str]:
@@ -251,15 +256,9 @@ def test_the_flush_interval_the_pages_state_is_the_default():
 
 
 def option_default_texts() -> dict[str, set[str]]:
-    """Every option's default as a user writes it, by name (a name may be an option of several
-    formats, or of a reader and a writer)."""
-    specs = [*READER_OPTIONS, *WRITER_OPTIONS]
-    for protocol in FORMATS.values():
-        specs += protocol.reader_options
-        if isinstance(protocol, SinkProtocol):
-            specs += protocol.writer_options
+    """Every option's default as a user writes it, by name (``all_option_specs``)."""
     defaults: dict[str, set[str]] = {}
-    for spec in specs:
+    for spec in all_option_specs():
         if spec.default is not None:
             defaults.setdefault(spec.name, set()).add(spec.default)
     return defaults
