@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import zmq
@@ -19,6 +20,7 @@ from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.protocols.ebus import Broker, BrokerError, Worker, ask, pack
 from spark_zmq.protocols.ebus.worker import DEFAULT_MAX_BYTES
 from spark_zmq.protocols.goby import GobyDaemon, ManagerAddress, ManagerUnreachable, request_router
+from spark_zmq.protocols.oneshot import exchange, request_socket
 from spark_zmq.protocols.zeroeq import Publisher, event_id
 from spark_zmq.protocols.zeroeq.management import LIST, ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
@@ -151,8 +153,39 @@ def test_a_curve_management_port_without_an_allow_list_serves_nobody(keys):
         curve=curve_of(curveSecretKey=server_secret),
     )
     client = curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1])
-    with pytest.raises(RequestError, match="no reply"):
-        request(port.address, LIST, curve=client, timeout=1.0)
+    try:
+        with pytest.raises(RequestError, match=r"no reply .* does not allow our key"):
+            request(port.address, LIST, curve=client, timeout=1.0)
+    finally:
+        port.close()
+
+
+def test_a_request_sent_after_its_curve_handshake_was_refused_ends_at_its_timeout(keys):
+    """zmq's send on a REQ socket with no connection blocks until it connects again, which a
+    server that refused the handshake never lets happen (a CI run hung 600 s in the test above
+    when its send came just after the refusal): the send counts against the timeout too.
+
+    zmq keeps a connecting socket's pipe most of the time, so the send only sometimes finds
+    none; ZMQ_IMMEDIATE (queue only on completed connections) makes it find none every time."""
+    server_public, server_secret = keys["server"]
+    port = ManagementPort(
+        "tcp://127.0.0.1:*",
+        MemoryState(),
+        lambda publisher: None,
+        lambda: [],
+        curve=curve_of(curveSecretKey=server_secret),
+    )
+    stranger = curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1])
+    sock = request_socket(None, stranger, None)
+    sock.setsockopt(zmq.IMMEDIATE, 1)
+    try:
+        sock.connect(port.address)
+        started = time.monotonic()
+        assert exchange(sock, [LIST], timeout=1.0) is None
+        assert time.monotonic() - started < 5
+    finally:
+        sock.close(0)
+        port.close()
 
 
 @pytest.mark.parametrize(

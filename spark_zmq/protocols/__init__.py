@@ -6,6 +6,7 @@
 ``arrow``      Arrow helpers the formats share (input columns, frame descriptions)
 ``addresses``  checks of the addresses and partition keys that peers announce
 ``xpub``       the XPUB sender several formats' publishers use
+``oneshot``    one request and its reply on a fresh REQ socket, bounded in time as a whole
 ``extjson``    extended JSON for payloads shown as text
 
 Each format is a folder with the same files (``docs/development.md``, "Adding a format"):

@@ -26,6 +26,7 @@ from spark_zmq.protocols.goby.messages import (
     manager_messages,
 )
 from spark_zmq.protocols.goby.wire import thread_hash
+from spark_zmq.protocols.oneshot import ask_once
 from spark_zmq.security import NO_CURVE, Curve
 from spark_zmq.units import milliseconds
 
@@ -97,24 +98,18 @@ def ask(
     curve: Curve = NO_CURVE,
 ) -> Any:
     """Send one ManagerRequest and return the ManagerResponse, checked to be the answer; the
-    send and the answer together take at most ``timeout`` s (a REQ socket's send blocks while
-    it has no connection: after a refused CURVE handshake, until zmq connects again)."""
-    sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MANAGER_MESSAGE_BYTES)
-    sock.setsockopt(zmq.SNDTIMEO, milliseconds(timeout))
-    deadline = time.monotonic() + timeout
-    try:
-        sock.connect(manager.endpoint)
-        try:
-            sock.send(request.SerializeToString())
-        except zmq.Again:
-            raise _unreachable(manager, timeout) from None
-        if not sock.poll(milliseconds(max(0.0, deadline - time.monotonic()))):
-            raise _unreachable(manager, timeout)
-        reply = sock.recv()
-    finally:
-        sock.close(0)
+    send and the answer together take at most ``timeout`` s (``oneshot``)."""
+    frames = ask_once(
+        manager.endpoint,
+        [request.SerializeToString()],
+        timeout,
+        context=context,
+        curve=curve,
+        max_reply_bytes=MAX_MANAGER_MESSAGE_BYTES,
+    )
+    if frames is None:
+        raise _unreachable(manager, timeout)
+    reply = b"".join(frames)
     response = manager_messages().ManagerResponse()
     try:
         response.ParseFromString(reply)

@@ -15,9 +15,9 @@ import zmq
 
 from spark_zmq.errors import PeerError
 from spark_zmq.log import logger
+from spark_zmq.protocols.oneshot import ask_once
 from spark_zmq.protocols.zeroeq.wire import EVENT_ID_BYTES, NO_REPLY_TYPE
 from spark_zmq.security import NO_CURVE, Curve
-from spark_zmq.units import milliseconds
 
 #: a handler gets the request payload and returns (reply type id, reply payload)
 Handler = Callable[[bytes], "tuple[bytes, bytes]"]
@@ -107,26 +107,26 @@ def request(
 ) -> tuple[bytes, bytes]:
     """Send one request to the REP server at ``address``; (reply type id, reply payload).
 
-    ``max_reply_bytes`` bounds each frame of the reply (zmq's MAXMSGSIZE): zmq reads a frame's
-    size before its body and drops the connection on a larger one, so such a reply never
-    reaches memory; the request then ends as one with no reply, and says so."""
-    sock = curve.as_client((context or zmq.Context.instance()).socket(zmq.REQ))
-    sock.setsockopt(zmq.LINGER, 0)
-    if max_reply_bytes is not None:
-        sock.setsockopt(zmq.MAXMSGSIZE, max_reply_bytes)
-    try:
-        sock.connect(address)
-        sock.send_multipart([request_type, payload] if payload else [request_type])
-        if not sock.poll(milliseconds(timeout)):
-            bound = (
-                f", or its reply was over the {max_reply_bytes}-byte bound (refused)"
-                if max_reply_bytes is not None
-                else ""
-            )
-            raise RequestError(f"no reply from {address} within {timeout} s{bound}")
-        frames = sock.recv_multipart()
-    finally:
-        sock.close(0)
+    ``timeout`` bounds the send and the reply together (``oneshot``). ``max_reply_bytes``
+    bounds each frame of the reply; a larger one ends the request as one with no reply, and
+    the error says so."""
+    frames = ask_once(
+        address,
+        [request_type, payload] if payload else [request_type],
+        timeout,
+        context=context,
+        curve=curve,
+        max_reply_bytes=max_reply_bytes,
+    )
+    if frames is None:
+        why = (
+            f", or its reply was over the {max_reply_bytes}-byte bound (refused)"
+            if max_reply_bytes is not None
+            else ""
+        )
+        if curve.server_key:
+            why += "; a CURVE server that does not allow our key never answers"
+        raise RequestError(f"no reply from {address} within {timeout} s{why}")
     if not frames or frames[0] == NO_REPLY_TYPE:
         raise RequestError(f"{address} does not know this request (all-zero reply type)")
     return frames[0], frames[1] if len(frames) > 1 else b""

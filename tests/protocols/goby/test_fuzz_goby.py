@@ -274,14 +274,14 @@ class FakeManagerSocket:
     def connect(self, address):
         pass
 
-    def send(self, frame):
-        self.sent.append(frame)
+    def send_multipart(self, frames):
+        self.sent.extend(frames)
 
     def poll(self, timeout):
         return True
 
-    def recv(self):
-        return self.reply
+    def recv_multipart(self):
+        return [self.reply]
 
     def close(self, linger=None):
         pass
