@@ -51,6 +51,7 @@ class SegmentWriter:
             if conn.drops:
                 self._end_drop_episode(conn, taken.time_at(0))
             self.spool.append(key, conn.endpoint.source, taken.table())
+            conn.drops.written()
         except SpoolWriteError as exc:
             if not self.drop_on_write_error:
                 raise SpoolWriteError(
@@ -98,8 +99,17 @@ class SegmentWriter:
         logger.warning("%s: %s", self.name, text)
 
     def _drop(self, conn: Connection, taken: MessageBuffer, cause: str) -> None:
-        """Drop new messages, count them, and keep capture's own fault rows if it can."""
+        """Drop new messages, count them, keep capture's own fault rows if it can, and end
+        the episode if it is due (``drops``: waiting for room could last for good)."""
         conn.drops.drop(len(taken) - len(taken.faults), taken.time_at(0), cause)
+        self._keep_faults(conn, taken)
+        if conn.drops.due:
+            try:
+                self._end_drop_episode(conn, time.time_ns(), due=True)
+            except SpoolWriteError:
+                pass  # not even the reserve's room: the episode goes on, tried again later
+
+    def _keep_faults(self, conn: Connection, taken: MessageBuffer) -> None:
         if not taken.faults:
             return
         kept = sorted(taken.faults)
@@ -113,11 +123,16 @@ class SegmentWriter:
         except SpoolWriteError:
             pass  # lost within the episode that the gap row reports
 
-    def _end_drop_episode(self, conn: Connection, until: int) -> None:
-        """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot)."""
+    def _end_drop_episode(self, conn: Connection, until: int, due: bool = False) -> None:
+        """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot);
+        ``due``: while drops go on, into the spool's reserve if need be."""
         text = conn.drops.gap_text(until)
         gap = Buffer([[]], [until], {0: text})
         self.spool.append(
-            conn.endpoint.key, conn.endpoint.source, gap.table(), dropped=conn.drops.count
+            conn.endpoint.key,
+            conn.endpoint.source,
+            gap.table(),
+            dropped=conn.drops.count,
+            into_reserve=due,
         )
-        conn.drops.ended(text)
+        conn.drops.ended(text, due)

@@ -6,6 +6,8 @@ Layout of a spool folder::
     discovery.json ...           small JSON documents of the driver (see ``state``)
     alive.json                   capture on the driver: when it was last known alive, and the
                                  gap rows it still owes (``downtime``); about once a second
+    reserve                      room kept back for the gap rows of drops on a full storage
+                                 (``reserve``)
     <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
         KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments

@@ -41,6 +41,7 @@ from spark_zmq.spool.layout import (
     partition_dir,
 )
 from spark_zmq.spool.leases import Lease, process_id
+from spark_zmq.spool.reserve import Reserve
 from spark_zmq.spool.retention import RetentionLedger
 
 P = ParamSpec("P")
@@ -94,6 +95,8 @@ class SpoolPartitions:
         self._beats: dict[str, int] = {}
         self._ledger = RetentionLedger(self.retention, root)
         self._files = EpochFiles(root, self.epochs, self._forget)
+        self._reserve = Reserve(root)
+        self._reserve.keep()
         if exclusive:
             self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
@@ -189,12 +192,31 @@ class SpoolPartitions:
     # -- writing -------------------------------------------------------------------------------
 
     @_locked
-    def append(self, key: str, source: Source, table: pa.Table, dropped: int = 0) -> None:
+    def append(
+        self,
+        key: str,
+        source: Source,
+        table: pa.Table,
+        dropped: int = 0,
+        *,
+        into_reserve: bool = False,
+    ) -> None:
         """Write one segment of rows (SPOOL_SCHEMA) and publish it in the index; ``dropped``
-        adds to the partition's count of dropped messages in the same index update.
+        adds to the partition's count of dropped messages in the same index update. With
+        ``into_reserve`` (for the gap rows that report drops), a write the storage refuses is
+        tried once more after deleting the spool's reserve (``reserve``).
 
         SpoolWriteError if the storage refuses; the spool is then as it was before the call.
         """
+        try:
+            self._append(key, source, table, dropped)
+        except SpoolWriteError:
+            if not (into_reserve and self._reserve.release()):
+                raise
+            self._append(key, source, table, dropped)
+        self._reserve.keep()
+
+    def _append(self, key: str, source: Source, table: pa.Table, dropped: int) -> None:
         index = self.open_partition(key)
         if table.num_rows == 0:
             return

@@ -3,6 +3,7 @@ counted and recorded, and SIGTERM (how Spark ends the reader) writes what was re
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -12,12 +13,14 @@ import time
 import zmq
 
 from spark_zmq.capture.buffer import BURST, MAX_SEGMENT_ROWS
+from spark_zmq.capture.drops import REPORT_SECONDS
 from spark_zmq.capture.loop import Capture
 from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
 from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
+from spark_zmq.testing.logs import logged_warnings
 from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
@@ -205,10 +208,60 @@ def test_spool_bound_drops_are_counted_and_recorded(tmp_path):
         publisher.close()
     rows = spooled(spool.root, key)
     assert [(frames[1:], fault is None) for frames, fault in rows[-1:]] == [([b"after"], True)]
-    gap = rows[0]
-    assert gap[0] == [] and gap[1].startswith("gap: 50 messages dropped between")
-    assert "reached maxSpoolBytes (1 bytes)" in gap[1]
+    # one gap row, or one a second if the drops lasted longer (drops.REPORT_SECONDS)
+    assert all(frames == [] and "reached maxSpoolBytes (1 bytes)" in f for frames, f in rows[:-1])
+    assert dropped_counts(rows) and sum(dropped_counts(rows)) == 50
     assert load_index(spool.root, key).dropped == 50
+
+
+def dropped_counts(rows) -> list[int]:
+    """What each drop episode's gap row counts."""
+    return [
+        int(m.group(1))
+        for _, fault in rows
+        if fault and (m := re.match(r"gap: (\d+) messages dropped between ", fault))
+    ]
+
+
+def test_drops_that_go_on_are_reported_every_second_and_logged_once(tmp_path):
+    """Spark commits what it read only when a new offset lets it plan the next micro-batch:
+    a drop episode that waited for room could wait for good. One that lasts gets its gap row
+    after REPORT_SECONDS, written over the bound, and the next begins; the log says when drops
+    began and when the partition was written again, not each gap row."""
+    publisher = Publisher("", announce=False)
+    spool, capture = start_capture(tmp_path, publisher, max_bytes=1)
+    key = publisher.instance_name
+    try:
+        with logged_warnings() as lines:
+            publisher.publish(ECHO, b"first")  # fits: the spool is empty
+            wait_until(lambda: load_index(spool.root, key).end == 1, what="the first message")
+            began = time.monotonic()
+            for i in range(50):  # 2.5 s of drops: the spool is at its bound
+                publisher.publish(ECHO, b"lost %d" % i)
+                time.sleep(0.05)
+            wait_until(lambda: capture.received().get(key) == 51, what="51 received")
+            capture.sync()
+            lasted = time.monotonic() - began
+            before = spooled(spool.root, key)  # "first" and the gap rows over the bound
+            written = len(before) - 1
+            spool.truncate(key, len(before))  # Spark committed (at the bound: deleted)
+            publisher.publish(ECHO, b"after")
+            wait_until(lambda: capture.received().get(key) == 52, what="52 received")
+            capture.sync()
+    finally:
+        capture.close()
+        spool.close()
+        publisher.close()
+    rows = spooled(spool.root, key)
+    assert rows[-1] == ([rows[-1][0][0], b"after"], None)
+    counts = dropped_counts(before) + dropped_counts(rows)
+    assert sum(counts) == 50 and load_index(spool.root, key).dropped == 50
+    # written while dropping, one a second at most; the last one when room came back
+    assert 2 <= written <= lasted / REPORT_SECONDS + 1 and len(counts) == written + 1
+    dropping = [line for line in lines if "dropping new messages" in line]
+    assert len(dropping) == 1, lines
+    ended = [line for line in lines if re.search(r"gap: \d+ messages dropped", line)]
+    assert len(ended) == 1 and f"with the {written} gap rows before it, 50 messages" in ended[0]
 
 
 SIGTERM_CHILD = textwrap.dedent("""

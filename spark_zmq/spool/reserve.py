@@ -1,0 +1,59 @@
+"""Room kept back on the spool's storage for the gap rows that report drops.
+
+On a full storage, capture drops new messages (``onSpoolWriteError=drop``) and reports them
+with a gap row. That row is also what lets Spark go on: Spark commits a micro-batch's offsets
+only when it plans the next micro-batch, which takes a new offset, and retention frees only
+committed segments. If not even a gap row could be written, what Spark has read would stay
+uncommitted and the storage full for good. So the writer keeps a file of ``RESERVE_BYTES`` at
+the spool's root, deletes it to make room for a gap row when a write fails, and makes it again
+once a write succeeds.
+
+Several writers of one spool (holders on one host) share the file: whichever needs it first
+deletes it, and whichever writes next makes it again.
+"""
+
+from __future__ import annotations
+
+import os
+
+from spark_zmq.spool.layout import remove_quietly
+
+#: the reserve's name at the spool's root
+RESERVE_NAME = "reserve"
+#: its size: room for a few gap rows (a segment of one row and a new index.json each, a few
+#: KiB on disk) until Spark's next commit frees what fills the storage
+RESERVE_BYTES = 64 * 1024
+
+
+class Reserve:
+    """The reserve file of the spool at ``root``."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, RESERVE_NAME)
+        self._kept = os.path.exists(self.path)
+
+    def keep(self) -> None:
+        """Make the reserve if this writer has not seen it there; a storage that cannot take
+        it yet is tried again at the next call (the next successful write)."""
+        if self._kept:
+            return
+        partial = self.path + ".tmp"
+        try:
+            with open(partial, "wb") as f:
+                f.write(bytes(RESERVE_BYTES))  # written, not sparse: the room is taken now
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, self.path)
+        except OSError:
+            remove_quietly(partial)
+            return
+        self._kept = True
+
+    def release(self) -> bool:
+        """Delete the reserve to make room; whether there was one to delete."""
+        self._kept = False
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            return False
+        return True
