@@ -121,3 +121,74 @@ def printed_pattern(printed: str) -> re.Pattern:
     within a line."""
     parts = [re.escape(part) for part in printed.rstrip("\n").split("...")]
     return re.compile(r"[^\n]*?".join(parts))
+
+
+#: what running text hides from a reader's words, in the order tried at each place: inline
+#: code, a Markdown link (its text, then its target), an HTML tag or comment, a bare URL, an
+#: attribute list (``{ #id }``)
+_NOT_WORDS = re.compile(
+    r"(?P<code>(`+)(?:(?!\n[ \t]*\n).)*?\2)"
+    r"|\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]\((?P<target>[^()\s]+)(?:\s+\"[^\"]*\")?\)"
+    r"|<!--.*?-->|</?[A-Za-z][^>]*>"
+    r"|https?://\S+"
+    r"|\{:?\s*[#.][^}]*\}",
+    re.DOTALL,
+)
+HEADING = re.compile(r"^ {0,3}#{1,6}\s")
+
+
+@dataclass
+class Link:
+    start: int  # offset in the page's text
+    text: str
+    target: str
+
+
+@dataclass
+class Prose:
+    """A page's running text, offsets kept (a blanked character is a blank, a line end stays):
+    ``plain`` is the page without fenced blocks, headings and HTML comments; ``words`` is
+    ``plain`` without inline code, links, HTML tags and URLs either, so a match in it is a word
+    a reader reads in a sentence; ``links`` are the links that ``words`` blanked out."""
+
+    path: Path
+    text: str
+    plain: str
+    words: str
+    links: list[Link]
+
+    def line(self, offset: int) -> int:
+        return self.text.count("\n", 0, offset) + 1
+
+
+def _blank(text: str) -> str:
+    return re.sub(r"[^\n]", " ", text)
+
+
+def prose(path: Path) -> Prose:
+    """The running text of a Markdown page and its links (see ``Prose``)."""
+    text = path.read_text()
+    lines = text.split("\n")
+    fenced = {n for block in blocks(path) for n in range(block.line - 1, _block_end(lines, block))}
+    kept = [
+        _blank(line) if n in fenced or HEADING.match(line) else line for n, line in enumerate(lines)
+    ]
+    plain = re.sub(r"<!--.*?-->", lambda found: _blank(found[0]), "\n".join(kept), flags=re.DOTALL)
+    links = [
+        Link(found.start(), found["text"], found["target"])
+        for found in _NOT_WORDS.finditer(plain)
+        if found["target"] is not None
+    ]
+    words = _NOT_WORDS.sub(lambda found: _blank(found[0]), plain)
+    return Prose(path, text, plain, words, links)
+
+
+def _block_end(lines: list[str], block: Block) -> int:
+    """The index after the closing fence of ``block`` (``blocks`` found it closed)."""
+    opening = FENCE.match(lines[block.line - 1])
+    assert opening
+    close = opening["indent"] + opening["fence"]
+    end = block.line
+    while lines[end].rstrip() != close:
+        end += 1
+    return end + 1
