@@ -43,12 +43,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def locations(args: argparse.Namespace) -> tuple[str, str, dict[str, str]]:
+    """The table's folder (absolute), the checkpoint (``--checkpoint``, else the table's +
+    ``_checkpoint``) and the reader's options, whose ``spoolPath`` is beside the checkpoint
+    (``<checkpoint>_spool``) unless given."""
+    output = os.path.abspath(args.output)
+    checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
+    return output, checkpoint, with_spool_beside(checkpoint, dict(args.option))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = job_session(f"capture {args.format} to parquet")
-    output = os.path.abspath(args.output)
-    checkpoint = args.checkpoint or output.rstrip("/") + "_checkpoint"
-    options = with_spool_beside(checkpoint, dict(args.option))
+    output, checkpoint, options = locations(args)
     reader = spark.readStream.format(args.format).options(**options)
     rows = with_gap_count(reader.load()).withColumn("date", F.to_date("received_at"))
     spark.streams.addListener(ProgressPrinter())

@@ -39,13 +39,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def query_options(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """The reader's options and the sink's: with ``--checkpoint`` the sink keeps it and the
+    spool is beside it (``<checkpoint>_spool`` unless ``spoolPath`` is given); without, neither
+    names a folder, so the spool is the reader's default under the temporary folder."""
+    if not args.checkpoint:
+        return dict(args.option), {}
+    options = with_spool_beside(args.checkpoint, dict(args.option))
+    return options, {"checkpointLocation": args.checkpoint}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     spark = job_session(f"monitor {args.format}")
-    options, sink_options = dict(args.option), {}
-    if args.checkpoint:
-        options = with_spool_beside(args.checkpoint, options)
-        sink_options = {"checkpointLocation": args.checkpoint}
+    options, sink_options = query_options(args)
     reader = spark.readStream.format(args.format).options(**options)
     spark.streams.addListener(ProgressPrinter())
     query = (

@@ -11,6 +11,7 @@ import threading
 import time
 import zlib
 from concurrent.futures import Future
+from itertools import pairwise
 
 import pytest
 import zmq
@@ -39,6 +40,8 @@ class FakeBroker:
         self.answering = threading.Event()
         self.answering.set()
         self.received: list[tuple[bytes, bytes, list[bytes]]] = []
+        #: when each of ``received`` arrived (time.monotonic())
+        self.arrivals: list[float] = []
         self._outbox: list[list[bytes]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -57,6 +60,7 @@ class FakeBroker:
             assert empty == b"" and sender == CLIENT, "a client message as the fact sheet has it"
             with self._lock:
                 self.received.append((identity, kind, args))
+                self.arrivals.append(time.monotonic())
             if kind == b"PING" and self.answering.is_set():
                 self.sock.send_multipart([identity, b"", BROKER_SIDE, b"HEARTBEAT"])
             services = self.services
@@ -73,6 +77,11 @@ class FakeBroker:
     def messages(self, kind: bytes) -> list[tuple[bytes, list[bytes]]]:
         with self._lock:
             return [(identity, args) for identity, k, args in self.received if k == kind]
+
+    def arrived(self, kind: bytes) -> list[float]:
+        """When each message of ``kind`` arrived, in the order of ``messages(kind)``."""
+        with self._lock:
+            return [at for (_, k, _), at in zip(self.received, self.arrivals) if k == kind]
 
     def close(self) -> None:
         self._stopping.set()
@@ -203,6 +212,29 @@ def test_request_expires_after_its_stales_time_and_is_cancelled(fake_broker):
     assert 1.4 <= took <= 3.0
     assert fake_broker.messages(b"CANCEL")[0][1] == [b"silent", b"r-2"]
     assert len(fake_broker.messages(b"REQ")) == 2, "sent, then resent once after 1 s"
+
+
+def test_an_unanswered_request_is_sent_at_most_4_times_a_second_apart_then_expires(fake_broker):
+    """docs/formats/ebus.md: an unanswered request is resent after a second with its id, at
+    most 3 times, and expires after ``stalesMs``; the broker gets a CANCEL. With the timings
+    the request sink's client has (the defaults) and a request living 4.5 s, a fourth resend
+    would come at about 4 s, before the expiry; the broker stand-in answers PING only, so the
+    client never reconnects (which sends again without counting)."""
+    with Client(fake_broker.address) as client:
+        started = time.monotonic()
+        result = client.request("silent", pack(1), request_id="r-3", stales_ms=4500).result(10)
+        took = time.monotonic() - started
+        wait_until(lambda: fake_broker.messages(b"CANCEL"), timeout=5, what="a CANCEL")
+        assert client.reconnects == 0
+    requests = fake_broker.messages(b"REQ")
+    assert [args for _, args in requests] == [[b"silent", b"r-3", pack(1), b"4500"]] * 4
+    assert len({identity for identity, _ in requests}) == 1
+    arrived = fake_broker.arrived(b"REQ")
+    gaps = [later - earlier for earlier, later in pairwise(arrived)]
+    assert all(gap >= 0.8 for gap in gaps), f"resent after a second: {gaps}"
+    assert (result.status, result.data, result.sends) == ("EXPIRED", None, 4)
+    assert 4.4 <= took <= 6.5
+    assert fake_broker.messages(b"CANCEL")[0][1] == [b"silent", b"r-3"]
 
 
 def test_services_and_workers_are_asked_as_the_reference_broker_reads_them(fake_broker):
