@@ -143,15 +143,20 @@ def test_the_management_port_serves_allowed_keys_only(keys):
         request(port.address, LIST, timeout=1.0)
 
 
-def test_a_curve_management_port_without_an_allow_list_serves_nobody(keys):
-    server_public, server_secret = keys["server"]
-    port = ManagementPort(
+def management_port_serving_nobody(server_secret: str) -> ManagementPort:
+    """A CURVE management port with no allow-list: it refuses every client key."""
+    return ManagementPort(
         "tcp://127.0.0.1:*",
         MemoryState(),
         lambda publisher: None,
         lambda: [],
         curve=curve_of(curveSecretKey=server_secret),
     )
+
+
+def test_a_curve_management_port_without_an_allow_list_serves_nobody(keys):
+    server_public, server_secret = keys["server"]
+    port = management_port_serving_nobody(server_secret)
     client = curve_of(curveServerKey=server_public, curveSecretKey=keys["client"][1])
     try:
         with pytest.raises(RequestError, match=r"no reply .* does not allow our key"):
@@ -168,13 +173,7 @@ def test_a_request_sent_after_its_curve_handshake_was_refused_ends_at_its_timeou
     zmq keeps a connecting socket's pipe most of the time, so the send only sometimes finds
     none; ZMQ_IMMEDIATE (queue only on completed connections) makes it find none every time."""
     server_public, server_secret = keys["server"]
-    port = ManagementPort(
-        "tcp://127.0.0.1:*",
-        MemoryState(),
-        lambda publisher: None,
-        lambda: [],
-        curve=curve_of(curveSecretKey=server_secret),
-    )
+    port = management_port_serving_nobody(server_secret)
     stranger = curve_of(curveServerKey=server_public, curveSecretKey=keys["stranger"][1])
     sock = request_socket(None, stranger, None)
     sock.setsockopt(zmq.IMMEDIATE, 1)
