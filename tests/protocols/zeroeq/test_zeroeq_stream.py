@@ -47,7 +47,10 @@ def test_three_publishers_two_sessions(spark, tmp_path, publishers):
     assert bob.count_subscribers() == 0
     row = rows[0]
     assert row.session == "alice" and row.error is None and row.user and row.instance
-    assert row.event_id == event_id(ECHO).hex() and row.event is None
+    # the publisher's vocabulary takes ECHO's name when it first publishes it, and announces
+    # it again: a segment written after capture has seen that carries the name (a CI run under
+    # load flushed the first row only then)
+    assert row.event_id == event_id(ECHO).hex() and row.event in (None, ECHO)
     assert row.publisher in (alice1.instance_name, alice2.instance_name)
     assert row.partition == row.publisher and row.endpoint == f"tcp://{row.publisher}"
 
