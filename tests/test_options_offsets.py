@@ -100,9 +100,15 @@ def test_ranges_start_new_partitions_at_their_first_offset():
 def test_offsets_carry_their_layout_version_and_the_claims_round():
     from spark_zmq.spark.offsets import OffsetVersionError, StreamOffset
 
-    offset = StreamOffset({"a:1": 5, "b:2": 0}, claims_round=3)
+    offset = StreamOffset({"a:1": 5, "b:2": 0}, claims_round=3, spool="f00d")
     doc = offset.to_json()
-    assert doc == {"a:1": 5, "b:2": 0, "spark_zmq.version": 1, "spark_zmq.claims": 3}
+    assert doc == {
+        "a:1": 5,
+        "b:2": 0,
+        "spark_zmq.version": 1,
+        "spark_zmq.claims": 3,
+        "spark_zmq.spool": "f00d",
+    }
     assert StreamOffset.from_json(doc) == offset
     # a checkpoint written before versions: the same layout
     assert StreamOffset.from_json({"a:1": 5}) == StreamOffset({"a:1": 5})
@@ -112,3 +118,21 @@ def test_offsets_carry_their_layout_version_and_the_claims_round():
         r"1.*start the query with a new checkpoint",
     ):
         StreamOffset.from_json({"a:1": 5, "spark_zmq.version": 2})
+
+
+def test_a_spool_folder_has_one_identity_whoever_asks_first(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spark_zmq.errors import SpoolError
+    from spark_zmq.spool.identity import IDENTITY_NAME, spool_identity
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(spool_identity, [str(tmp_path)] * 32))
+    assert len(ids) == 1 and len(ids.pop()) == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == [IDENTITY_NAME]  # no partial file left
+    other = tmp_path / "other"
+    other.mkdir()
+    assert spool_identity(str(other)) != spool_identity(str(tmp_path))
+    (other / IDENTITY_NAME).write_text("[]")
+    with pytest.raises(SpoolError, match=r"spool.json is not a spool identity .*spoolPath of"):
+        spool_identity(str(other))

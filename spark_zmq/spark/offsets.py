@@ -24,6 +24,8 @@ VERSION_KEY = "spark_zmq.version"
 #: a new value forces a micro-batch whose tasks include claims (partitions that need a capture
 #: process, capture=executors)
 CLAIMS_KEY = "spark_zmq.claims"
+#: the identity of the spool folder the offsets were taken in (``spool.identity``)
+SPOOL_KEY = "spark_zmq.spool"
 
 
 class OffsetVersionError(SparkZmqError, ValueError):
@@ -34,17 +36,21 @@ class OffsetVersionError(SparkZmqError, ValueError):
 class StreamOffset:
     """One offset of a stream, as Spark checkpoints it.
 
-    JSON: ``{"<partition>": next offset, ..., "spark_zmq.version": 1, "spark_zmq.claims": n}``.
-    An offset without a version was written before versions existed, in the same layout.
+    JSON: ``{"<partition>": next offset, ..., "spark_zmq.version": 1, "spark_zmq.claims": n,
+    "spark_zmq.spool": "<spool id>"}``. An offset without a version was written before versions
+    existed, in the same layout; one without a spool id, before offsets carried it.
     """
 
     ends: PartitionOffsets = field(default_factory=dict)
     claims_round: int | None = None
+    spool: str | None = None
 
-    def to_json(self) -> dict[str, int]:
-        doc = {**self.ends, VERSION_KEY: OFFSET_VERSION}
+    def to_json(self) -> dict[str, int | str]:
+        doc: dict[str, int | str] = {**self.ends, VERSION_KEY: OFFSET_VERSION}
         if self.claims_round is not None:
             doc[CLAIMS_KEY] = self.claims_round
+        if self.spool is not None:
+            doc[SPOOL_KEY] = self.spool
         return doc
 
     @classmethod
@@ -56,8 +62,8 @@ class StreamOffset:
                 f"release reads version {OFFSET_VERSION}. Run the release that wrote the "
                 f"checkpoint, or start the query with a new checkpoint"
             )
-        ends = {k: int(v) for k, v in doc.items() if k not in (VERSION_KEY, CLAIMS_KEY)}
-        return cls(ends, doc.get(CLAIMS_KEY))
+        ends = {k: int(v) for k, v in doc.items() if k not in (VERSION_KEY, CLAIMS_KEY, SPOOL_KEY)}
+        return cls(ends, doc.get(CLAIMS_KEY), doc.get(SPOOL_KEY))
 
 
 class OffsetRange(NamedTuple):

@@ -50,6 +50,7 @@ from spark_zmq.spark.offsets import (
 )
 from spark_zmq.spark.rows import SpoolRange, read_rows
 from spark_zmq.spool.contract import register_executor
+from spark_zmq.spool.identity import other_spool_error, spool_identity
 from spark_zmq.stream_settings import ReaderSettings, SourceSettings
 
 
@@ -86,6 +87,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now: PartitionOffsets | None = None
         #: minRecordsPerTrigger: when the last micro-batch was planned (monotonic seconds)
         self._last_trigger = time.monotonic()
+        self._spool_id: str | None = None  # the spool's identity, once the placement started
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -113,6 +115,23 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._placement.start()
         return self._placement
 
+    def _spool(self) -> str:
+        """The identity of the query's spool (``spool.identity``), which its offsets carry."""
+        if self._spool_id is None:
+            self._started()
+            self._spool_id = spool_identity(self.spool_path)
+        return self._spool_id
+
+    def _offset(self, doc: dict) -> StreamOffset:
+        """The offset ``doc``, checked to be taken in this query's spool (or before offsets
+        named theirs): OtherSpool if not, whatever failOnDataLoss says, since another spool's
+        offsets would skip this one's messages with no gap row, and commit them."""
+        offset = StreamOffset.from_json(doc)
+        current = self._spool()
+        if offset.spool not in (None, current):
+            raise other_spool_error(self.spool_path, str(offset.spool), current)
+        return offset
+
     def _available(self) -> tuple[PartitionOffsets, PartitionOffsets, set[str]]:
         """(end, first uncommitted, retired) of every partition, with all captured so far.
 
@@ -136,12 +155,13 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {k: ends_at_start.get(k, s.start) for k, s in state.items()}
         spec = self.settings.starting_offsets or placement.default_starting_offsets
         if spec == "latest":
-            return StreamOffset(latest).to_json()
+            return StreamOffset(latest, spool=self._spool()).to_json()
         retained = {k: s.start for k, s in state.items()}  # earliest: all the spool keeps
-        return StreamOffset(resolve(spec, retained, end, "earliest", "startingOffsets")).to_json()
+        ends = resolve(spec, retained, end, "earliest", "startingOffsets")
+        return StreamOffset(ends, spool=self._spool()).to_json()
 
     def latestOffset(self, start_json: dict, limit: ReadLimit) -> dict:
-        offset = StreamOffset.from_json(start_json)
+        offset = self._offset(start_json)
         start = offset.ends
         end, first, retired = self._available()
         if self._available_now is not None:
@@ -164,7 +184,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if claims_round == offset.claims_round and self._too_few(start, end, first):
             return offset.to_json()  # the same offset: Spark plans no micro-batch
         self._last_trigger = time.monotonic()
-        return StreamOffset(end, claims_round).to_json()
+        return StreamOffset(end, claims_round, self._spool()).to_json()
 
     def _too_few(
         self, start: PartitionOffsets, end: PartitionOffsets, first: PartitionOffsets
@@ -195,7 +215,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self._available()[0]
 
     def partitions(self, start_json: dict, end_json: dict) -> list[InputPartition]:
-        start, end = StreamOffset.from_json(start_json), StreamOffset.from_json(end_json)
+        start, end = self._offset(start_json), self._offset(end_json)
         first = {}
         if any(k not in start.ends for k in end.ends):  # partitions new since ``start`` begin
             first = {k: s.first_uncommitted for k, s in self._started().snapshot().items()}
@@ -218,7 +238,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         if self._placement is not None:
-            self._placement.commit(StreamOffset.from_json(end).ends)
+            self._placement.commit(self._offset(end).ends)
 
     def stop(self) -> None:
         """Close sockets and write what was received; Spark may or may not call this."""

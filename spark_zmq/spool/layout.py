@@ -8,6 +8,8 @@ Layout of a spool folder::
                                  gap rows it still owes (``downtime``); about once a second
     reserve                      room kept back for the gap rows of drops on a full storage
                                  (``reserve``)
+    spool.json                   the folder's identity, which a query's offsets carry
+                                 (``identity``)
     <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
         KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments

@@ -93,7 +93,7 @@ def test_restart_from_checkpoint_delivers_captured_rows_exactly_once(spark, tmp_
     sink, checkpoint = tmp_path / "table", tmp_path / "checkpoint"
     spool = tmp_path / "spool"
 
-    def start():
+    def start(spool=spool, **options):
         return (
             reader(
                 spark,
@@ -102,6 +102,7 @@ def test_restart_from_checkpoint_delivers_captured_rows_exactly_once(spark, tmp_
                 session="restart",
                 spoolPath=str(spool),
                 maxRecordsPerTrigger="10",
+                **options,
             )
             .writeStream.format("parquet")
             .option("path", str(sink))
@@ -150,6 +151,19 @@ def test_restart_from_checkpoint_delivers_captured_rows_exactly_once(spark, tmp_
     events = [r for r in rows if r.error is None]
     assert sorted(int(r.payload) for r in events) == list(range(260))
     assert len({(r.partition, r.offset) for r in rows}) == 261
+
+    # The checkpoint's offsets name messages of that spool only: restarted on another (a
+    # driver on a host whose local spoolPath is empty), the query would skip this spool's
+    # first 261 offsets with no gap row. It fails, saying so, whatever failOnDataLoss says.
+    for fail in ("false", "true"):
+        elsewhere = start(tmp_path / "elsewhere", failOnDataLoss=fail)
+        try:
+            wait_until(lambda q=elsewhere: q.exception() is not None, what="the query to fail")
+        finally:
+            elsewhere.stop()
+        error = str(elsewhere.exception())
+        assert "the checkpoint's offsets were taken in spool " in error
+        assert "(its spool.json)" in error and "start with a new checkpoint" in error
 
 
 MALFORMED = {
