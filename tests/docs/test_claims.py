@@ -170,6 +170,31 @@ def test_the_operating_page_states_the_versions_pyproject_supports():
     assert row["Operating system"].startswith("Linux"), row
 
 
+def test_the_operating_pages_tested_column_is_what_the_tests_run_on():
+    """The "tested" column of the supported-versions table names the versions this suite
+    runs on (CI runs it): a new pyspark, Python, Java or system shows here first."""
+    import platform
+    import subprocess
+    import sys
+
+    import pyspark
+
+    rows = table_rows((ROOT / "docs" / "operating.md").read_text(), "| what | supported |")
+    tested = {cells[0]: cells[2] for cells in rows}
+    assert tested["Spark (pyspark)"].startswith(f"pyspark {pyspark.__version__},"), tested
+    assert tested["Python"] == f"{sys.version_info.major}.{sys.version_info.minor}", tested
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    vendor, major = re.search(r'^(\w+) version "(\d+)', java, re.M).groups()
+    assert tested["Java"] == f"{'OpenJDK' if vendor == 'openjdk' else vendor} {major}", java
+    release = dict(
+        line.split("=", 1)
+        for line in Path("/etc/os-release").read_text().splitlines()
+        if "=" in line
+    )
+    system = f"{release['NAME'].strip(chr(34)).split()[0]} {release['VERSION_ID'].strip(chr(34))}"
+    assert tested["Operating system"] == f"Linux ({system}), {platform.machine()}", (tested, system)
+
+
 #: the Security page's bounds that no option sets (its table says "(fixed)"), by the row's
 #: first cell: the constants that decide them (all of a row's must agree)
 FIXED_BOUNDS = {
