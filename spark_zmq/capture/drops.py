@@ -8,9 +8,11 @@ commits a micro-batch's offsets only when it plans the next one, which takes a n
 only committed segments can be deleted. An episode that waited for room would wait for good
 when what fills the spool is what Spark has read and not yet committed; its gap row is that
 new offset (written over ``maxSpoolBytes``, or into the spool's reserve on a full storage).
-While drops go on, the next episode starts with the next drop: at most one gap row per
-``REPORT_SECONDS`` and partition. Capture's own fault rows dropped meanwhile are kept when
-possible.
+While drops go on, the next episode starts with the next drop and waits twice as long before
+its row (up to ``MAX_REPORT_SECONDS``): one such row unblocks Spark, or two when the first was
+read with what fills the spool, so a spool that nobody reads (a capture service with no query)
+grows past its bound by one small row a minute per partition, not one a second. Capture's own
+fault rows dropped meanwhile are kept when possible.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import time
 from spark_zmq.log import logger
 from spark_zmq.units import utc_text
 
-#: how long a drop episode lasts at most before its gap row is written
+#: how long a drop episode lasts at most before its gap row is written; each episode that
+#: follows one ended so (drops going on) waits twice as long, up to MAX_REPORT_SECONDS
 REPORT_SECONDS = 1.0
+MAX_REPORT_SECONDS = 60.0
 
 
 class DropEpisode:
@@ -36,6 +40,7 @@ class DropEpisode:
         self.count = 0
         self.since: int | None = None  # receive time (ns) of the first message dropped
         self.began = 0.0  # when (monotonic) it began
+        self.report_after = REPORT_SECONDS  # how long it may last before its gap row
         self.because: str | None = None
         #: messages and gap rows of the episodes ended when due since drops began, and when
         #: (UTC text) the first of them began; not logged yet
@@ -58,8 +63,8 @@ class DropEpisode:
 
     @property
     def due(self) -> bool:
-        """Whether it has lasted ``REPORT_SECONDS``: its gap row is written now, room or not."""
-        return bool(self) and time.monotonic() - self.began >= REPORT_SECONDS
+        """Whether it has lasted ``report_after``: its gap row is written now, room or not."""
+        return bool(self) and time.monotonic() - self.began >= self.report_after
 
     def gap_text(self, until: int) -> str:
         """The gap row's text for the episode, ended at ``until`` (ns)."""
@@ -76,8 +81,10 @@ class DropEpisode:
                 self.reported_since = utc_text(self.since or 0)
             self.reported += self.count
             self.reported_rows += 1
+            self.report_after = min(2 * self.report_after, MAX_REPORT_SECONDS)
         else:
             logger.warning("%s: partition %s: %s%s", self.name, self.key, text, self._earlier())
+            self.report_after = REPORT_SECONDS
         self.count, self.since, self.because = 0, None, None
 
     def written(self) -> None:
@@ -94,6 +101,7 @@ class DropEpisode:
                 self.reported_rows,
             )
             self.reported, self.reported_rows = 0, 0
+            self.report_after = REPORT_SECONDS
 
     def _earlier(self) -> str:
         if not self.reported_rows:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import datetime
 
 import zmq
 
@@ -223,11 +224,11 @@ def dropped_counts(rows) -> list[int]:
     ]
 
 
-def test_drops_that_go_on_are_reported_every_second_and_logged_once(tmp_path):
+def test_drops_that_go_on_are_reported_at_growing_intervals_and_logged_once(tmp_path):
     """Spark commits what it read only when a new offset lets it plan the next micro-batch:
     a drop episode that waited for room could wait for good. One that lasts gets its gap row
-    after REPORT_SECONDS, written over the bound, and the next begins; the log says when drops
-    began and when the partition was written again, not each gap row."""
+    after REPORT_SECONDS, written over the bound; the next begins and waits twice as long. The
+    log says when drops began and when the partition was written again, not each gap row."""
     publisher = Publisher("", announce=False)
     spool, capture = start_capture(tmp_path, publisher, max_bytes=1)
     key = publisher.instance_name
@@ -235,18 +236,15 @@ def test_drops_that_go_on_are_reported_every_second_and_logged_once(tmp_path):
         with logged_warnings() as lines:
             publisher.publish(ECHO, b"first")  # fits: the spool is empty
             wait_until(lambda: load_index(spool.root, key).end == 1, what="the first message")
-            began = time.monotonic()
-            for i in range(50):  # 2.5 s of drops: the spool is at its bound
+            for i in range(80):  # 4 s of drops: the spool is at its bound
                 publisher.publish(ECHO, b"lost %d" % i)
                 time.sleep(0.05)
-            wait_until(lambda: capture.received().get(key) == 51, what="51 received")
+            wait_until(lambda: capture.received().get(key) == 81, what="81 received")
             capture.sync()
-            lasted = time.monotonic() - began
             before = spooled(spool.root, key)  # "first" and the gap rows over the bound
-            written = len(before) - 1
             spool.truncate(key, len(before))  # Spark committed (at the bound: deleted)
             publisher.publish(ECHO, b"after")
-            wait_until(lambda: capture.received().get(key) == 52, what="52 received")
+            wait_until(lambda: capture.received().get(key) == 82, what="82 received")
             capture.sync()
     finally:
         capture.close()
@@ -254,14 +252,25 @@ def test_drops_that_go_on_are_reported_every_second_and_logged_once(tmp_path):
         publisher.close()
     rows = spooled(spool.root, key)
     assert rows[-1] == ([rows[-1][0][0], b"after"], None)
-    counts = dropped_counts(before) + dropped_counts(rows)
-    assert sum(counts) == 50 and load_index(spool.root, key).dropped == 50
-    # written while dropping, one a second at most; the last one when room came back
-    assert 2 <= written <= lasted / REPORT_SECONDS + 1 and len(counts) == written + 1
+    assert sum(dropped_counts(before) + dropped_counts(rows)) == 80
+    assert load_index(spool.root, key).dropped == 80
+    # written while dropping: after 1 s, then after 2 s more (a third would come 4 s later)
+    lasted = [until - since for since, until in gap_times(before)]
+    assert 1 <= len(lasted) <= 2 and len(dropped_counts(rows)) == 1, (lasted, rows)
+    assert all(t >= REPORT_SECONDS * 2**i - 0.01 for i, t in enumerate(lasted)), lasted
     dropping = [line for line in lines if "dropping new messages" in line]
     assert len(dropping) == 1, lines
     ended = [line for line in lines if re.search(r"gap: \d+ messages dropped", line)]
-    assert len(ended) == 1 and f"with the {written} gap rows before it, 50 messages" in ended[0]
+    assert len(ended) == 1 and f"with the {len(lasted)} gap rows before it, 80 messages" in ended[0]
+
+
+def gap_times(rows) -> list[tuple[float, float]]:
+    """(from, to) in seconds of each drop episode's gap row."""
+    found = []
+    for _, fault in rows:
+        if fault and (m := re.match(r"gap: \d+ messages dropped between (\S+) and (\S+) ", fault)):
+            found.append(tuple(datetime.fromisoformat(t).timestamp() for t in m.groups()))
+    return found
 
 
 SIGTERM_CHILD = textwrap.dedent("""
