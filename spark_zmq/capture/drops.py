@@ -9,10 +9,10 @@ only committed segments can be deleted. An episode that waited for room would wa
 when what fills the spool is what Spark has read and not yet committed; its gap row is that
 new offset (written over ``maxSpoolBytes``, or into the spool's reserve on a full storage).
 While drops go on, the next episode starts with the next drop and waits twice as long before
-its row (up to ``MAX_REPORT_SECONDS``): one such row unblocks Spark, or two when the first was
-read with what fills the spool, so a spool that nobody reads (a capture service with no query)
-grows past its bound by one small row a minute per partition, not one a second. Capture's own
-fault rows dropped meanwhile are kept when possible.
+its row (up to ``MAX_REPORT_SECONDS``): the first row written after Spark planned the
+micro-batch that holds what fills the spool unblocks it, and a spool that nobody reads (a
+capture service with no query) grows past its bound by one small row a minute per partition,
+not one a second. Capture's own fault rows dropped meanwhile are kept when possible.
 """
 
 from __future__ import annotations
