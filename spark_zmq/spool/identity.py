@@ -36,6 +36,7 @@ def spool_identity(root: str) -> str:
         mine = uuid.uuid4().hex
         partial = f"{path}.{mine}.tmp"
         try:
+            os.makedirs(root, exist_ok=True)  # a spool that nothing has filled yet
             with open(partial, "w", encoding="utf-8") as f:
                 json.dump(versioned({"id": mine}), f)
             os.link(partial, path)  # never replaces an id made meanwhile

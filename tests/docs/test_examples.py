@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from support.common import ROOT
 from support.docs import (
     READ_ONLY,
     RUNNABLE,
@@ -59,14 +60,18 @@ def test_an_output_block_must_match_as_a_whole():
 
 def run_example(example: Example, folder: Path) -> subprocess.CompletedProcess:
     """Runs an example in a fresh folder, with this interpreter (and its bin folder first on
-    the PATH, for ``python`` in bash examples); kills whatever it left running."""
+    the PATH, for ``python`` in bash examples), in a network namespace of its own (the tests
+    running beside it announce ZeroEQ publishers that an example's discovery would also find:
+    a CI run read a gap row of another test's publisher); kills whatever it left running."""
     env = dict(os.environ, SPARK_ZMQ_LOG_LEVEL="WARNING")
+    env.pop("SPARK_ZMQ_NETNS", None)  # scripts/netns.sh makes a namespace, nested in ours
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     script = folder / ("example.py" if example.language == "python" else "example.sh")
     script.write_text(example.code)
     command = [sys.executable, str(script)] if example.language == "python" else ["bash", "-e"]
     if example.language == "bash":
         command.append(str(script))
+    command = ["bash", str(ROOT / "scripts" / "netns.sh"), *command]
     process = subprocess.Popen(
         command,
         cwd=folder,
