@@ -15,6 +15,7 @@ deletes it, and whichever writes next makes it again.
 from __future__ import annotations
 
 import os
+import time
 
 from spark_zmq.spool.layout import remove_quietly
 
@@ -23,6 +24,8 @@ RESERVE_NAME = "reserve"
 #: its size: room for a few gap rows (a segment of one row and a new index.json each, a few
 #: KiB on disk) until Spark's next commit frees what fills the storage
 RESERVE_BYTES = 64 * 1024
+#: how often a writer tries to make a missing reserve again (each try writes it whole)
+RETRY_SECONDS = 10.0
 
 
 class Reserve:
@@ -31,12 +34,15 @@ class Reserve:
     def __init__(self, root: str) -> None:
         self.path = os.path.join(root, RESERVE_NAME)
         self._kept = os.path.exists(self.path)
+        self._next_try = 0.0
 
     def keep(self) -> None:
         """Make the reserve if this writer has not seen it there; a storage that cannot take
-        it yet is tried again at the next call (the next successful write)."""
-        if self._kept:
+        it yet is tried again at a call ``RETRY_SECONDS`` later (writes succeed on a disk with
+        a little room, so this is not tried at every flush)."""
+        if self._kept or time.monotonic() < self._next_try:
             return
+        self._next_try = time.monotonic() + RETRY_SECONDS
         partial = self.path + ".tmp"
         try:
             with open(partial, "wb") as f:
@@ -51,7 +57,7 @@ class Reserve:
 
     def release(self) -> bool:
         """Delete the reserve to make room; whether there was one to delete."""
-        self._kept = False
+        self._kept, self._next_try = False, 0.0
         try:
             os.remove(self.path)
         except FileNotFoundError:

@@ -12,6 +12,7 @@ import pytest
 
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.protocols.zeroeq import Publisher
+from spark_zmq.spool import reserve as reserve_module
 from spark_zmq.spool.index import Source
 from spark_zmq.spool.layout import (
     BATCH_ROWS,
@@ -163,9 +164,10 @@ def start_query(spark, tmp_path, spool, name, **options):
     )
 
 
-def test_a_gap_row_on_a_full_disk_takes_the_reserves_room_which_comes_back(small_disk):
+def test_a_gap_row_on_a_full_disk_takes_the_reserves_room_which_comes_back(small_disk, monkeypatch):
     """The gap rows that report drops are what lets Spark commit and retention free the disk
     (``spool.reserve``): on a disk with no room left, one takes the reserve's room."""
+    monkeypatch.setattr(reserve_module, "RETRY_SECONDS", 0.0)  # made again at the next write
     root = str(small_disk / "spool")
     spool = Spool(root, 1 << 30)
     reserve = os.path.join(root, RESERVE_NAME)
