@@ -39,6 +39,8 @@ def spool_identity(root: str) -> str:
             os.makedirs(root, exist_ok=True)  # a spool that nothing has filled yet
             with open(partial, "w", encoding="utf-8") as f:
                 json.dump(versioned({"id": mine}), f)
+                f.flush()
+                os.fsync(f.fileno())  # whole on disk before it is named, even after a crash
             os.link(partial, path)  # never replaces an id made meanwhile
         except FileExistsError:
             pass
@@ -57,6 +59,8 @@ def spool_identity(root: str) -> str:
 
 
 def other_spool_error(root: str, checkpointed: str, current: str) -> OtherSpool:
+    """The error of a query at spool ``root`` (id ``current``) whose checkpoint's offsets were
+    taken in spool ``checkpointed``."""
     return OtherSpool(
         f"the checkpoint's offsets were taken in spool {checkpointed}, but the spool at {root} "
         f"is {current} (its {IDENTITY_NAME}): a driver restarted on a host whose spoolPath "
