@@ -216,7 +216,14 @@ FIXED_BOUNDS = {
 }
 #: rows of that table whose bound is not a number
 NOT_A_NUMBER = {"Goby PROTOBUF types cached"}
-UNITS = {"": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+#: what one of each size unit the pages write is, in bytes (lower case)
+SIZE_UNITS = {
+    **dict.fromkeys(("b", "byte", "bytes"), 1),
+    **dict.fromkeys(("k", "kb", "kib"), 1 << 10),
+    **dict.fromkeys(("m", "mb", "mib"), 1 << 20),
+    **dict.fromkeys(("g", "gb", "gib"), 1 << 30),
+    **dict.fromkeys(("t", "tb", "tib"), 1 << 40),
+}
 QUANTITY = re.compile(r"([\d,]+) ?(KiB|MiB|GiB)?\b")
 
 
@@ -224,7 +231,7 @@ def quantity(text: str) -> int:
     """The number a cell starts with, in bytes where it has a unit: '64 MiB', '10,000'."""
     found = QUANTITY.match(text)
     assert found, f"no number at the start of {text!r}"
-    return int(found[1].replace(",", "")) * UNITS[found[2] or ""]
+    return int(found[1].replace(",", "")) * (SIZE_UNITS[found[2].lower()] if found[2] else 1)
 
 
 def option_defaults() -> dict[str, object]:
@@ -522,13 +529,6 @@ TIME_UNITS = {
     **dict.fromkeys(("min", "minute", "minutes"), 60.0),
     **dict.fromkeys(("h", "hour", "hours"), 3600.0),
     **dict.fromkeys(("d", "day", "days"), 86400.0),
-}
-SIZE_UNITS = {
-    **dict.fromkeys(("b", "byte", "bytes"), 1),
-    **dict.fromkeys(("k", "kb", "kib"), 1 << 10),
-    **dict.fromkeys(("m", "mb", "mib"), 1 << 20),
-    **dict.fromkeys(("g", "gb", "gib"), 1 << 30),
-    **dict.fromkeys(("t", "tb", "tib"), 1 << 40),
 }
 
 
