@@ -34,8 +34,8 @@ class PriorityOutcome:
     asked: int
     nice: int
     reason: str = ""  # why not, when ``nice`` is not ``asked``
-    #: the main thread's nice value before capture raised it (None: not raised)
-    main_before: int | None = None
+    #: this capture holds the process's main thread at ``nice`` (``hold_main_thread``)
+    holds_main: bool = False
 
     @property
     def took_effect(self) -> bool:
@@ -64,30 +64,60 @@ def raise_this_thread(nice: int) -> PriorityOutcome:
     return PriorityOutcome(nice, thread_nice(tid))
 
 
-def raise_main_thread(nice: int) -> int | None:
-    """Give the process's main thread nice value ``nice`` too, if it is above it: its value
-    before, or None if it was not raised."""
-    main = os.getpid()  # the main thread's id is the process's
-    try:
-        before = thread_nice(main)
-        if before <= nice:
-            return None
-        os.setpriority(os.PRIO_PROCESS, main, nice)
-    except OSError:
-        return None
-    return before
+class MainThreadHolds:
+    """The captures of one process that hold its main thread at their nice value.
+
+    Invariant: while any capture holds it, the main thread runs at the lowest nice value held;
+    once the last one lets go, it runs at the value it had before the first hold. Two captures
+    in one process (two queries' sources in a notebook's Python worker, a holder with several
+    endpoints) therefore do not undo each other: the first to stop does not lower the main
+    thread under the one still running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[int] = []  # the nice value of each hold
+        self._own = 0  # the main thread's value before the first hold
+
+    def hold(self, nice: int) -> bool:
+        """Hold the main thread at ``nice`` if that raises it above its own value: whether it
+        is held (a hold needs ``release``)."""
+        main = os.getpid()  # the main thread's id is the process's
+        with self._lock:
+            try:
+                current = thread_nice(main)
+                own = self._own if self._held else current
+                if nice >= own:
+                    return False
+                if nice < current:
+                    os.setpriority(os.PRIO_PROCESS, main, nice)
+            except OSError:
+                return False
+            self._own = own
+            self._held.append(nice)
+            return True
+
+    def release(self, nice: int) -> None:
+        """Let go of one hold at ``nice``: the main thread runs at the lowest value still held,
+        or at its own once none is (always permitted: it lowers priority)."""
+        with self._lock:
+            self._held.remove(nice)
+            target = min(self._held, default=self._own)
+            try:
+                os.setpriority(os.PRIO_PROCESS, os.getpid(), target)
+            except OSError as exc:
+                logger.warning("capture priority: main thread's nice value not restored: %s", exc)
+
+
+#: this process's holds on its main thread
+MAIN_THREAD = MainThreadHolds()
 
 
 def restore_main_thread(outcome: PriorityOutcome | None) -> None:
-    """Give the main thread back the nice value it had before ``protect_capture`` (always
-    permitted: it lowers priority), so that a process that ran capture for a while (a test, a
-    notebook that read a stream in-process) does not keep capture's priority."""
-    if outcome is None or outcome.main_before is None:
-        return
-    try:
-        os.setpriority(os.PRIO_PROCESS, os.getpid(), outcome.main_before)
-    except OSError as exc:
-        logger.warning("capture priority: main thread's nice value not restored: %s", exc)
+    """Let go of the main thread that ``protect_capture`` held, so that a process that ran
+    capture for a while (a test, a notebook that read a stream in-process) gets its own
+    priority back once no capture in it runs."""
+    if outcome is not None and outcome.holds_main:
+        MAIN_THREAD.release(outcome.nice)
 
 
 def protect_capture(
@@ -104,13 +134,12 @@ def protect_capture(
         return None
     outcome = raise_this_thread(nice)
     if outcome.took_effect:
-        main_before = raise_main_thread(nice) if main_thread else None
-        outcome = replace(outcome, main_before=main_before)
+        outcome = replace(outcome, holds_main=main_thread and MAIN_THREAD.hold(nice))
         logger.info(
             "%s: capture priority: nice %d for capture's thread and its zmq I/O thread%s",
             name,
             outcome.nice,
-            "" if main_before is None else ", and this process's main thread while it runs",
+            ", and this process's main thread while it runs" if outcome.holds_main else "",
         )
     else:
         logger.warning(

@@ -181,3 +181,37 @@ def test_in_its_own_process_the_main_thread_is_raised_while_capture_runs(tmp_pat
     assert any(
         "and this process's main thread while it runs" in r.getMessage() for r in caplog.records
     )
+
+
+def test_two_captures_in_one_process_hold_its_main_thread_until_the_last_one_stops(tmp_path):
+    """Two captures in one process (two queries' sources in one Python worker): the first to
+    stop leaves the main thread raised for the other, and the last gives it back its own."""
+    main = os.getpid()
+    before = os.getpriority(os.PRIO_PROCESS, main)
+    if before <= ASKED:
+        pytest.skip("the main thread already runs at or above the priority asked")
+    spool = Spool(str(tmp_path / "spool"), 1 << 30)
+    captures = [
+        Capture(
+            spool,
+            max_message_bytes=1 << 20,
+            flush_interval=0.05,
+            name=name,
+            nice=ASKED,
+            own_process=True,
+        )
+        for name in ("first", "second")
+    ]
+    try:
+        for capture in captures:
+            capture.start()
+            capture.sync()  # its thread runs: it has taken its priority
+        assert os.getpriority(os.PRIO_PROCESS, main) == ASKED
+        captures[0].close()
+        assert os.getpriority(os.PRIO_PROCESS, main) == ASKED, "the second capture still runs"
+        captures[1].close()
+        assert os.getpriority(os.PRIO_PROCESS, main) == before
+    finally:
+        for capture in captures:
+            capture.close()
+        spool.close()
