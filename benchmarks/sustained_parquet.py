@@ -13,9 +13,12 @@ A rate is *bounded* when the table held every message the publisher did not drop
 two triggers of the publisher's end (the backlog did not grow), and *sustained* when it is
 bounded and nothing was lost (no drop at the publisher, every sequence number in the table).
 The ladder of ``--rates`` is climbed while the backlog stays bounded, once per
-``--min-partitions`` value; the sustained rate is the last of an unbroken run of sustained
-rates. In the same run, the same query into a cheap ``foreachBatch`` sink (payloads into the
-driver) gives the no-gap rate that the Parquet figures are compared with.
+``--min-partitions`` value, with ``--repeats`` trials per rate (a rate counts only if every
+trial does); the sustained rate is the last of an unbroken run of sustained rates. The
+publisher runs SCHED_FIFO (as root) so that what it drops is the receiving side's doing, not
+its own wait for a core; each row gives its longest delay behind schedule (``late``).
+In the same run, the same query into a cheap ``foreachBatch`` sink (payloads into the driver)
+gives the no-gap rate that the Parquet figures are compared with.
 
 Run: ``python benchmarks/sustained_parquet.py`` (it re-executes itself in a private network
 namespace through ``scripts/netns.sh``; only 127.0.0.1 is used).
@@ -47,6 +50,7 @@ from harness.publisher import (
     PublisherProcess,
     PublishPlan,
 )
+from harness.report import describe_publisher_priority
 from harness.spark import payload_heads
 
 
@@ -62,6 +66,7 @@ class Row:
     gaps: int = 0
     duplicates: int = 0
     gap_rows: int = 0
+    late_ms: float = 0.0  # the publisher's longest delay behind its schedule
     catch_up: float | None = None  # seconds from the publisher's end to a complete sink
     batch_seconds: tuple[float, float] = (0.0, 0.0)  # micro-batch durations: median, max
     error: str = ""
@@ -133,7 +138,8 @@ def run_trial(spark: Any, args: argparse.Namespace, sink: str, rate: int, parts:
     folder = Path(tempfile.mkdtemp(prefix="sustained-"))
     context = multiprocessing.get_context("spawn")
     # the compiled send loop, dropping at once at the send high-water mark (1000)
-    plan = PublishPlan(count, float(rate), native=True, nice=args.publisher_nice)
+    nice, realtime = args.publisher_nice or 0, args.publisher_nice is None
+    plan = PublishPlan(count, float(rate), native=True, nice=nice, realtime=realtime)
     publisher = PublisherProcess(context, plan)
     tally, query = Tally(count), None
     try:
@@ -155,6 +161,7 @@ def run_trial(spark: Any, args: argparse.Namespace, sink: str, rate: int, parts:
             query = writer.format("parquet").start(str(folder / "table"))
         sent = publisher.result(SUBSCRIBE_TIMEOUT + 3 * count / rate)
         row.sent, row.dropped, ended = sent.sent, sent.dropped, sent.ended
+        row.late_ms = sent.late_ms
         table = folder / "table" if sink == "parquet" else None
         row.catch_up = wait_complete(query, table, tally, row.sent - row.dropped, ended, args)
         row.batch_seconds = batch_seconds(query)
@@ -206,12 +213,13 @@ def climb(spark: Any, args: Any, sink: str, parts: int, bound: float) -> tuple[i
     sustained = bounded = 0
     streak = True  # every rate so far was sustained: the step-up search for it goes on
     for rate in args.rates:
-        row = run_trial(spark, args, sink, rate, parts)
-        print_row(row, parts, bound)
-        if not row.bounded(bound):
+        rows = [run_trial(spark, args, sink, rate, parts) for _ in range(args.repeats)]
+        for row in rows:
+            print_row(row, parts, bound)
+        if not all(row.bounded(bound) for row in rows):
             break
         bounded = rate
-        streak = streak and row.sustained(bound)
+        streak = streak and all(row.sustained(bound) for row in rows)
         sustained = rate if streak else sustained
     return sustained, bounded
 
@@ -222,6 +230,7 @@ def print_row(row: Row, parts: int, bound: float) -> None:
     print(
         f"{row.sink:<12} {parts:>5} {row.rate:>8,} {row.sent:>11,} {row.dropped:>9,} "
         f"{row.in_table:>11,} {row.gaps:>9,} {row.duplicates:>5,} {row.gap_rows:>4} "
+        f"{row.late_ms:>6.1f} "
         f"{catch:>8} {row.batch_seconds[0]:>5.2f} {row.batch_seconds[1]:>5.2f} "
         f"{verdict} {row.error}",
         flush=True,
@@ -268,7 +277,15 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=1000)
     parser.add_argument("--min-partitions", default="1,2", help="values of minPartitions")
     parser.add_argument("--drain", type=float, default=60.0, help="most seconds to wait after")
-    parser.add_argument("--publisher-nice", type=int, default=-5, help="0: same priority")
+    parser.add_argument(
+        "--publisher-nice",
+        type=int,
+        default=None,
+        help="nice value of the publisher process (default: none, it runs SCHED_FIFO, as root; "
+        "else nice -20), as in zeroeq_rate.py: the real publishers run on other hosts, and one "
+        "that waits here for a core behind Spark overflows its own send queue",
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="trials per rate")
     parser.add_argument("--sink-count", type=int, default=2_000_000, help="0: no sink rate")
     parser.add_argument("--no-ladder", action="store_true", help="the sink rate only")
     parser.add_argument("--no-cheap", action="store_true", help="skip the foreachBatch ladder")
@@ -284,12 +301,15 @@ def main() -> None:
     print(
         f"{args.duration:.0f} s per rate, {PAYLOAD_BYTES}-byte events, "
         f"trigger {args.trigger_ms} ms; sustained: no gap, and complete within {bound:.1f} s "
-        f"of the publisher's end; publisher nice {args.publisher_nice}",
+        f"of the publisher's end; publisher {describe_publisher_priority(args.publisher_nice)}; "
+        f"{args.repeats} trial(s) per rate; late: the publisher's longest delay behind its "
+        "schedule, ms",
         flush=True,
     )
     print(
         f"{'sink':<12} {'tasks':>5} {'rate':>8} {'sent':>11} {'dropped':>9} {'in table':>11} "
-        f"{'gaps':>9} {'dups':>5} {'gapR':>4} {'catchup':>8} {'b.med':>5} {'b.max':>5}"
+        f"{'gaps':>9} {'dups':>5} {'gapR':>4} {'late':>6} {'catchup':>8} {'b.med':>5} "
+        f"{'b.max':>5}"
     )
     partitions = [int(p) for p in args.min_partitions.split(",")]
     for parts in partitions if args.sink_count else ():
