@@ -34,7 +34,7 @@ class PriorityOutcome:
     asked: int
     nice: int
     reason: str = ""  # why not, when ``nice`` is not ``asked``
-    #: this capture holds the process's main thread at ``nice`` (``hold_main_thread``)
+    #: this capture holds the process's main thread at ``nice`` (``MainThreadHolds.hold``)
     holds_main: bool = False
 
     @property
@@ -69,9 +69,9 @@ class MainThreadHolds:
 
     Invariant: while any capture holds it, the main thread runs at the lowest nice value held;
     once the last one lets go, it runs at the value it had before the first hold. Two captures
-    in one process (two queries' sources in a notebook's Python worker, a holder with several
-    endpoints) therefore do not undo each other: the first to stop does not lower the main
-    thread under the one still running."""
+    in one process (Spark gives each streaming source a process of its own, but a program may
+    run two captures, as the tests do) therefore do not undo each other: the first to stop
+    does not lower the main thread under the one still running."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

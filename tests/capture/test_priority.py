@@ -184,8 +184,8 @@ def test_in_its_own_process_the_main_thread_is_raised_while_capture_runs(tmp_pat
 
 
 def test_two_captures_in_one_process_hold_its_main_thread_until_the_last_one_stops(tmp_path):
-    """Two captures in one process (two queries' sources in one Python worker): the first to
-    stop leaves the main thread raised for the other, and the last gives it back its own."""
+    """Two captures in one process (a program that runs two): the first to stop leaves the
+    main thread raised for the other, and the last gives it back its own."""
     main = os.getpid()
     before = os.getpriority(os.PRIO_PROCESS, main)
     if before <= ASKED:
