@@ -13,11 +13,14 @@ What is compared, each repeat in turn (so that a noisy neighbour hits all alike)
 * ``--variant LABEL=TREE``: capture imported from the source tree ``TREE`` (with its compiled
   core built in place, e.g. ``git archive <commit> | tar -x -C /tmp/base && cd /tmp/base &&
   ../venv/bin/python setup.py build_ext --inplace``); default: this checkout, as ``current``;
-* ``--bare``: a plain pyzmq SUB loop (``recv_multipart`` per message) in the same conditions.
+* ``--bare``: a plain pyzmq SUB loop (``recv_multipart`` per message) in the same conditions;
+* ``--flush-ms 100,250``: each variant once per value of capture's ``flushIntervalMs`` (a
+  flush costs about the same whatever it holds, so fewer flushes cost less per message).
 
 Run it as ``python benchmarks/capture_cpu.py [--rate 50000] [--seconds 4] [--repeats 5]
-[--variant base=/tmp/base] [--bare]``; it re-executes itself in a private network namespace.
-The report gives each variant's median (and range) of us per message, overall and by thread.
+[--variant base=/tmp/base] [--bare] [--flush-ms 100]``; it re-executes itself in a private
+network namespace. The report gives each variant's median (and range) of us per message,
+overall and by thread.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ BARE = "bare pyzmq loop"
 # -- receivers (run as a subprocess of their own: ``--role``) --------------------------------------
 
 
-def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
-    """The package's Capture alone, into a spool in a temporary folder."""
+def capture_role(port: int, count: int, receive_hwm: int, flush_ms: int) -> dict[str, Any]:
+    """The package's Capture alone, into a spool in a temporary folder, flushing every
+    ``flush_ms`` (``flushIntervalMs``)."""
     from spark_zmq.capture.loop import Capture
     from spark_zmq.capture.pushback import PushBack
     from spark_zmq.capture.spooling import SegmentWriter
@@ -85,7 +89,7 @@ def capture_role(port: int, count: int, receive_hwm: int) -> dict[str, Any]:
         capture = Capture(
             spool,
             max_message_bytes=64 << 20,
-            flush_interval=0.1,
+            flush_interval=flush_ms / 1000,
             name="cpu",
             receive_hwm=receive_hwm,
         )
@@ -206,7 +210,13 @@ def _wait_for_all(received: Any, count: int) -> None:
 
 
 def run_trial(
-    label: str, tree: str | None, rate: float, count: int, receive_hwm: int, perf: str = ""
+    label: str,
+    tree: str | None,
+    rate: float,
+    count: int,
+    receive_hwm: int,
+    perf: str = "",
+    flush_ms: int = 100,
 ) -> dict[str, Any]:
     """One publisher and one receiver process (``tree``'s capture, or the bare loop if None);
     with ``perf``, the receiver runs under ``perf record -g`` writing that file."""
@@ -224,6 +234,7 @@ def run_trial(
         role = "capture" if tree else "bare"
         command = [sys.executable, __file__, "--role", role, "--port", str(port)]
         command += ["--count", str(count), "--receive-hwm", str(receive_hwm)]
+        command += ["--flush-ms", str(flush_ms)]
         if perf:
             env["CAPTURE_CPU_PERF"] = perf
         receiver = subprocess.run(
@@ -298,6 +309,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--bare", action="store_true", help="also the bare pyzmq SUB loop")
     parser.add_argument(
+        "--flush-ms",
+        default="100",
+        help="capture's flushIntervalMs, comma-separated: each variant runs at each value "
+        "(default 100, the option's default)",
+    )
+    parser.add_argument(
         "--perf",
         metavar="FOLDER",
         help="record each receiver with perf record -g into FOLDER/<label>-<repeat>.data",
@@ -311,15 +328,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main() -> int:
     args = parse_args(sys.argv[1:])
     if args.role:
-        role = capture_role if args.role == "capture" else bare_role
-        print(json.dumps(role(args.port, args.count, args.receive_hwm)))
+        if args.role == "capture":
+            result = capture_role(args.port, args.count, args.receive_hwm, int(args.flush_ms))
+        else:
+            result = bare_role(args.port, args.count, args.receive_hwm)
+        print(json.dumps(result))
         return 0
     ensure_private_network(__file__)
     variants: list[tuple[str, str | None]] = [
         (text.split("=", 1)[0], str(Path(text.split("=", 1)[1]).resolve())) for text in args.variant
     ] or [("current", str(TREE))]
+    flushes = [int(ms) for ms in args.flush_ms.split(",")]
+    runs: list[tuple[str, str | None, int]] = [
+        (label if len(flushes) == 1 else f"{label} {ms} ms", tree, ms)
+        for label, tree in variants
+        for ms in flushes
+    ]
     if args.bare:
-        variants.append((BARE, None))
+        runs.append((BARE, None, flushes[0]))
     count = max(1, round((args.rate or 200_000.0) * args.seconds))
     pace = (
         f"{args.rate:,.0f} msg/s paced in {TICK_SECONDS * 1e3:g} ms ticks"
@@ -332,13 +358,13 @@ def main() -> int:
         f"load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in variants}
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in runs}
     for repeat in range(args.repeats):
-        for label, tree in variants:
+        for label, tree, flush_ms in runs:
             perf = ""
             if args.perf:
                 perf = str(Path(args.perf, f"{label.replace(' ', '_')}-{repeat + 1}.data"))
-            result = run_trial(label, tree, args.rate, count, args.receive_hwm, perf)
+            result = run_trial(label, tree, args.rate, count, args.receive_hwm, perf, flush_ms)
             results[label].append(result)
             print(f"  {repeat + 1} {label:<18} {describe(result)}", flush=True)
     print("\nus per message, median [min-max] of the repeats:")
@@ -346,7 +372,7 @@ def main() -> int:
         f"{'variant':<18} {'process':<20} {'capture thread':<20} {'zmq I/O thread':<20} "
         f"{'other':<20} spool writes (in capture's)"
     )
-    for label, _ in variants:
+    for label, _, _ in runs:
         print(summarize(label, results[label]))
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
     return 0

@@ -99,12 +99,17 @@ def start_query(spark, spool: Path, sink: Path, session: str, placement: str):
     )
 
 
+#: the last error of reading the table, for a failure's message
+READ_ERRORS: dict[str, str] = {}
+
+
 def table_rows(spark, sink: Path) -> list:
     if not (sink / "_spark_metadata").is_dir():
         return []
     try:
         return spark.read.parquet(str(sink)).select("partition", "payload", "error").collect()
-    except Exception:  # nothing committed yet
+    except Exception as exc:  # nothing committed yet
+        READ_ERRORS[str(sink)] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return []
 
 
@@ -218,7 +223,9 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
         raise AssertionError(
             f"{exc}: {len(got)} numbers in the table, the largest {max(got, default=None)}; "
             f"{sent} sent; the query: {query.exception()}, {query.status}, last progress "
-            f"{json.dumps(query.lastProgress)[-2000:]}"
+            f"{json.dumps(query.lastProgress, default=str)[-2000:]}; input rows of its "
+            f"micro-batches {[p['numInputRows'] for p in query.recentProgress]}; last error "
+            f"reading the table: {READ_ERRORS.get(str(sink))}"
         ) from None
 
 
