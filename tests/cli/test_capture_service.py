@@ -218,10 +218,11 @@ def test_capture_on_the_driver_of_a_service_spool_fails_saying_to_read_it(tmp_pa
     try:
         with pytest.raises(SpoolError) as failure:
             reader.initialOffset()
+        took = time.monotonic() - started  # the call alone: stopping the service is not timed
     finally:
         reader.stop()
         code, _ = service.stop()
-    assert time.monotonic() - started < 2, "a service is not waited for"
+    assert took < 2, f"a service is not waited for: the call took {took:.2f} s"
     message = str(failure.value)
     assert f"spool folder {spool} is filled by a capture service" in message
     assert f"process {service.process.pid}" in message and "capture=service" in message
