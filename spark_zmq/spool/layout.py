@@ -208,11 +208,15 @@ def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
     return os.path.join(base, segment.file_name), os.path.join(base + SEALED, segment.file_name)
 
 
-def write_atomically(path: str, data: bytes) -> None:
+def write_atomically(path: str, data: bytes, durable: bool = False) -> None:
+    """``data`` at ``path``, whole or not at all; ``durable``: on disk before it is named."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
             f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError:
         remove_quietly(tmp)

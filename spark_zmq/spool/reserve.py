@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 
-from spark_zmq.spool.layout import remove_quietly
+from spark_zmq.spool.layout import write_atomically
 
 #: the reserve's name at the spool's root
 RESERVE_NAME = "reserve"
@@ -43,15 +43,9 @@ class Reserve:
         if self._kept or time.monotonic() < self._next_try:
             return
         self._next_try = time.monotonic() + RETRY_SECONDS
-        partial = self.path + ".tmp"
-        try:
-            with open(partial, "wb") as f:
-                f.write(bytes(RESERVE_BYTES))  # written, not sparse: the room is taken now
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, self.path)
+        try:  # written, not sparse: the room is taken now
+            write_atomically(self.path, bytes(RESERVE_BYTES), durable=True)
         except OSError:
-            remove_quietly(partial)
             return
         self._kept = True
 
