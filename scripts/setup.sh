@@ -55,6 +55,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
   .venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
   echo "$wanted" > "$stamp"
 fi
+# Bytecode for the pyspark and py4j zips that Spark puts first on its Python processes' path
+# (Python cannot cache it there): a streaming source's runner starts in half the CPU, well within
+# the 10 s Spark gives it to connect back (scripts/pyspark_bytecode.py).
+.venv/bin/python scripts/pyspark_bytecode.py
 # The benchmarks' publisher (benchmarks/native_publisher.pyx): a development tool, not in the
 # wheel, compiled in place against the package's libzmq binding (spark_zmq/native/libzmq.pxd,
 # found on the venv's path); built again when either changed or the package was reinstalled.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from support.jobs import Lines, spark_submit
+from support.jobs import JOB_SECONDS, Lines, spark_submit
 
 RUN = [sys.executable, "-m", "spark_zmq"]
 
@@ -70,13 +70,13 @@ def test_capture_job_reads_the_goby_demo(spark, tmp_path):
             "--trigger",
             "1",
             "--seconds",
-            "45",
+            str(JOB_SECONDS),
         )
         lines = Lines(job)
         code = job.wait(240)
     finally:
         stop(demo)
-    assert code == 0, job.stderr.read()[-3000:]
+    assert code == 0, lines.errors()
     assert any(rows for rows, _, _ in lines.progress())
     readings = [json.loads(r.text) for r in spark.read.parquet(str(output)).collect()]
     sequence = sorted(r["sequence"] for r in readings)

@@ -13,7 +13,7 @@ import zmq
 
 from spark_zmq.protocols.ebus import Broker, pack
 from support.common import wait_until
-from support.jobs import Lines, spark_submit
+from support.jobs import JOB_SECONDS, Lines, spark_submit
 
 pytestmark = pytest.mark.spark
 
@@ -27,7 +27,7 @@ def broadcaster(broker: Broker) -> zmq.Socket:
 
 def warm_until_read(pub: zmq.Socket, lines: Lines, process: subprocess.Popen) -> None:
     def read() -> bool:
-        assert process.poll() is None, process.stderr.read()[-3000:]
+        assert process.poll() is None, lines.errors()
         pub.send_multipart([b"demo/warm", pack("warm")])
         return any(rows for rows, _, _ in lines.progress())
 
@@ -53,7 +53,7 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
         "--trigger",
         "1",
         "--seconds",
-        "60",
+        str(JOB_SECONDS),
     )
     lines = Lines(job)
     try:
@@ -66,7 +66,7 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
             job.kill()
         pub.close()
         broker.close()
-    assert out_code == 0, job.stderr.read()[-3000:]
+    assert out_code == 0, lines.errors()
     assert f"stopped; the table is {output}" in lines.lines
     table = spark.read.parquet(str(output))
     data = table.where("channel = 'demo/data'").select("data", "date", "endpoint").collect()
@@ -93,7 +93,7 @@ def test_monitor_job_prints_a_progress_line_per_batch(tmp_path):
         "--option",
         f"spoolPath={tmp_path / 'spool'}",
         "--seconds",
-        "40",
+        str(JOB_SECONDS),
     )
     lines = Lines(job)
     try:
@@ -111,7 +111,7 @@ def test_monitor_job_prints_a_progress_line_per_batch(tmp_path):
             job.kill()
         pub.close()
         broker.close()
-    assert code == 0, job.stderr.read()[-3000:]
+    assert code == 0, lines.errors()
     progress = lines.progress()
     assert {endpoints for _, endpoints, _ in progress if endpoints} == {2}
     assert all(gaps == 0 for _, _, gaps in progress)
@@ -163,14 +163,16 @@ def gobyd_subscriber(tmp_path) -> zmq.Socket:
     return sub
 
 
-def relay(job: subprocess.Popen, pub: zmq.Socket, sub: zmq.Socket, numbers: range) -> list:
+def relay(
+    job: subprocess.Popen, lines: Lines, pub: zmq.Socket, sub: zmq.Socket, numbers: range
+) -> list:
     """Broadcast warm-ups until one comes out at gobyd, then ``numbers``; the messages gobyd
     published until all of ``numbers`` were among them (or a minute passed without one), with
     any others it published meanwhile."""
     received = []
 
     def relayed() -> bool:
-        assert job.poll() is None, job.stderr.read()[-3000:]
+        assert job.poll() is None, lines.errors()
         pub.send_multipart([b"sensors/warm", pack({"warm": True})])
         if not sub.poll(500):
             return False
@@ -202,7 +204,7 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
     job = republish_to_goby(broker, tmp_path, f"spoolPath={tmp_path / 'spool'}")
     lines = Lines(job)
     try:
-        received = relay(job, pub, sub, range(20))
+        received = relay(job, lines, pub, sub, range(20))
         code = job.wait(240)
     finally:
         if job.poll() is None:
@@ -211,7 +213,7 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
         pub.close()
         gobyd.close()
         broker.close()
-    assert code == 0, job.stderr.read()[-3000:]
+    assert code == 0, lines.errors()
     messages = [split_message(m) for m in received]
     assert {(i.group, i.scheme, i.type) for i, _ in messages} == {
         ("sensors", "JSON", "nlohmann::json")
@@ -240,22 +242,24 @@ def test_republish_restarted_after_the_temporary_folder_is_gone_sends_each_messa
     received, codes, first_run_sent = [], [], 0
     try:
         job = republish_to_goby(broker, tmp_path, trigger=600, seconds=45)
+        lines = Lines(job)
         try:
             while job.poll() is None:  # 20 numbers a second for as long as the first run lives
                 pub.send_multipart([b"sensors/t", pack({"n": first_run_sent})])
                 first_run_sent += 1
                 while sub.poll(50):
                     received.append(sub.recv())
-            codes.append((job.wait(), job.stderr.read()[-3000:]))
+            codes.append((job.wait(), lines.errors()))
         finally:
             if job.poll() is None:
                 job.kill()
         shutil.rmtree(temporary)  # a reboot, a temp cleaner
         temporary.mkdir()
         job = republish_to_goby(broker, tmp_path)
+        lines = Lines(job)
         try:
-            received += relay(job, pub, sub, range(100_000, 100_010))
-            codes.append((job.wait(240), job.stderr.read()[-3000:]))
+            received += relay(job, lines, pub, sub, range(100_000, 100_010))
+            codes.append((job.wait(240), lines.errors()))
         finally:
             if job.poll() is None:
                 job.kill()

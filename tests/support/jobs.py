@@ -3,6 +3,7 @@ in local mode on loopback, and the lines a job prints."""
 
 from __future__ import annotations
 
+import collections
 import importlib
 import os
 import re
@@ -53,16 +54,33 @@ def spark_submit(job: str, *args: str) -> subprocess.Popen:
 
 
 class Lines:
-    """A process's stdout lines, collected on a thread."""
+    """A process's stdout lines and the end of its stderr, each collected on a thread: a
+    pipe nobody reads fills up (64 KiB) and then blocks the process's next write, which for a
+    Spark job is its JVM's next log line."""
 
-    def __init__(self, process: subprocess.Popen) -> None:
+    def __init__(self, process: subprocess.Popen, kept_errors: int = 3000) -> None:
         self.lines: list[str] = []
-        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._thread.start()
+        self._errors: collections.deque[str] = collections.deque()
+        self._error_chars = 0
+        self._kept_errors = kept_errors
+        for target, stream in ((self._read, process.stdout), (self._read_errors, process.stderr)):
+            if stream is not None:
+                threading.Thread(target=target, args=(stream,), daemon=True).start()
 
-    def _read(self, process: subprocess.Popen) -> None:
-        for line in process.stdout:
+    def _read(self, stream) -> None:
+        for line in stream:
             self.lines.append(line.rstrip("\n"))
+
+    def _read_errors(self, stream) -> None:
+        for line in stream:
+            self._errors.append(line)
+            self._error_chars += len(line)
+            while self._error_chars - len(self._errors[0]) >= self._kept_errors:
+                self._error_chars -= len(self._errors.popleft())
+
+    def errors(self) -> str:
+        """The last ``kept_errors`` characters (about) of what the process wrote to stderr."""
+        return "".join(list(self._errors))[-self._kept_errors :]
 
     def progress(self) -> list[tuple[int, int, int]]:
         """(rows, endpoints, gaps) of every progress line so far."""
