@@ -351,8 +351,11 @@ class CaptureThread:
                 self.failure = exc
                 logger.exception("%s: capture failed while stopping", self.name)
         fenced = isinstance(self.failure, LeaseLost)  # nothing more may be written
+        read = list(self.members)
         self.members.close_all(None if fenced else self._write_last)
         self._sockets.shutdown()
+        received = {conn.endpoint.key: conn.received for conn in read}
+        logger.info("%s: capture stopped; %s", self.name, _received_text(received))
         if self._downtime is not None and self.failure is None and not self._unwritten:
             self._downtime.alive(began, force=True)
         self.flushes.wake_all()
@@ -361,3 +364,20 @@ class CaptureThread:
     def _write_last(self, conn: Connection) -> None:
         if not self._writer.write_last(conn, self._receive):
             self._unwritten = True
+
+
+#: endpoints named in the line that says what a capture received (the others are counted)
+NAMED_IN_STOP_LINE = 5
+
+
+def _received_text(received: dict[str, int]) -> str:
+    """What the endpoints still read at the stop received since they joined, in one line:
+    the total, and the endpoints that received most (``NAMED_IN_STOP_LINE``) with theirs."""
+    if not received:
+        return "no endpoint was read"
+    most = sorted(received.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{key} {count}" for key, count in most[:NAMED_IN_STOP_LINE])
+    more = len(most) - NAMED_IN_STOP_LINE
+    others = f" and {more} more" if more > 0 else ""
+    endpoints = "1 endpoint" if len(received) == 1 else f"{len(received)} endpoints"
+    return f"{sum(received.values())} messages received from {endpoints} ({shown}{others})"

@@ -21,7 +21,7 @@ from spark_zmq.protocols.zeroeq import MEERKAT, Publisher, event_id
 from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
-from spark_zmq.testing.logs import logged_warnings
+from spark_zmq.testing.logs import logged, logged_warnings
 from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
@@ -57,10 +57,13 @@ def test_close_writes_what_was_received(tmp_path):
         wait_until(lambda: capture.received().get(key) == 100, timeout=10, what="100 received")
         assert load_index(spool.root, key).end == 0  # still only in capture's buffer
     finally:
-        capture.close()
+        with logged() as lines:
+            capture.close()
         spool.close()
         publisher.close()
     assert [frames[1] for frames, _ in spooled(spool.root, key)] == [b"%d" % i for i in range(100)]
+    # one line says what this capture received
+    assert f"test: capture stopped; 100 messages received from 1 endpoint ({key} 100)" in lines
 
 
 def test_close_takes_what_its_peer_sent_before_it(tmp_path):
@@ -353,3 +356,14 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
             wait_until(lambda: publisher.count_subscribers() == 0, what="disconnect")
     finally:
         publisher.close()
+
+
+def test_the_stop_line_names_the_endpoints_that_received_most_and_counts_the_others():
+    from spark_zmq.capture.loop import NAMED_IN_STOP_LINE, _received_text
+
+    received = {f"h:{port}": port % 10 for port in range(1000, 1000 + NAMED_IN_STOP_LINE + 3)}
+    assert _received_text({}) == "no endpoint was read"
+    assert _received_text(received) == (
+        f"{sum(received.values())} messages received from {len(received)} endpoints "
+        "(h:1007 7, h:1006 6, h:1005 5, h:1004 4, h:1003 3 and 3 more)"
+    )

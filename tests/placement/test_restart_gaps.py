@@ -167,7 +167,7 @@ def test_a_killed_query_restarted_marks_every_lost_message_with_a_gap_row(
         killed_at = len(sender.sent_at)
         time.sleep(2)
         query = start_query(spark, spool, sink, session, placement)
-        rows = run_on(spark, sink, sender, killed_at, query)
+        rows = run_on(spark, sink, sender, killed_at, query, publisher)
     finally:
         sender.stop()
         if job.poll() is None:
@@ -193,7 +193,7 @@ def test_a_stopped_query_restarted_marks_every_lost_message_with_a_gap_row(
         stopped_at = len(sender.sent_at)
         time.sleep(2)
         query = start_query(spark, spool, sink, "stopped", "driver")
-        rows = run_on(spark, sink, sender, stopped_at, query)
+        rows = run_on(spark, sink, sender, stopped_at, query, publisher)
     finally:
         sender.stop()
         query.stop()
@@ -201,9 +201,10 @@ def test_a_stopped_query_restarted_marks_every_lost_message_with_a_gap_row(
     assert len(spans) == 1, spans
 
 
-def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> list:
+def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query, publisher) -> list:
     """Let the restarted ``query`` deliver new messages, stop sending, and wait until the last
-    message sent is in the table: the table's rows."""
+    message sent is in the table: the table's rows. A failure says what the table, the query
+    and ``publisher`` (its subscribers) show."""
     wait_until(
         lambda: max(numbers(table_rows(spark, sink)), default=0) > restarted_at,
         120,
@@ -220,13 +221,18 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query) -> 
         )
     except AssertionError as exc:  # what the table and the query show, for the next reader
         got = numbers(table_rows(spark, sink))
-        raise AssertionError(
+        message = (
             f"{exc}: {len(got)} numbers in the table, the largest {max(got, default=None)}; "
-            f"{sent} sent; the query: {query.exception()}, {query.status}, last progress "
+            f"{sent} sent (the restart at {restarted_at}); the publisher has "
+            f"{publisher.count_subscribers()} subscribers; the query: {query.exception()}, "
+            f"{query.status}, last progress "
             f"{json.dumps(query.lastProgress, default=str)[-2000:]}; input rows of its "
             f"micro-batches {[p['numInputRows'] for p in query.recentProgress]}; last error "
             f"reading the table: {READ_ERRORS.get(str(sink))}"
-        ) from None
+        )
+        query.stop()  # its capture's last line (what it received) joins the captured stderr
+        time.sleep(5)
+        raise AssertionError(message) from None
 
 
 def placement(spool: Path, session: str):
