@@ -49,6 +49,8 @@ from harness.publisher import (
     TICK_EVENT,
     PublisherProcess,
     PublishPlan,
+    add_priority_argument,
+    publisher_priority,
 )
 from harness.report import describe_publisher_priority
 from harness.spark import payload_heads
@@ -138,7 +140,7 @@ def run_trial(spark: Any, args: argparse.Namespace, sink: str, rate: int, parts:
     folder = Path(tempfile.mkdtemp(prefix="sustained-"))
     context = multiprocessing.get_context("spawn")
     # the compiled send loop, dropping at once at the send high-water mark (1000)
-    nice, realtime = args.publisher_nice or 0, args.publisher_nice is None
+    nice, realtime = publisher_priority(args.publisher_nice)
     plan = PublishPlan(count, float(rate), native=True, nice=nice, realtime=realtime)
     publisher = PublisherProcess(context, plan)
     tally, query = Tally(count), None
@@ -277,14 +279,7 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=1000)
     parser.add_argument("--min-partitions", default="1,2", help="values of minPartitions")
     parser.add_argument("--drain", type=float, default=60.0, help="most seconds to wait after")
-    parser.add_argument(
-        "--publisher-nice",
-        type=int,
-        default=None,
-        help="nice value of the publisher process (default: none, it runs SCHED_FIFO, as root; "
-        "else nice -20), as in zeroeq_rate.py: the real publishers run on other hosts, and one "
-        "that waits here for a core behind Spark overflows its own send queue",
-    )
+    add_priority_argument(parser)
     parser.add_argument("--repeats", type=int, default=1, help="trials per rate")
     parser.add_argument("--sink-count", type=int, default=2_000_000, help="0: no sink rate")
     parser.add_argument("--no-ladder", action="store_true", help="the sink rate only")

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from harness.children import reap_children
 from harness.hermetic import ensure_private_network
-from harness.publisher import SEND_PATIENCE
+from harness.publisher import SEND_PATIENCE, add_priority_argument, publisher_priority
 from harness.report import print_header
 from harness.spark import spark_session
 from harness.trials import CAPTURE_RECEIVE_HWM, MAX_RECORDS_PER_TRIGGER, Bench, SearchOutcome, Trial
@@ -111,15 +111,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="the publisher's send loop: the compiled core's (default) or send_multipart per "
         "message (what earlier runs used; on 2 cores it gives out before the receivers)",
     )
-    parser.add_argument(
-        "--publisher-nice",
-        type=int,
-        default=None,
-        help="nice value of the publisher process (default: none, it runs SCHED_FIFO, as root; "
-        "else nice -20). The real publishers run on other hosts: on a shared 2-core machine a "
-        "publisher that waits for a core sends a late burst at once and overflows its own send "
-        "high-water mark, a loss that is not the receiver's",
-    )
+    add_priority_argument(parser)
     parser.add_argument(
         "--cores",
         default=",".join(CORES),
@@ -208,15 +200,16 @@ def main() -> int:
     print_header(args)
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="zeroeq_rate-"))
+    nice, realtime = publisher_priority(args.publisher_nice)
     bench = Bench(
         multiprocessing.get_context("spawn"),
         workdir,
         args.duration,
         args.trigger_ms,
         native_publisher=args.publisher == "native",
-        publisher_nice=args.publisher_nice or 0,
+        publisher_nice=nice,
         patience=SEND_PATIENCE if args.patient else 0.0,
-        publisher_realtime=args.publisher_nice is None,
+        publisher_realtime=realtime,
         core=args.cores[0] if args.cores else "auto",
         bare_receive_hwm=args.bare_rcvhwm,
         max_records_per_trigger=args.max_records_per_trigger,

@@ -16,6 +16,7 @@ benchmarks, since a Python publisher on a small machine is the first thing to gi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import multiprocessing.connection
@@ -74,6 +75,25 @@ class PublishPlan:
     realtime: bool = False
     #: the ZeroEQ event whose id is the first frame; a subscriber may subscribe to that prefix
     event: str = TICK_EVENT
+
+
+def add_priority_argument(parser: argparse.ArgumentParser) -> None:
+    """``--publisher-nice N``: the publisher process's nice value; without it, the publisher
+    runs SCHED_FIFO (``publisher_priority``)."""
+    parser.add_argument(
+        "--publisher-nice",
+        type=int,
+        default=None,
+        help="nice value of the publisher process (default: none, it runs SCHED_FIFO, as root; "
+        "else nice -20). The real publishers run on other hosts: on a shared 2-core machine a "
+        "publisher that waits for a core sends a late burst at once and overflows its own send "
+        "high-water mark, a loss that is not the receiver's",
+    )
+
+
+def publisher_priority(nice: int | None) -> tuple[int, bool]:
+    """``PublishPlan``'s (``nice``, ``realtime``) for ``--publisher-nice`` (None: SCHED_FIFO)."""
+    return (0, True) if nice is None else (nice, False)
 
 
 @dataclass(frozen=True)
