@@ -13,6 +13,11 @@ import threading
 from pathlib import Path
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
+#: how long (``--seconds``) a test's streaming job runs, counted from its query's start: enough
+#: for its first micro-batches and the test's messages after them when the job starts while the
+#: suite's heaviest tests start too (a monitor job given 40 s and a capture job given 60 s read
+#: nothing in that time in a CI run whose first minutes loaded 2 cores with several JVMs each)
+JOB_SECONDS = 90
 LOOPBACK_CONF = (
     "spark.driver.host=127.0.0.1",
     "spark.driver.bindAddress=127.0.0.1",
