@@ -23,6 +23,7 @@ import pytest
 
 from spark_zmq.testing.logs import logged_warnings
 from support.common import ROOT, wait_until
+from support.holders import threads_here
 from support.jobs import LOOPBACK_CONF, SPARK_SUBMIT
 from support.sequences import ECHO
 
@@ -228,7 +229,8 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query, pub
             f"{query.status}, last progress "
             f"{json.dumps(query.lastProgress, default=str)[-2000:]}; input rows of its "
             f"micro-batches {[p['numInputRows'] for p in query.recentProgress]}; last error "
-            f"reading the table: {READ_ERRORS.get(str(sink))}"
+            f"reading the table: {READ_ERRORS.get(str(sink))}; the threads of the sources' "
+            f"runners: {threads_here('python_streaming_source_runner')}"
         )
         query.stop()  # its capture's last line (what it received) joins the captured stderr
         time.sleep(5)
