@@ -15,6 +15,9 @@ ALLOWED_INTERFACES = ("lo",)
 #: which runs the notebooks when it finds no outputs of theirs); a test that uses one, directly
 #: or through another fixture, is marked ``spark`` without having to say so
 SPARK_FIXTURES = frozenset({"spark", "cluster", "connect_server", "site"})
+#: fixtures that start JVMs of their own beside the worker's session (a standalone cluster, a
+#: Spark Connect server): a test that uses one is marked ``jvms`` (``support.jvm_slots``)
+JVM_FIXTURES = frozenset({"cluster", "connect_server"})
 #: the Spark configuration of every Spark process the tests start (JVM flags that save CPU)
 SPARK_CONF_DIR = Path(__file__).parent / "spark-conf"
 
@@ -60,12 +63,35 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(session, config, items):
     """Marks ``spark`` every test that uses a fixture of ``SPARK_FIXTURES`` or is marked
     ``cluster``, so that ``-m "not spark"`` deselects it (pytest applies ``-m`` after this hook:
-    ``tryfirst``); then orders the tests for parallel workers (``order_longest_first``)."""
+    ``tryfirst``), and ``jvms`` every test marked ``cluster`` or using a fixture of
+    ``JVM_FIXTURES``; then orders the tests for parallel workers (``order_longest_first``)."""
     for item in items:
-        uses = SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        if uses or item.get_closest_marker("cluster"):
+        fixtures = getattr(item, "fixturenames", ())
+        cluster = item.get_closest_marker("cluster") is not None
+        if cluster or SPARK_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.spark)
+        if cluster or JVM_FIXTURES.intersection(fixtures):
+            item.add_marker(pytest.mark.jvms)
     order_longest_first(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``jvms`` waits for one of ``support.jvm_slots.SLOTS`` slots shared by the
+    suite's workers, and holds it through its setup, call and teardown."""
+    if item.get_closest_marker("jvms") is None:
+        yield
+        return
+    from support.jvm_slots import JvmSlots, shared_folder
+
+    slots = JvmSlots(shared_folder(item.config._tmp_path_factory.getbasetemp()))
+    waited = slots.acquire()
+    if waited >= 1:
+        item.user_properties.append(("jvm_slot_wait_seconds", round(waited, 1)))
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def order_longest_first(items: list[pytest.Item]) -> None:

@@ -104,7 +104,7 @@ def example_params():
         pytest.param(
             example,
             id=example.name,
-            marks=pytest.mark.spark if starts_spark(example) else (),
+            marks=(pytest.mark.spark, pytest.mark.jvms) if starts_spark(example) else (),
         )
         for example in EXAMPLES
     ]

@@ -54,6 +54,7 @@ def test_discover_finds_the_demo_peers(format_name):
 
 
 @pytest.mark.spark
+@pytest.mark.jvms
 def test_capture_job_reads_the_goby_demo(spark, tmp_path):
     demo, options = start_demo("goby")
     output = tmp_path / "table"

@@ -15,7 +15,7 @@ from spark_zmq.protocols.ebus import Broker, pack
 from support.common import wait_until
 from support.jobs import JOB_SECONDS, Lines, spark_submit
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.jvms]
 
 
 def broadcaster(broker: Broker) -> zmq.Socket:

@@ -168,6 +168,7 @@ def pngs(cell) -> list[bytes]:
 
 
 @pytest.mark.spark
+@pytest.mark.jvms
 @pytest.mark.timeout(360)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
 def test_notebook_runs_and_shows_what_its_demo_sent(path, kernel, tmp_path):

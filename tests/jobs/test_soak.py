@@ -20,6 +20,7 @@ from support.common import ROOT
 
 
 @pytest.mark.spark  # benchmarks/soak.py runs its queries under spark-submit
+@pytest.mark.jvms
 def test_short_soak_duplicates_nothing_and_marks_every_loss_of_capture(tmp_path):
     result_path = tmp_path / "soak.json"
     run = subprocess.run(

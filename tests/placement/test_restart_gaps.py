@@ -108,7 +108,8 @@ def table_rows(spark, sink: Path) -> list:
     if not (sink / "_spark_metadata").is_dir():
         return []
     try:
-        return spark.read.parquet(str(sink)).select("partition", "payload", "error").collect()
+        table = spark.read.parquet(str(sink))
+        return table.select("partition", "payload", "error", "received_at").collect()
     except Exception as exc:  # nothing committed yet
         READ_ERRORS[str(sink)] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return []
@@ -145,6 +146,7 @@ def check_every_lost_message_is_in_a_gap(rows, key: str, sent_at: list[int]) -> 
     return spans
 
 
+@pytest.mark.jvms  # the first run is a spark-submit job
 @pytest.mark.parametrize("placement", ["driver", "executors"])
 def test_a_killed_query_restarted_marks_every_lost_message_with_a_gap_row(
     spark, tmp_path, publishers, placement
@@ -221,11 +223,15 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query, pub
             "every sent message up to the last in the table",
         )
     except AssertionError as exc:  # what the table and the query show, for the next reader
-        got = numbers(table_rows(spark, sink))
+        rows = table_rows(spark, sink)
+        got = numbers(rows)
+        after = [r.received_at for r in rows if r.error is None and int(r.payload) > restarted_at]
         message = (
             f"{exc}: {len(got)} numbers in the table, the largest {max(got, default=None)}; "
-            f"{sent} sent (the restart at {restarted_at}); the publisher has "
-            f"{publisher.count_subscribers()} subscribers; the query: {query.exception()}, "
+            f"{sent} sent (the restart at {restarted_at}); those after the restart received "
+            f"from {min(after, default=None)} to {max(after, default=None)}; the publisher's "
+            f"(un)subscriptions: {subscription_history(publisher)}; its connections: "
+            f"{connections(publisher.port)}; the query: {query.exception()}, "
             f"{query.status}, last progress "
             f"{json.dumps(query.lastProgress, default=str)[-2000:]}; input rows of its "
             f"micro-batches {[p['numInputRows'] for p in query.recentProgress]}; last error "
@@ -235,6 +241,28 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query, pub
         query.stop()  # its capture's last line (what it received) joins the captured stderr
         time.sleep(5)
         raise AssertionError(message) from None
+
+
+def subscription_history(publisher) -> str:
+    """What the publisher's XPUB reported, in order, since it started (nothing else reads it
+    in these tests; call only once its sender stopped): + or - and the prefix's first bytes."""
+    seen = []
+    while publisher.socket.poll(0):
+        message = publisher.socket.recv()
+        sign = "+" if message[:1] == b"\x01" else "-"
+        seen.append(sign + (message[1:5].hex() or "(all)"))
+    return " ".join(seen) or "none"
+
+
+def connections(port: int) -> str:
+    """The TCP connections to and from ``port`` in this namespace, with their queues (a
+    receiver that stopped reading leaves bytes in Recv-Q) and processes (``ss``)."""
+    listed = subprocess.run(
+        ["ss", "-tnp", "state", "established", f"( sport = :{port} or dport = :{port} )"],
+        capture_output=True,
+        text=True,
+    )
+    return " | ".join(line.strip() for line in listed.stdout.splitlines()[1:]) or "none"
 
 
 def placement(spool: Path, session: str):

@@ -25,6 +25,7 @@ def test_cli_prints_options():
 
 
 @pytest.mark.spark
+@pytest.mark.jvms
 def test_main_job_streams_demo_publishers_into_parquet(tmp_path):
     env = dict(os.environ, SPARK_ZMQ_LOG_LEVEL="WARNING")
     result = subprocess.run(
