@@ -238,8 +238,6 @@ def run_on(spark, sink: Path, sender: TimedSender, restarted_at: int, query, pub
             f"reading the table: {READ_ERRORS.get(str(sink))}; the threads of the sources' "
             f"runners: {threads_here('python_streaming_source_runner')}"
         )
-        query.stop()  # its capture's last line (what it received) joins the captured stderr
-        time.sleep(5)
         raise AssertionError(message) from None
 
 
