@@ -74,7 +74,7 @@ def test_capture_job_reads_the_goby_demo(spark, tmp_path):
             str(JOB_SECONDS),
         )
         lines = Lines(job)
-        code = job.wait(240)
+        code = lines.wait(240)
     finally:
         stop(demo)
     assert code == 0, lines.errors()

@@ -60,7 +60,7 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
         warm_until_read(pub, lines, job)
         for n in range(100):
             pub.send_multipart([b"demo/data", pack({"n": n})])
-        out_code = job.wait(240)
+        out_code = lines.wait(240)
     finally:
         if job.poll() is None:
             job.kill()
@@ -105,7 +105,7 @@ def test_monitor_job_prints_a_progress_line_per_batch(tmp_path):
             timeout=60,
             what="progress lines counting the broadcasts",
         )
-        code = job.wait(120)
+        code = lines.wait(120)
     finally:
         if job.poll() is None:
             job.kill()
@@ -205,7 +205,7 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
     lines = Lines(job)
     try:
         received = relay(job, lines, pub, sub, range(20))
-        code = job.wait(240)
+        code = lines.wait(240)
     finally:
         if job.poll() is None:
             job.kill()
@@ -249,7 +249,7 @@ def test_republish_restarted_after_the_temporary_folder_is_gone_sends_each_messa
                 first_run_sent += 1
                 while sub.poll(50):
                     received.append(sub.recv())
-            codes.append((job.wait(), lines.errors()))
+            codes.append((lines.wait(), lines.errors()))
         finally:
             if job.poll() is None:
                 job.kill()
@@ -259,7 +259,7 @@ def test_republish_restarted_after_the_temporary_folder_is_gone_sends_each_messa
         lines = Lines(job)
         try:
             received += relay(job, lines, pub, sub, range(100_000, 100_010))
-            codes.append((job.wait(240), lines.errors()))
+            codes.append((lines.wait(240), lines.errors()))
         finally:
             if job.poll() is None:
                 job.kill()

@@ -64,13 +64,28 @@ class Lines:
     Spark job is its JVM's next log line."""
 
     def __init__(self, process: subprocess.Popen, kept_errors: int = 3000) -> None:
+        self.process = process
         self.lines: list[str] = []
         self._errors: collections.deque[str] = collections.deque()
         self._error_chars = 0
         self._kept_errors = kept_errors
-        for target, stream in ((self._read, process.stdout), (self._read_errors, process.stderr)):
-            if stream is not None:
-                threading.Thread(target=target, args=(stream,), daemon=True).start()
+        streams = ((self._read, process.stdout), (self._read_errors, process.stderr))
+        self._readers = [
+            threading.Thread(target=target, args=(stream,), daemon=True)
+            for target, stream in streams
+            if stream is not None
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The process's exit code once it ended (``subprocess.TimeoutExpired`` after
+        ``timeout``) and its last lines are read: a process can end before the threads have
+        read what it wrote last."""
+        code = self.process.wait(timeout)
+        for reader in self._readers:
+            reader.join(10)
+        return code
 
     def _read(self, stream) -> None:
         for line in stream:
