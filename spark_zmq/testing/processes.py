@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import os
 
+#: what a holder process's command line holds
+HOLDER_MARKER = "-m spark_zmq.placement.executors.holder "
+
 
 def running_holders() -> dict[int, str]:
     """pid -> command line of every holder process this host runs (for tests and for an
     operator looking for capture processes)."""
+    return running_processes(HOLDER_MARKER)
+
+
+def running_processes(marker: str) -> dict[int, str]:
+    """pid -> command line of every process this host runs whose command line (its arguments
+    joined by spaces) holds ``marker``."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -17,7 +26,7 @@ def running_holders() -> dict[int, str]:
                 cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "-m spark_zmq.placement.executors.holder " in cmdline:
+        if marker in cmdline:
             found[int(entry)] = cmdline
     return found
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from spark_zmq.testing.processes import running_holders
+from spark_zmq.testing.processes import HOLDER_MARKER, running_processes
 
 
 def _network_namespace(pid: int | str) -> str | None:
@@ -18,8 +18,15 @@ def _network_namespace(pid: int | str) -> str | None:
 
 def holders_here() -> dict[int, str]:
     """pid -> command line of every holder process in this process's network namespace."""
+    return processes_here(HOLDER_MARKER)
+
+
+def processes_here(marker: str) -> dict[int, str]:
+    """pid -> command line of every process in this process's network namespace whose command
+    line holds ``marker``."""
     here = _network_namespace("self")
-    return {pid: cmd for pid, cmd in running_holders().items() if _network_namespace(pid) == here}
+    found = running_processes(marker).items()
+    return {pid: cmd for pid, cmd in found if _network_namespace(pid) == here}
 
 
 def threads_here(marker: str) -> list[str]:
@@ -27,24 +34,17 @@ def threads_here(marker: str) -> list[str]:
     ``marker``: pid, thread id, its name (zmq names its I/O threads ``ZMQbg/IO/<n>``), its
     state and the kernel function it waits in, for a failure's message (a thread that does
     not move shows where it waits)."""
-    here = _network_namespace("self")
     lines = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or _network_namespace(entry) != here:
-            continue
+    for pid in processes_here(marker):
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker not in f.read().replace(b"\0", b" ").decode(errors="replace"):
-                    continue
-            tids = os.listdir(f"/proc/{entry}/task")
+            tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
-        for tid in tids:
-            lines.append(f"{entry}/{tid} {_thread_state(entry, tid)}")
+        lines += [f"{pid}/{tid} {_thread_state(pid, tid)}" for tid in tids]
     return lines
 
 
-def _thread_state(pid: str, tid: str) -> str:
+def _thread_state(pid: int, tid: str) -> str:
     task = f"/proc/{pid}/task/{tid}"
     try:
         with open(f"{task}/comm") as f:
