@@ -1,5 +1,6 @@
 """The files a ``Spool`` writes in the epoch folders of the partitions it holds: segments,
-index.json, the history file and lease.json, each whole or not at all.
+index.json, the appended-segments file, the history file and lease.json, each whole or not at
+all (a line of the appended-segments file counts once its newline is written).
 
 A write that fails because the epoch folder was sealed (a newer holder claimed the partition)
 is LeaseLost, and the partition is no longer held (``on_lost``); any other failure is a
@@ -8,6 +9,7 @@ SpoolWriteError naming the file, the partition and the cause.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Mapping
 
@@ -23,6 +25,7 @@ from spark_zmq.spool.layout import (
     SPOOL_SCHEMA,
     LeaseLost,
     SpoolWriteError,
+    appended_name,
     epoch_name,
     epochs,
     os_cause,
@@ -40,8 +43,10 @@ HISTORY_SLACK = 1024
 class EpochFiles:
     """Writes in the epoch folder of each partition held (``epochs``: key -> epoch, the Spool's).
 
-    Invariant: the history file holds every committed segment that index.json does not list
-    (it is written first), so that an index names nothing the history lacks.
+    Invariants: the history file holds every committed segment that index.json does not list
+    (it is written first), so that an index names nothing the history lacks; the
+    appended-segments file an index names exists before that index is written, holds only whole
+    lines that go on from it, and is deleted only once a newer index names another.
     """
 
     def __init__(
@@ -53,6 +58,10 @@ class EpochFiles:
         #: per held partition, what its epoch's history file holds: (the end of the last
         #: segment in it, its lines); none yet: written whole at the next save
         self.history: dict[str, tuple[int, int]] = {}
+        #: per held partition, the number of the appended-segments file its index.json names
+        #: (``layout.appended_name``); none: the next append writes index.json whole
+        self.appended: dict[str, int] = {}
+        self._numbers = 0  # the last file number given, in any partition
 
     def path(self, key: str, name: str) -> str:
         return os.path.join(partition_dir(self.root, key), epoch_name(self.held[key]), name)
@@ -65,11 +74,54 @@ class EpochFiles:
         except OSError as exc:
             raise self.failed(key, path, exc) from None
 
+    def forget(self, key: str) -> None:
+        """``key``'s epoch folder changed (a claim) or is no longer held: what was known of its
+        history and appended-segments files no longer applies."""
+        self.history.pop(key, None)
+        self.appended.pop(key, None)
+
     def save(self, index: PartitionIndex) -> None:
         """Publish ``index``: its committed segments in the history file first, then
-        index.json, which lists the others (so the history holds whatever an index names)."""
+        index.json, which lists the others (so the history holds whatever an index names) and
+        names a new, empty appended-segments file for the segments that ``append`` adds."""
+        key = index.key
         self._save_history(index)
-        self.write(index.key, INDEX_NAME, index.to_json().encode("utf-8"))
+        old = self.appended.pop(key, None)
+        self._numbers += 1
+        index.appended = appended_name(self._numbers)
+        fresh = path = self.path(key, index.appended)
+        try:
+            write_atomically(fresh, b"")
+            path = self.path(key, INDEX_NAME)
+            write_atomically(path, index.to_json().encode("utf-8"))
+        except OSError as exc:
+            remove_quietly(fresh)
+            raise self.failed(key, path, exc) from None
+        self.appended[key] = self._numbers
+        if old is not None:
+            remove_quietly(self.path(key, appended_name(old)))
+
+    def append(self, index: PartitionIndex, segment: Segment) -> None:
+        """Publish ``segment``, just added to ``index`` at its end: a line in the
+        appended-segments file its index.json names (index.json whole if there is none). One
+        ``write`` of the line, newline last: a line cut short is never read, and after a
+        failed write the next append writes index.json whole."""
+        number = self.appended.get(index.key)
+        if number is None:
+            self.save(index)
+            return
+        path = self.path(index.key, appended_name(number))
+        line = index.appended_line(segment).encode("utf-8")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.appended.pop(index.key, None)
+            raise self.failed(index.key, path, exc) from None
 
     def _save_history(self, index: PartitionIndex) -> None:
         """Add the newly committed segments to the epoch's history file: appended, so a commit

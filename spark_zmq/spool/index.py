@@ -1,6 +1,7 @@
-"""What a spool's index.json and history file hold for one partition: its segments and offsets
-(``PartitionIndex``, ``Segment``), where messages came from (``Source``), and how long
-committed segments are kept (``Retention``). Files and folders are ``layout``'s.
+"""What a spool's index.json, appended-segments file and history file hold for one partition:
+its segments and offsets (``PartitionIndex``, ``Segment``), where messages came from
+(``Source``), and how long committed segments are kept (``Retention``). Files and folders are
+``layout``'s.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from spark_zmq.errors import SpoolError
 #: the layout of the JSON files of a spool (index.json, lease.json, the driver's documents) that
 #: this release writes and reads; a file without one predates versions (the same layout)
 FORMAT_VERSION = 1
+#: index.json's own layout: 2 names a file of segments appended since (``appended``), which a
+#: release that reads only version 1 would not see; this release reads both
+INDEX_FORMAT_VERSION = 2
 VERSION_KEY = "format_version"
 
 
@@ -93,12 +97,16 @@ class PartitionIndex:
     dropped: int = 0  # messages dropped at the spool bound, ever
     retired: bool = False  # the endpoint left; no more appends expected
     committed: int = 0  # Spark committed every offset below this one
+    #: the file, beside index.json, that lists the segments appended after this index was
+    #: written, a line each (``appended_line``); "" in an index of format version 1
+    appended: str = field(default="", compare=False)
 
     def to_json(self) -> str:
-        """index.json: every segment not wholly committed; the committed ones are in the
-        history file (``history_lines``), so that the index written at every append stays
-        small however much retention keeps. ``start`` is the first offset the index lists (as
-        an earlier release reads it), ``retained_from`` the first one kept."""
+        """index.json: every segment not wholly committed, and the file that lists those
+        appended later; the committed ones are in the history file (``history_lines``). So
+        the index, written at commits and not at appends, stays small however much retention
+        keeps. ``start`` is the first offset the index lists (as an earlier release reads it),
+        ``retained_from`` the first one kept."""
         listed = self.segments[self.committed_count() :]
         return json.dumps(
             versioned(
@@ -113,7 +121,9 @@ class PartitionIndex:
                     "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in listed],
                     # beside the segments, not in them: an earlier release reads this index too
                     "written_at": [s.at for s in listed],
-                }
+                    "appended": self.appended,
+                },
+                INDEX_FORMAT_VERSION,
             )
         )
 
@@ -128,7 +138,7 @@ class PartitionIndex:
         ``history`` (the history file's text) adds the committed segments the index does not
         list; without it, ``segments`` may start after ``start``. Segments the history lacks
         (a history cut short) count as deleted: ``start`` moves up to what is listed."""
-        obj = checked_version(json.loads(text), where)
+        obj = checked_version(json.loads(text), where, INDEX_FORMAT_VERSION)
         segments = [Segment(*s) for s in obj["segments"]]
         times = obj.get("written_at") or []
         if len(times) == len(segments):
@@ -146,7 +156,28 @@ class PartitionIndex:
             obj["dropped"],
             obj["retired"],
             obj.get("committed", obj["start"]),
+            obj.get("appended", ""),
         )
+
+    def appended_line(self, segment: Segment) -> str:
+        """The line that publishes ``segment``, just appended (it ends at ``end``), with the
+        count of dropped messages as it now is."""
+        s = segment
+        return json.dumps([s.first, s.count, s.nbytes, s.epoch, s.at, self.dropped]) + "\n"
+
+    def add_appended(self, text: str) -> None:
+        """Add the segments of an appended-segments file's ``text``, each in its own line that
+        goes on from ``end``. A line cut short (no newline: a write that failed or a crash) or
+        one that does not go on from ``end`` ends them: the writer appends nothing after it."""
+        for line in text.split("\n")[:-1]:
+            try:
+                first, count, nbytes, epoch, at, dropped = json.loads(line)
+            except (ValueError, TypeError):
+                return
+            if first != self.end:
+                return
+            self.segments.append(Segment(first, count, nbytes, epoch, at))
+            self.end, self.dropped = first + count, dropped
 
     def history_lines(self, begin: int, stop: int) -> str:
         """History file lines of segments ``begin`` to ``stop`` (committed ones)."""
@@ -171,19 +202,20 @@ class PartitionIndex:
         return PartitionState(self.start, self.end, self.retired, self.committed)
 
 
-def versioned(doc: dict) -> dict:
-    """``doc`` with this release's format version, as every JSON file of a spool carries it."""
-    return {VERSION_KEY: FORMAT_VERSION, **doc}
+def versioned(doc: dict, version: int = FORMAT_VERSION) -> dict:
+    """``doc`` with its format version, as every JSON file of a spool carries it."""
+    return {VERSION_KEY: version, **doc}
 
 
-def checked_version(doc: dict, where: str) -> dict:
+def checked_version(doc: dict, where: str, newest: int = FORMAT_VERSION) -> dict:
     """``doc`` read from ``where``, without its version; SpoolError if another release wrote it
-    in a layout this one does not read."""
+    in a layout this one does not read (this one reads versions 1 to ``newest``)."""
     version = doc.pop(VERSION_KEY, FORMAT_VERSION)
-    if version != FORMAT_VERSION:
+    if version not in range(1, newest + 1):
+        reads = "version 1" if newest == 1 else f"versions 1 to {newest}"
         raise SpoolError(
             f"{where} has spool format version {version!r}; this release of "
-            f"spark_zmq reads version {FORMAT_VERSION}. Run the release that wrote "
+            f"spark_zmq reads {reads}. Run the release that wrote "
             f"it, or give the query a new spoolPath (and checkpoint)"
         )
     return doc

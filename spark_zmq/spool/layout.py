@@ -14,7 +14,12 @@ Layout of a spool folder::
         KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
         e00000004/               the current holder's folder
-            index.json           replaced atomically after every change
+            index.json           the segments not committed; replaced atomically at every
+                                 change but appends
+            appended.00000007.jsonl   the segments appended since index.json (which names
+                                 it) was written, a JSON line each; made empty before that
+                                 index, deleted once a newer one names another
+            history.jsonl        committed segments that index.json no longer lists
             lease.json           the holder and its heartbeat
             00000000000000000000.arrow   one Arrow IPC file per flush, named by its first offset
 
@@ -25,6 +30,10 @@ endpoint's metadata (schema metadata), so rows decode the same way whenever they
 are kept for replay, batch reads and backfills until retention deletes them (``Retention``: by
 age, by bytes, and first whenever a write needs room at the spool's bound). A segment that is not
 committed is never deleted.
+
+An append costs the same however many segments are not committed yet: it writes its segment
+and one line; index.json, which lists them all, is written when something else changes (a commit,
+retention, a claim), not at every flush of a spool that nobody reads.
 
 This module: the folders and files; ``index``: what index.json and the history file hold.
 """
@@ -58,6 +67,9 @@ BATCH_ROWS = 4096
 INDEX_NAME = "index.json"
 #: committed segments an index no longer lists, one JSON line each (``PartitionIndex``)
 HISTORY_NAME = "history.jsonl"
+#: how many times a reader reads index.json again when the appended-segments file it names was
+#: deleted meanwhile (a newer index names another) before it takes what it read
+INDEX_READS = 20
 LEASE_NAME = "lease.json"
 LOCK_NAME = "LOCK"
 #: the file that holds a partition's key where its folder's name is a digest
@@ -180,20 +192,45 @@ def read_in_epoch(folder: str, epoch: int, name: str) -> EpochFile | None:
     return None
 
 
+def appended_name(number: int) -> str:
+    """The name of an epoch's ``number``-th appended-segments file (``PartitionIndex.appended``)."""
+    return f"appended.{number:08d}.jsonl"
+
+
 def load_index(root: str, key: str, history: bool = True) -> PartitionIndex | None:
-    """The partition's index: the one of the highest epoch that has written one. Without
-    ``history``, only the segments index.json lists (all those not wholly committed): enough
-    for its offsets, and cheap however much retention keeps."""
+    """The partition's index: the one of the highest epoch that has written one, with the
+    segments appended since. Without ``history``, only the segments not wholly committed:
+    enough for its offsets, and cheap however much retention keeps."""
     folder = partition_dir(root, key)
     for epoch, _ in reversed(epochs(folder)):
-        found = read_in_epoch(folder, epoch, INDEX_NAME)
-        if found is not None:
-            older = None
-            if history:  # written before the index that names it: complete for this index
-                kept = read_in_epoch(folder, epoch, HISTORY_NAME)
-                older = kept.text if kept is not None else ""
-            return PartitionIndex.from_json(found.text, found.path, older)
+        index = _load_epoch_index(folder, epoch, history)
+        if index is not None:
+            return index
     return None
+
+
+def _load_epoch_index(folder: str, epoch: int, history: bool) -> PartitionIndex | None:
+    """The index of one epoch folder, or None if it has not written one.
+
+    The appended-segments file an index names exists from before that index is written until a
+    newer index is: when it is gone, index.json is read again (INDEX_READS times at most)."""
+    index = None
+    for _ in range(INDEX_READS):
+        found = read_in_epoch(folder, epoch, INDEX_NAME)
+        if found is None:
+            return None
+        older = None
+        if history:  # written before the index that names it: complete for this index
+            kept = read_in_epoch(folder, epoch, HISTORY_NAME)
+            older = kept.text if kept is not None else ""
+        index = PartitionIndex.from_json(found.text, found.path, older)
+        if not index.appended:  # an index of format version 1
+            return index
+        appended = read_in_epoch(folder, epoch, index.appended)
+        if appended is not None:
+            index.add_appended(appended.text)
+            return index
+    return index  # what index.json listed when it was last read
 
 
 def load_indexes(root: str, history: bool = True) -> dict[str, PartitionIndex]:

@@ -149,7 +149,7 @@ class SpoolPartitions:
         self.nbytes += index.nbytes - (old.nbytes if old else 0)
         self.partitions[key] = index
         self.epochs[key] = mine
-        self._files.history.pop(key, None)  # a new epoch folder, without a history file yet
+        self._files.forget(key)  # a new epoch folder, without a history file yet
         self.inherited[key] = previous if previous and previous.holder else None
         self._beats[key] = 0
         self._ledger.count(old, -1)
@@ -182,7 +182,7 @@ class SpoolPartitions:
     def _forget(self, key: str) -> int | None:
         """This process no longer holds ``key``: the epoch it held it under, if any."""
         epoch = self.epochs.pop(key, None)
-        self._files.history.pop(key, None)
+        self._files.forget(key)
         if epoch is not None and not self.exclusive:
             gone = self.partitions.pop(key, None)
             self.nbytes -= gone.nbytes if gone else 0
@@ -226,8 +226,8 @@ class SpoolPartitions:
         before = (index.end, index.dropped)
         index.segments.append(segment)  # in place: retention may keep many segments
         index.end, index.dropped = segment.end, index.dropped + dropped
-        try:
-            self._save(index)  # a file not in the index is never read, and replaced later
+        try:  # a segment file not published is never read, and replaced later
+            self._files.append(index, segment)
         except SpoolError:
             index.segments.pop()
             index.end, index.dropped = before

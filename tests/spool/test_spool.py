@@ -174,10 +174,11 @@ def test_an_exclusive_spool_takes_every_partition_over(tmp_path):
 def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     """index.json, lease.json and the driver's documents say which layout wrote them; a file
     of another layout is refused with a clear error, one without a version (an earlier
-    release) is read as version 1."""
+    release) is read as version 1. index.json has a layout of its own (version 2: it names an
+    appended-segments file) and this release reads its version 1 too."""
     import json
 
-    from spark_zmq.spool.index import FORMAT_VERSION
+    from spark_zmq.spool.index import FORMAT_VERSION, INDEX_FORMAT_VERSION
     from spark_zmq.spool.layout import INDEX_NAME, LEASE_NAME, JsonState
 
     root = str(tmp_path / "spool")
@@ -185,8 +186,9 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     spool.append("p", SOURCE, messages(0, 3))
     epoch = epochs(partition_dir(root, "p"))[-1][0]
     folder = tmp_path / "spool" / "p" / f"e{epoch:08d}"
-    for name in (INDEX_NAME, LEASE_NAME):
-        assert json.loads((folder / name).read_text())["format_version"] == FORMAT_VERSION
+    assert json.loads((folder / LEASE_NAME).read_text())["format_version"] == FORMAT_VERSION
+    assert json.loads((folder / INDEX_NAME).read_text())["format_version"] == 2
+    assert INDEX_FORMAT_VERSION == 2
     state = JsonState(str(tmp_path / "spool" / "assignment.json"))
     state.save({"beat": 1})
     assert json.loads((tmp_path / "spool" / "assignment.json").read_text())["format_version"] == 1
@@ -198,14 +200,25 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     del doc["format_version"]
     index.write_text(json.dumps(doc))
     assert load_index(root, "p").end == 3
-    doc["format_version"] = 2
+    doc["format_version"] = 1
+    index.write_text(json.dumps(doc))
+    assert load_index(root, "p").end == 3
+    doc["format_version"] = 3
     index.write_text(json.dumps(doc))
     with pytest.raises(
         SpoolError,
         match=r"e00000001\.sealed/index\.json has spool format "
-        r"version 2; this release of spark_zmq reads version 1",
+        r"version 3; this release of spark_zmq reads versions 1 to 2",
     ):
         load_index(root, "p")
+    lease = folder.parent / f"e{epoch:08d}.sealed" / LEASE_NAME
+    lease.write_text(json.dumps({**json.loads(lease.read_text()), "format_version": 2}))
+    with pytest.raises(
+        SpoolError,
+        match=r"lease\.json has spool format version 2; this "
+        r"release of spark_zmq reads version 1\.",
+    ):
+        load_lease(root, "p")
     (tmp_path / "spool" / "assignment.json").write_text('{"format_version": 7, "beat": 2}')
     with pytest.raises(SpoolError, match=r"assignment\.json has spool format version 7"):
         state.load()

@@ -1,0 +1,132 @@
+"""What a spool append costs as segments nobody committed pile up, source trees side by side.
+
+A partition's segments stay uncommitted as long as no query commits them: a capture service
+nobody reads, or a query with a long trigger, adds one every ``flushIntervalMs``. For each
+count in ``--pending``, a fresh spool in a temporary folder gets that many one-message segments
+(not timed), then ``--appends`` appends of a table of ``--messages`` 100-byte messages (5,000:
+a flush at 50,000 msg/s) are timed: the process's CPU time and the wall time per append.
+
+Each tree (``--variant LABEL=TREE``, default this checkout as ``current``; e.g. ``git archive
+<commit> | tar -x -C /tmp/base`` for an earlier commit, no build needed) runs in a process of
+its own, the trees taking turns at each count, ``--repeats`` times; the report gives the
+median of the repeats, and each tree's figure against the first tree's.
+
+Run it as ``python benchmarks/spool_appends.py [--pending 100,1000,4000] [--appends 200]
+[--messages 5000] [--repeats 3] [--variant base=/tmp/base]``; it re-executes itself in a
+private network namespace, as every benchmark does (it opens no socket).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.hermetic import ensure_private_network
+
+HERE = Path(__file__).resolve().parent
+TREE = HERE.parent
+PAYLOAD_BYTES = 100
+
+
+def append_role(pending: int, appends: int, messages: int) -> dict[str, float]:
+    """In a tree's process: the CPU and wall time per append (µs), ``pending`` segments in."""
+    from spark_zmq.capture.buffer import spool_table
+    from spark_zmq.spool.index import Source
+    from spark_zmq.spool.writer import Spool
+
+    source = Source("tcp://127.0.0.1:1", {"publisher": "bench"})
+    payload = b"." * PAYLOAD_BYTES
+    one = spool_table([[payload]], [0], {})
+    flush = spool_table([[payload]] * messages, list(range(messages)), {})
+    with tempfile.TemporaryDirectory() as folder:
+        spool = Spool(folder, max_bytes=1 << 40)
+        for _ in range(pending):
+            spool.append("k", source, one)
+        cpu, wall = time.process_time_ns(), time.perf_counter_ns()
+        for _ in range(appends):
+            spool.append("k", source, flush)
+        cpu, wall = time.process_time_ns() - cpu, time.perf_counter_ns() - wall
+        spool.close()
+    return {"cpu_us": cpu / appends / 1e3, "wall_us": wall / appends / 1e3}
+
+
+def run(tree: str, pending: int, appends: int, messages: int) -> dict[str, float]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, str(HERE)]))
+    command = [sys.executable, __file__, "--role", "append", "--pending", str(pending)]
+    command += ["--appends", str(appends), "--messages", str(messages)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{tree}: {done.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pending", default="100,1000,4000", help="uncommitted segments first")
+    parser.add_argument("--appends", type=int, default=200, help="appends timed per trial")
+    parser.add_argument("--messages", type=int, default=5000, help="messages per timed append")
+    parser.add_argument("--repeats", type=int, default=3, help="trials per tree and count")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=TREE",
+        help="a source tree to compare (repeatable; default: this checkout as 'current')",
+    )
+    parser.add_argument("--role", default="", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    if args.role:
+        print(json.dumps(append_role(int(args.pending), args.appends, args.messages)))
+        return 0
+    ensure_private_network(__file__)
+    trees = [
+        (text.split("=", 1)[0], str(Path(text.split("=", 1)[1]).resolve())) for text in args.variant
+    ] or [("current", str(TREE))]
+    counts = [int(n) for n in args.pending.split(",")]
+    print(
+        f"spool appends: {args.appends} appends of {args.messages:,} {PAYLOAD_BYTES}-byte messages "
+        f"after N uncommitted segments, {args.repeats} trials per tree, load "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    medians: dict[tuple[str, int], float] = {}
+    for pending in counts:
+        trials: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
+        for _ in range(args.repeats):
+            for label, tree in trees:
+                result = run(tree, pending, args.appends, args.messages)
+                trials[label].append(result)
+                print(
+                    f"  N={pending:<6} {label:<12} {result['cpu_us']:9.0f} us CPU "
+                    f"{result['wall_us']:9.0f} us wall per append",
+                    flush=True,
+                )
+        for label, _ in trees:
+            medians[label, pending] = statistics.median(r["cpu_us"] for r in trials[label])
+    first = trees[0][0]
+    print("\nCPU per append, median of the trials (against the first tree):")
+    print(f"{'N uncommitted':<14}" + "".join(f"{label:>22}" for label, _ in trees))
+    for pending in counts:
+        cells = ""
+        for label, _ in trees:
+            cpu = medians[label, pending]
+            cells += f"{cpu:>12,.0f} us ({cpu / medians[first, pending]:.2f}x)"
+        print(f"{pending:<14}{cells}")
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""An append writes its segment and one line of the appended-segments file that index.json
+names; index.json itself is written only when something else changes (a commit, retention, a
+claim). Readers, restarts and claims find every segment either way."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from spark_zmq.capture.buffer import spool_table
+from spark_zmq.spool import files, layout
+from spark_zmq.spool.index import Source
+from spark_zmq.spool.layout import (
+    INDEX_NAME,
+    SpoolWriteError,
+    epochs,
+    load_index,
+    partition_dir,
+)
+from spark_zmq.spool.reader import read_range, read_snapshot
+from spark_zmq.spool.writer import Spool
+
+SOURCE = Source("tcp://127.0.0.1:1", {"publisher": "p"})
+
+
+def append(spool: Spool, key: str, count: int = 1, dropped: int = 0) -> None:
+    """``count`` segments of one message each, named m<offset>."""
+    for _ in range(count):
+        first = spool.partitions[key].end if key in spool.partitions else 0
+        spool.append(key, SOURCE, spool_table([[b"m%d" % first]], [first], {}), dropped)
+
+
+def epoch_folder(root: str, key: str) -> str:
+    epoch, sealed = epochs(partition_dir(root, key))[-1]
+    return os.path.join(partition_dir(root, key), f"e{epoch:08d}" + (".sealed" if sealed else ""))
+
+
+def index_doc(root: str, key: str) -> dict:
+    with open(os.path.join(epoch_folder(root, key), INDEX_NAME), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def appended_lines(root: str, key: str) -> list[list]:
+    path = os.path.join(epoch_folder(root, key), index_doc(root, key)["appended"])
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def messages(root: str, key: str, start: int, end: int) -> list[bytes]:
+    return [
+        row["frames"][0] if row["frames"] else row["fault"]
+        for _, _, table in read_range(root, key, start, end)
+        for row in table.to_pylist()
+    ]
+
+
+def test_appends_leave_index_json_alone_and_readers_restarts_and_commits_see_them(tmp_path):
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    append(spool, "k", 3)
+    spool.truncate("k", 1)  # a commit writes index.json whole
+    before = index_doc(root, "k")
+    append(spool, "k", 5)
+    append(spool, "k", dropped=4)
+    assert index_doc(root, "k") == before, "an append does not write index.json"
+    assert [line[0] for line in appended_lines(root, "k")] == [3, 4, 5, 6, 7, 8]
+    assert appended_lines(root, "k")[-1][5] == 4, "the count of drops goes with the line"
+    assert read_snapshot(root)["k"] == (0, 9, False, 1)
+    assert load_index(root, "k").dropped == 4
+    assert messages(root, "k", 0, 9) == [b"m%d" % i for i in range(9)]
+
+    old = os.path.join(epoch_folder(root, "k"), before["appended"])
+    spool.truncate("k", 6)
+    after = index_doc(root, "k")
+    assert [s[0] for s in after["segments"]] == [6, 7, 8] and after["dropped"] == 4
+    assert after["appended"] != before["appended"] and not os.path.exists(old)
+    assert appended_lines(root, "k") == [], "a new index names a new, empty file"
+    append(spool, "k")
+    spool.close()
+
+    again = Spool(root, 1 << 30)  # a restart claims the partition: a new epoch folder
+    index = again.partitions["k"]
+    assert (index.end, index.committed, index.dropped) == (10, 6, 4)
+    assert [s.first for s in index.segments] == list(range(10))
+    append(again, "k")
+    assert messages(root, "k", 0, 11) == [b"m%d" % i for i in range(11)]
+    again.close()
+
+
+def test_a_line_cut_short_is_never_read_and_the_next_append_writes_the_index(tmp_path, monkeypatch):
+    """A write of a line that fails part way (a full disk) publishes nothing: the append fails
+    as a whole, readers stop before the torn line, and the next append writes index.json whole,
+    so that no line ever follows a torn one."""
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    append(spool, "k", 2)
+    append(spool, "k")  # a line
+    real_write = os.write
+
+    def half(fd: int, data: bytes) -> int:
+        return real_write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(files.os, "write", half)
+    with pytest.raises(SpoolWriteError, match=r"appended\.\d{8}\.jsonl \(spool .*partition k\)"):
+        append(spool, "k")
+    monkeypatch.setattr(files.os, "write", real_write)
+    assert spool.partitions["k"].end == 3, "the spool is as it was before the call"
+    assert read_snapshot(root)["k"].end == 3
+    torn = index_doc(root, "k")["appended"]
+    append(spool, "k", 2)
+    assert index_doc(root, "k")["appended"] != torn, "index.json written whole"
+    assert read_snapshot(root)["k"].end == 5
+    assert messages(root, "k", 0, 5) == [b"m%d" % i for i in range(5)]
+    spool.close()
+
+    path = os.path.join(epoch_folder(root, "k"), index_doc(root, "k")["appended"])
+    with open(path, "ab") as f:  # a crash in the middle of a line
+        f.write(b"[5, 1, 9")
+    assert Spool(root, 1 << 30).partitions["k"].end == 5
+
+
+def test_a_reader_whose_appended_file_was_replaced_reads_the_index_again(tmp_path, monkeypatch):
+    """A commit writes a new index.json, then deletes the file the old one named: a reader that
+    read the old index in between reads the new one, and sees every segment."""
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    append(spool, "k", 4)
+    spool.truncate("k", 1)
+    append(spool, "k", 3)  # in the appended file
+    read = layout.read_in_epoch
+    reads = []
+
+    def commit_between(folder: str, epoch: int, name: str):
+        found = read(folder, epoch, name)
+        reads.append(name)
+        if name == INDEX_NAME and len(reads) == 1:
+            spool.truncate("k", 2)  # the file this index names is deleted
+        return found
+
+    monkeypatch.setattr(layout, "read_in_epoch", commit_between)
+    index = load_index(root, "k", history=False)
+    assert reads[0] == INDEX_NAME and reads[2] == INDEX_NAME, reads
+    assert (index.end, index.committed) == (7, 2)
+    assert [s.first for s in index.segments] == [2, 3, 4, 5, 6]
+    spool.close()
