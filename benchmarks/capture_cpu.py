@@ -57,6 +57,7 @@ BARE = "bare pyzmq loop"
 def capture_role(port: int, count: int, receive_hwm: int, flush_ms: int) -> dict[str, Any]:
     """The package's Capture alone, into a spool in a temporary folder, flushing every
     ``flush_ms`` (``flushIntervalMs``)."""
+    import spark_zmq
     from spark_zmq.capture.loop import Capture
     from spark_zmq.capture.pushback import PushBack
     from spark_zmq.capture.spooling import SegmentWriter
@@ -119,7 +120,7 @@ def capture_role(port: int, count: int, receive_hwm: int, flush_ms: int) -> dict
             result["first"] = first
             result["queue_full"] = full_queues[0]
             result["flush_ns"], result["flushes"] = flushed
-            result["core"] = f"{capture.core} from {Path(sys.modules['spark_zmq'].__file__).parent}"
+            result["core"] = f"{capture.core} from {spark_zmq.__path__[0]}"
             poller = getattr(capture._core, "_poller", None)
             if poller is not None and hasattr(poller, "statistics"):
                 result["statistics"] = poller.statistics()

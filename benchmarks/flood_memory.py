@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 from harness.hermetic import ensure_private_network
 
@@ -70,7 +71,7 @@ def trial(bound: int, seconds: float, size: int) -> tuple[int, int, bool]:
     return received, peak, any("sends faster than capture takes" in w for w in warnings)
 
 
-def report(bound: int, seconds: float, size: int, results) -> None:
+def report(bound: int, seconds: float, size: int, results: Any) -> None:
     results.put(trial(bound, seconds, size))
 
 

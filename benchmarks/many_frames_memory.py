@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from typing import Any
 
 from harness.hermetic import ensure_private_network
 
@@ -54,7 +55,7 @@ def bare_zmq(port: int) -> dict:
     import zmq
 
     before = rss_mib()
-    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub: zmq.Socket = zmq.Context.instance().socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(f"tcp://127.0.0.1:{port}")
     assert sub.poll(60_000), "nothing arrived"
@@ -91,6 +92,8 @@ def capture(port: int, core: str) -> dict:
     after = rss_mib()
     running.close()
     index = load_index(folder, key)
+    if index is None:
+        raise RuntimeError(f"capture wrote no index for {key} in {folder}")
     rows = []
     for _, _, table in read_range(folder, key, index.start, index.end):
         for frames, fault in zip(
@@ -101,7 +104,7 @@ def capture(port: int, core: str) -> dict:
     return {"before": before, "peak": max(peak, after), "after": after, "rows": rows}
 
 
-def trial(mode: str, frames: int, results) -> None:
+def trial(mode: str, frames: int, results: Any) -> None:
     from spark_zmq.testing.standalone import free_port
 
     port = free_port()

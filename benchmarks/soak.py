@@ -74,6 +74,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.hermetic import ensure_private_network
 from soak_accounting import Schedule, count
@@ -102,11 +103,13 @@ def run_publisher(args: argparse.Namespace) -> int:
     from spark_zmq.protocols.ebus import pack
 
     state = Path(args.state)
-    saved = json.loads(state.read_text()) if state.exists() else {"next": 0, "runs": []}
+    saved: dict[str, Any] = (
+        json.loads(state.read_text()) if state.exists() else {"next": 0, "runs": []}
+    )
     sequence = saved["next"]
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    sock = zmq.Context.instance().socket(zmq.PUB)
+    sock: zmq.Socket = zmq.Context.instance().socket(zmq.PUB)
     sock.setsockopt(zmq.LINGER, 2000)
     sock.connect(f"tcp://127.0.0.1:{args.pub_port}")
     channel = f"{CHANNEL}{args.index}".encode()
@@ -157,7 +160,8 @@ def soak(args: argparse.Namespace) -> dict:
     """Run the soak; its result: the figures (counts), the faults injected, peaks, wall time."""
     rng = random.Random(args.seed)
     folder = Path(tempfile.mkdtemp(prefix="soak-"))
-    run = Run(folder, args.publishers, args.rate, args.capture, *(free_port() for _ in range(4)))
+    pub, sub, frontend, backend = (free_port() for _ in range(4))
+    run = Run(folder, args.publishers, args.rate, args.capture, pub, sub, frontend, backend)
     kinds = run.kinds()
     print(
         f"soak: {args.minutes:g} min, {args.publishers} publishers x {args.rate:g} msg/s, "

@@ -181,7 +181,8 @@ class Run:
             return self.kill_driver()
         if fault == "capture-service":
             return self.restart_service()
-        holders = sorted(wait_for_capture(self, timeout=60) and running_holders())
+        wait_for_capture(self, timeout=60)
+        holders = sorted(running_holders())
         victim = rng.choice(holders)
         os.kill(victim, signal.SIGKILL)
         return f"capture process {victim} killed"
@@ -225,8 +226,7 @@ class Run:
 
     def stop_all(self) -> None:
         for process in [*self.senders.values(), self.query, self.service, self.broker]:
-            if process is not None:
-                stop(process, timeout=60)
+            stop(process, timeout=60)
 
 
 def wait_for_capture(run: Run, timeout: float) -> float:
@@ -278,8 +278,9 @@ def wait_for_group_gone(group: int, timeout: float) -> None:
     raise RuntimeError(f"process group {group} still has processes {timeout:.0f} s after SIGKILL")
 
 
-def stop(process: subprocess.Popen, timeout: float = 20) -> None:
-    if process.poll() is None:
+def stop(process: subprocess.Popen | None, timeout: float = 20) -> None:
+    """Terminate ``process`` (None: none started), SIGKILL its group after ``timeout``."""
+    if process is not None and process.poll() is None:
         process.terminate()
         try:
             process.wait(timeout)
