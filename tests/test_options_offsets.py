@@ -133,6 +133,9 @@ def test_a_spool_folder_has_one_identity_whoever_asks_first(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     assert spool_identity(str(other)) != spool_identity(str(tmp_path))
-    (other / IDENTITY_NAME).write_text("[]")
+    (other / IDENTITY_NAME).write_text('{"format_version": 1}')
     with pytest.raises(SpoolError, match=r"spool.json is not a spool identity .*spoolPath of"):
+        spool_identity(str(other))
+    (other / IDENTITY_NAME).write_text("[]")
+    with pytest.raises(SpoolError, match=r"spool.json holds a JSON list .*new spoolPath"):
         spool_identity(str(other))

@@ -207,9 +207,16 @@ def versioned(doc: dict, version: int = FORMAT_VERSION) -> dict:
     return {VERSION_KEY: version, **doc}
 
 
-def checked_version(doc: dict, where: str, newest: int = FORMAT_VERSION) -> dict:
-    """``doc`` read from ``where``, without its version; SpoolError if another release wrote it
-    in a layout this one does not read (this one reads versions 1 to ``newest``)."""
+def checked_version(doc: object, where: str, newest: int = FORMAT_VERSION) -> dict:
+    """``doc`` read from ``where``, without its version; SpoolError if it is not a JSON object
+    (a file damaged or written by something else), or if another release wrote it in a layout
+    this one does not read (this one reads versions 1 to ``newest``)."""
+    if not isinstance(doc, dict):
+        raise SpoolError(
+            f"{where} holds a JSON {type(doc).__name__} where spark_zmq writes an object: it "
+            f"was damaged or written by something else. Restore it, or give the query a new "
+            f"spoolPath (and checkpoint)"
+        )
     version = doc.pop(VERSION_KEY, FORMAT_VERSION)
     if version not in range(1, newest + 1):
         reads = "version 1" if newest == 1 else f"versions 1 to {newest}"

@@ -222,6 +222,9 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     (tmp_path / "spool" / "assignment.json").write_text('{"format_version": 7, "beat": 2}')
     with pytest.raises(SpoolError, match=r"assignment\.json has spool format version 7"):
         state.load()
+    (tmp_path / "spool" / "assignment.json").write_text("[1, 2]")
+    with pytest.raises(SpoolError, match=r"assignment\.json holds a JSON list where spark_zmq"):
+        state.load()
 
 
 @pytest.mark.parametrize(
