@@ -84,7 +84,7 @@ class DropEpisode:
             self.report_after = min(2 * self.report_after, MAX_REPORT_SECONDS)
         else:
             logger.warning("%s: partition %s: %s%s", self.name, self.key, text, self._earlier())
-            self.report_after = REPORT_SECONDS
+            self._reported_logged()
         self.count, self.since, self.because = 0, None, None
 
     def written(self) -> None:
@@ -100,15 +100,18 @@ class DropEpisode:
                 self.reported_since,
                 self.reported_rows,
             )
-            self.reported, self.reported_rows = 0, 0
-            self.report_after = REPORT_SECONDS
+            self._reported_logged()
 
     def _earlier(self) -> str:
+        """What the due gap rows before this episode's reported, for its log line."""
         if not self.reported_rows:
             return ""
-        text = (
+        return (
             f" (with the {self.reported_rows} gap rows before it, {self.reported + self.count} "
             f"messages dropped since {self.reported_since})"
         )
+
+    def _reported_logged(self) -> None:
+        """Drops ended and were logged: the next episode starts a new count, reported soon."""
         self.reported, self.reported_rows = 0, 0
-        return text
+        self.report_after = REPORT_SECONDS
