@@ -89,14 +89,13 @@ class EpochFiles:
         old = self.appended.pop(key, None)
         self._numbers += 1
         index.appended = appended_name(self._numbers)
-        fresh = path = self.path(key, index.appended)
+        fresh = self.path(key, index.appended)  # (a failed write may forget the partition)
+        self.write(key, index.appended, b"")
         try:
-            write_atomically(fresh, b"")
-            path = self.path(key, INDEX_NAME)
-            write_atomically(path, index.to_json().encode("utf-8"))
-        except OSError as exc:
+            self.write(key, INDEX_NAME, index.to_json().encode("utf-8"))
+        except SpoolError:
             remove_quietly(fresh)
-            raise self.failed(key, path, exc) from None
+            raise
         self.appended[key] = self._numbers
         if old is not None:
             remove_quietly(self.path(key, appended_name(old)))
