@@ -40,11 +40,10 @@ from typing import Any
 
 from harness.hermetic import ensure_private_network
 from harness.measure import capture_thread_id, cpu_ns, split_threads, thread_times
+from harness.trees import CHECKOUT, add_variant_argument, source_trees, tree_environment
 
-HERE = Path(__file__).resolve().parent
 PAYLOAD_BYTES = 100  # the shared publisher's (harness.publisher)
 TICK_SECONDS = 0.001
-TREE = HERE.parent
 #: a receiver that saw messages and then nothing for this long stops waiting
 IDLE_SECONDS = 3.0
 TIMEOUT = 120.0
@@ -230,7 +229,7 @@ def run_trial(
     publisher = PublisherProcess(context, plan)
     try:
         port = publisher.port
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree or str(TREE), str(HERE)]))
+        env = tree_environment(tree or str(CHECKOUT))
         env.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
         role = "capture" if tree else "bare"
         command = [sys.executable, __file__, "--role", role, "--port", str(port)]
@@ -301,13 +300,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--seconds", type=float, default=4.0, help="per trial (default 4)")
     parser.add_argument("--repeats", type=int, default=5, help="trials per variant (default 5)")
-    parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="LABEL=TREE",
-        help="capture from source tree TREE (its core built in place); default current=<here>",
-    )
+    add_variant_argument(parser, "capture (its core built in place)")
     parser.add_argument("--bare", action="store_true", help="also the bare pyzmq SUB loop")
     parser.add_argument(
         "--flush-ms",
@@ -336,9 +329,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     ensure_private_network(__file__)
-    variants: list[tuple[str, str | None]] = [
-        (text.split("=", 1)[0], str(Path(text.split("=", 1)[1]).resolve())) for text in args.variant
-    ] or [("current", str(TREE))]
+    variants: list[tuple[str, str | None]] = [*source_trees(args.variant)]
     flushes = [int(ms) for ms in args.flush_ms.split(",")]
     runs: list[tuple[str, str | None, int]] = [
         (label if len(flushes) == 1 else f"{label} {ms} ms", tree, ms)

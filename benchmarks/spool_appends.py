@@ -26,12 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from harness.hermetic import ensure_private_network
+from harness.trees import add_variant_argument, source_trees, tree_environment
 
-HERE = Path(__file__).resolve().parent
-TREE = HERE.parent
 PAYLOAD_BYTES = 100
 
 
@@ -58,7 +56,7 @@ def append_role(pending: int, appends: int, messages: int) -> dict[str, float]:
 
 
 def run(tree: str, pending: int, appends: int, messages: int) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tree, str(HERE)]))
+    env = tree_environment(tree)
     command = [sys.executable, __file__, "--role", "append", "--pending", str(pending)]
     command += ["--appends", str(appends), "--messages", str(messages)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -74,13 +72,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--appends", type=int, default=200, help="appends timed per trial")
     parser.add_argument("--messages", type=int, default=5000, help="messages per timed append")
     parser.add_argument("--repeats", type=int, default=3, help="trials per tree and count")
-    parser.add_argument(
-        "--variant",
-        action="append",
-        default=[],
-        metavar="LABEL=TREE",
-        help="a source tree to compare (repeatable; default: this checkout as 'current')",
-    )
+    add_variant_argument(parser, "the spool")
     parser.add_argument("--role", default="", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -91,9 +83,7 @@ def main() -> int:
         print(json.dumps(append_role(int(args.pending), args.appends, args.messages)))
         return 0
     ensure_private_network(__file__)
-    trees = [
-        (text.split("=", 1)[0], str(Path(text.split("=", 1)[1]).resolve())) for text in args.variant
-    ] or [("current", str(TREE))]
+    trees = source_trees(args.variant)
     counts = [int(n) for n in args.pending.split(",")]
     print(
         f"spool appends: {args.appends} appends of {args.messages:,} {PAYLOAD_BYTES}-byte messages "

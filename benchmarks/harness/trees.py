@@ -1,0 +1,39 @@
+"""Source trees that a benchmark compares side by side (``--variant LABEL=TREE``): each runs in
+a process of its own, with that tree's ``spark_zmq`` first on its path."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+#: the benchmarks' folder (``harness`` is imported from it) and this checkout
+BENCHMARKS = Path(__file__).resolve().parents[1]
+CHECKOUT = BENCHMARKS.parent
+
+
+def add_variant_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--variant LABEL=TREE``, repeatable; ``what`` says what is taken from TREE."""
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="LABEL=TREE",
+        help=f"{what} from source tree TREE (repeatable); default current=<this checkout>",
+    )
+
+
+def source_trees(variants: list[str]) -> list[tuple[str, str]]:
+    """(label, absolute path) of each ``LABEL=TREE``; none given: this checkout as current."""
+    trees = []
+    for text in variants:
+        label, sep, tree = text.partition("=")
+        if not sep or not label or not tree:
+            raise SystemExit(f"--variant {text!r}: expected LABEL=TREE")
+        trees.append((label, str(Path(tree).resolve())))
+    return trees or [("current", str(CHECKOUT))]
+
+
+def tree_environment(tree: str) -> dict[str, str]:
+    """This process's environment with ``tree`` (then the benchmarks' folder) on the path."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([tree, str(BENCHMARKS)]))
