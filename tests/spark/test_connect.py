@@ -6,6 +6,7 @@ rows out through ``writeStream.format("zeroeq")`` to a subscriber of this proces
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -86,10 +88,27 @@ WRITER = CONNECT + textwrap.dedent(
 )
 
 
+#: what the Connect server logs once it listens, and when it could not bind its port
+STARTED, NOT_STARTED = "Spark Connect server started at", "Error starting Spark Connect server"
+#: servers started, each on another free port, before the fixture gives up
+SERVER_TRIES = 3
+
+
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("connect")
-    port = free_port()
+    server, port = start_connect_server(folder)
+    try:
+        yield f"sc://{LOOPBACK}:{port}"
+    finally:
+        stop(server)
+
+
+def start_connect_server(folder) -> tuple[subprocess.Popen, int]:
+    """A Connect server (local[2]) on a free port, and the port. ``free_port``'s port can be
+    taken by another process before the server binds it; the server then logs NOT_STARTED and
+    runs on, while the port answers for whoever took it: a client would wait for good. So the
+    fixture waits for STARTED, and starts another server on another port after NOT_STARTED."""
     env = dict(
         os.environ,
         SPARK_HOME=str(SPARK_HOME),
@@ -98,35 +117,51 @@ def connect_server(tmp_path_factory):
         SPARK_LOG_DIR=str(folder),
         SPARK_PID_DIR=str(folder),
     )
-    settings = {
-        "spark.connect.grpc.binding.address": LOOPBACK,
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.host": LOOPBACK,
-        "spark.ui.enabled": "false",
-    }
-    log = open(folder / "server.log", "wb")
-    server = subprocess.Popen(
-        [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]"]
-        + [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    for attempt in range(1, SERVER_TRIES + 1):
+        port = free_port()
+        settings = {
+            "spark.connect.grpc.binding.address": LOOPBACK,
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.driver.host": LOOPBACK,
+            "spark.ui.enabled": "false",
+        }
+        path = folder / f"server-{attempt}.log"
+        with open(path, "wb") as log:
+            server = subprocess.Popen(
+                [str(SPARK_HOME / "sbin" / "start-connect-server.sh"), "--wait"]
+                + ["--master", "local[2]"]
+                + [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        outcome = functools.partial(server_outcome, server, path, port)
+        if wait_until(outcome, timeout=180, interval=0.5, what="the Connect server") == STARTED:
+            return server, port
+        stop(server)
+    raise AssertionError(f"no Connect server could bind a port in {SERVER_TRIES} tries: {folder}")
 
-    def listening() -> bool:
-        if server.poll() is not None:
-            raise AssertionError(f"the Connect server ended: {(folder / 'server.log').read_text()}")
-        with socket.socket() as probe:
-            return probe.connect_ex((LOOPBACK, port)) == 0
 
-    try:
-        wait_until(listening, timeout=180, interval=0.5, what="the Connect server")
-        yield f"sc://{LOOPBACK}:{port}"
-    finally:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-        log.close()
+def server_outcome(server: subprocess.Popen, log: Path, port: int) -> str | None:
+    """STARTED once the server listens on ``port``, NOT_STARTED if it could not bind it, None
+    while it starts; AssertionError if it ended."""
+    text = log.read_text(errors="replace")
+    if server.poll() is not None:
+        raise AssertionError(f"the Connect server ended: {text}")
+    if NOT_STARTED in text:
+        return NOT_STARTED
+    return STARTED if STARTED in text and listening(port) else None
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex((LOOPBACK, port)) == 0
+
+
+def stop(server: subprocess.Popen) -> None:
+    os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
 
 
 def test_a_connect_client_streams_zeroeq_events(connect_server, publishers, tmp_path):
