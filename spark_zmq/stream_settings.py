@@ -12,6 +12,7 @@ from typing import Any, Generic, TypeVar
 from spark_zmq.options import Options
 from spark_zmq.security import Curve
 from spark_zmq.spool.index import Retention
+from spark_zmq.spool.remote import ServerAddress
 from spark_zmq.stream_options import (
     CAPTURE,
     CAPTURE_CORE,
@@ -40,6 +41,7 @@ from spark_zmq.stream_options import (
     SPOOL_PATH,
     SPOOL_RETENTION,
     SPOOL_RETENTION_BYTES,
+    SPOOL_SERVER,
     STARTING_OFFSETS,
     WAIT_FOR_SUBSCRIBERS,
     WRITER_MAX_MESSAGE_BYTES,
@@ -77,6 +79,8 @@ class SourceSettings:
     min_partitions: int | None
     #: the options the user gave but spoolPath, as text, in name order
     given: tuple[tuple[str, str], ...]
+    #: spoolServer: where capture on the driver (or a service) serves the spool (None: off)
+    spool_server: ServerAddress | None
 
     @classmethod
     def of(cls, options: Options) -> SourceSettings:
@@ -92,6 +96,7 @@ class SourceSettings:
             max_endpoints=options.get(MAX_ENDPOINTS),
             min_partitions=options.get(MIN_PARTITIONS),
             given=tuple((k, str(v)) for k, v in given.items() if k != SPOOL_PATH.name),
+            spool_server=options.get(SPOOL_SERVER),
         )
 
     @property

@@ -86,11 +86,14 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol[A
     service = CaptureService(protocol, settings, spool)
     try:
         service.start()
+        served = service.capture.served()
+        where = f"serves it at {served.location}" if served else "does not serve it"
         _say(
             f"{protocol.name}: capture service (process {os.getpid()} on host "
-            f"{socket.gethostname()}) fills spool {spool}; queries read it with options "
-            f"capture=service, spoolPath={spool}; a line every {args.progress_every:g} s; "
-            f"SIGTERM or SIGINT stops it"
+            f"{socket.gethostname()}) fills spool {spool} and {where} (read tasks on hosts "
+            f"that do not see the folder); queries read it with options capture=service, "
+            f"spoolPath={spool}; a line every {args.progress_every:g} s; SIGTERM or SIGINT "
+            f"stops it"
         )
         _serve(service, stop, args.progress_every)
         _say(_progress_line(protocol.name, service.progress(), "since the last line, stopping"))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.remote import ServedSpool
 from spark_zmq.stream_settings import ReaderSettings
 
 if TYPE_CHECKING:  # (a Claim is a Spark partition: placements without claims need no pyspark)
@@ -54,6 +55,11 @@ class Placement(ABC):
     def claims_of_round(self, claims_round: int) -> list[Claim]:
         """The claim tasks of a round that ``next_claims_round`` opened."""
         return []
+
+    def served(self) -> ServedSpool | None:
+        """Where the spool is served to read tasks whose host does not see its folder (None:
+        nowhere; they must see it)."""
+        return None
 
     @abstractmethod
     def commit(self, end: dict[str, int]) -> None:

@@ -9,6 +9,7 @@ again (``spool.downtime``).
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError
@@ -18,8 +19,13 @@ from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.contract import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY
+from spark_zmq.spool.identity import spool_identity
 from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.remote import ServedSpool
 from spark_zmq.spool.writer import Spool
+
+if TYPE_CHECKING:
+    from spark_zmq.spool.serving import SpoolServer
 
 
 class DriverCapture(Placement):
@@ -28,6 +34,7 @@ class DriverCapture(Placement):
     _spool: Spool | None = None
     _capture: Capture | None = None
     _discovery: Discovery | None = None
+    _server: SpoolServer | None = None
     #: who writes the spool, in its LOCK (a capture service is a DriverCapture run by itself)
     spool_role: str = QUERY
     #: where capture runs, for the log line that says it started
@@ -62,10 +69,25 @@ class DriverCapture(Placement):
         logger.info(
             "%s: capturing %s, spooling to %s", self.protocol.name, self.runs_where, self.spool_path
         )
+        self._serve()
         self._discovery = self.protocol.discovery(self.query.decoding, self._spool.state(DISCOVERY))
         self._discovery.start(
             guarded(self._capture, self.protocol.name, self.query.source.max_endpoints)
         )
+
+    def _serve(self) -> None:
+        """Serve the spool to read tasks on hosts that do not see its folder (option
+        spoolServer; ``spool.serving``)."""
+        address = self.query.source.spool_server
+        if address is None:
+            return
+        from spark_zmq.spool.serving import SpoolServer  # (Flight: only where it serves)
+
+        self._server = SpoolServer(self.spool_path, spool_identity(self.spool_path), address)
+        self._server.start()
+
+    def served(self) -> ServedSpool | None:
+        return self._server.served if self._server is not None else None
 
     def _running(self) -> tuple[Spool, Capture, Discovery]:
         if self._spool is None or self._capture is None or self._discovery is None:
@@ -88,6 +110,9 @@ class DriverCapture(Placement):
         ZeroConf browser) can take seconds to stop; joins it reports meanwhile go nowhere."""
         if self._spool is not None:
             self._spool.stopping()  # a restart of this query waits for the spool, not fails
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if self._capture is not None:
             self._capture.close()
             self._capture = None

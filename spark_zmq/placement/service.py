@@ -28,6 +28,7 @@ from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import SpoolError, load_indexes
 from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.spool.remote import ServedSpool, load_served
 from spark_zmq.stream_settings import ReaderSettings
 
 
@@ -83,6 +84,11 @@ class ServiceSpool(Placement):
         if folder_holder(self.spool_path) is None:
             self._warn_nothing_captures()
         return read_snapshot(self.spool_path)
+
+    def served(self) -> ServedSpool | None:
+        """Where the capture service serves its spool (its ``served.json``), read anew for
+        each micro-batch: a restarted service serves on another port, with another token."""
+        return load_served(self.spool_path)
 
     def commit(self, end: dict[str, int]) -> None:
         """Record what Spark committed; the service lets it go (``CaptureService``)."""

@@ -24,7 +24,9 @@ from spark_zmq.options import Options
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.offsets import ranges, resolve, split_ranges
 from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spool.identity import spool_identity
 from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.spool.remote import load_served
 from spark_zmq.stream_settings import ReaderSettings
 
 
@@ -66,7 +68,10 @@ class ZmqBatchReader(DataSourceReader):
                     f"before startingOffsets ({start[key]})"
                 )
         planned = split_ranges(ranges(start, stop, {}), self.settings.min_partitions, first)
-        return [SpoolRange(self.spool_path, r.key, r.start, r.end) for r in planned]
+        spool_id, served = spool_identity(self.spool_path), load_served(self.spool_path)
+        return [
+            SpoolRange(self.spool_path, r.key, r.start, r.end, spool_id, served) for r in planned
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         configure_spark_worker_logging()

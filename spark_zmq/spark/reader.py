@@ -219,8 +219,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = {}
         if any(k not in start.ends for k in end.ends):  # partitions new since ``start`` begin
             first = {k: s.first_uncommitted for k, s in self._started().snapshot().items()}
+        served = self._started().served()
         planned: list[InputPartition] = [
-            SpoolRange(self.spool_path, r.key, r.start, r.end)
+            SpoolRange(self.spool_path, r.key, r.start, r.end, self._spool(), served)
             for r in self._split(ranges(start.ends, end.ends, first))
         ]
         if end.claims_round is not None and end.claims_round != start.claims_round:

@@ -33,7 +33,7 @@ from spark_zmq.log import logger
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.decoding import DecodeFailures, bounded_errors, decode_isolating
 from spark_zmq.spool.index import Source
-from spark_zmq.spool.reader import read_range
+from spark_zmq.spool.remote import ServedSpool, open_range
 from spark_zmq.stream_settings import RowSettings
 
 #: the format's reader settings
@@ -71,12 +71,16 @@ def output_schema(protocol: StreamProtocol[Any]) -> pa.Schema:
 
 @dataclass(frozen=True)
 class SpoolRange(InputPartition):
-    """One partition's offset range [start, end) of a spool; all a read task needs."""
+    """One partition's offset range [start, end) of a spool; all a read task needs: the
+    spool's folder and identity, and where it is served to hosts that do not see the folder
+    (``spool.remote.open_range``)."""
 
     spool_path: str
     key: str
     start: int
     end: int
+    spool_id: str | None = None  # None: read the folder's files, whatever spool they are
+    served: ServedSpool | None = None
 
 
 def read_rows(
@@ -94,7 +98,10 @@ def read_rows(
     dropped = 0
     failures = DecodeFailures()
     try:
-        for first, source, table in read_range(part.spool_path, part.key, part.start, part.end):
+        slices = open_range(
+            part.spool_path, part.key, part.start, part.end, part.spool_id, part.served
+        )
+        for first, source, table in slices:
             batch = _decode(protocol, decoding, part.key, first, source, table, schema, failures)
             batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
             dropped += malformed

@@ -245,11 +245,15 @@ def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
     return os.path.join(base, segment.file_name), os.path.join(base + SEALED, segment.file_name)
 
 
-def write_atomically(path: str, data: bytes, durable: bool = False) -> None:
-    """``data`` at ``path``, whole or not at all; ``durable``: on disk before it is named."""
+def write_atomically(path: str, data: bytes, durable: bool = False, mode: int = 0o666) -> None:
+    """``data`` at ``path``, whole or not at all; ``durable``: on disk before it is named;
+    ``mode``: the file's permissions (less the umask) from its creation on, so that a secret
+    is never readable by others, not even for a moment."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as f:
+            if mode != 0o666:  # a leftover file of that name kept its own permissions
+                os.fchmod(f.fileno(), mode)
             f.write(data)
             if durable:
                 f.flush()

@@ -44,6 +44,7 @@ from spark_zmq.stream_options.reader import (
     SPOOL_PATH,
     SPOOL_RETENTION,
     SPOOL_RETENTION_BYTES,
+    SPOOL_SERVER,
     STARTING_OFFSETS,
 )
 from spark_zmq.stream_options.values import (
@@ -55,6 +56,7 @@ from spark_zmq.stream_options.values import (
     ending_offsets,
     retention_duration,
     spool_folder,
+    spool_server,
     starting_offsets,
 )
 from spark_zmq.stream_options.writer import (
@@ -112,6 +114,7 @@ __all__ = [
     "SPOOL_PATH",
     "SPOOL_RETENTION",
     "SPOOL_RETENTION_BYTES",
+    "SPOOL_SERVER",
     "STARTING_OFFSETS",
     "WAIT_FOR_SUBSCRIBERS",
     "WRITER_MAX_MESSAGE_BYTES",
@@ -124,5 +127,6 @@ __all__ = [
     "ending_offsets",
     "retention_duration",
     "spool_folder",
+    "spool_server",
     "starting_offsets",
 ]

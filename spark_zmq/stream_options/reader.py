@@ -21,6 +21,7 @@ from spark_zmq.stream_options.values import (
     ending_offsets,
     retention_duration,
     spool_folder,
+    spool_server,
     starting_offsets,
 )
 
@@ -123,6 +124,23 @@ SPOOL_PATH = Option(
     "`spoolRetention` (batch reads of it replay them). Default: a folder under "
     "the local temporary directory derived from the format and options, so a restart with "
     "the same options finds it; its path is logged.",
+)
+
+SPOOL_SERVER = Option(
+    "spoolServer",
+    spool_server,
+    "auto, off, HOST or HOST:PORT (an address of the host that captures)",
+    "auto",
+    "With `capture=driver`, and for a capture service: where the process that captures "
+    "serves the spool to read tasks on hosts that do not see its folder (Arrow Flight "
+    "over gRPC; each call must carry a token made for the capture's run, which only its "
+    "tasks get). Tasks that see the folder (local mode, the same host, `spoolPath` on "
+    "shared storage) read its files directly. `auto`: the address Spark gives a driver "
+    "that was not told one (`SPARK_LOCAL_IP`, else the host name's address, else a "
+    "non-loopback interface's), on a free port; set it to the address executors reach "
+    "this host at if that is another (`spark.driver.host`). `off`: no server; read tasks "
+    "must then see the folder. Not used with `capture=executors`, whose spool is on "
+    "shared storage.",
 )
 
 MAX_BYTES_PER_BATCH = Option(
@@ -308,6 +326,7 @@ READER_OPTIONS: tuple[Option[Any], ...] = (
     ENDING_OFFSETS,
     MIN_PARTITIONS,
     SPOOL_PATH,
+    SPOOL_SERVER,
     MAX_BYTES_PER_BATCH,
     MAX_SPOOL_BYTES,
     SPOOL_RETENTION,

@@ -1,5 +1,5 @@
 """Parsers of the generic reader's option values that say more than a number or a word:
-offset specs, retention durations, spool folders, nice values."""
+offset specs, retention durations, spool folders, the spool server's address, nice values."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from urllib.parse import urlparse
 
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.options import duration
+from spark_zmq.protocols.addresses import check_host, check_port
+from spark_zmq.spool.remote import ServerAddress
 
 # ---------------------------------------------------------------------------------------------
 # startingOffsets and endingOffsets (spark_zmq.spark.offsets.resolve applies them to a spool)
@@ -77,6 +79,26 @@ def spool_folder(value: str) -> str:
         f"{scheme}:// is not a POSIX file system: the spool needs flock, atomic rename and "
         f"mkdir; give a local folder or an NFS mount{hint}"
     )
+
+
+def spool_server(value: str) -> ServerAddress | None:
+    """``spoolServer``: ``auto`` (Spark's default driver address, any port), ``off`` (None),
+    ``HOST`` or ``HOST:PORT`` (``[v6]:PORT`` for an IPv6 literal with a port)."""
+    text = value.strip()
+    if text.lower() == "off":
+        return None
+    if text.lower() == "auto":
+        return ServerAddress()
+    host, port = text, "0"
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest:
+            if not rest.startswith(":"):
+                raise ValueError(value)
+            port = rest[1:]
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    return ServerAddress(check_host(host), 0 if port == "0" else check_port(port))
 
 
 def capture_nice(value: str) -> int | None:

@@ -425,6 +425,54 @@ def test_a_spool_that_executors_do_not_see_fails_the_query_clearly(cluster, tmp_
     assert publisher.instance_name
 
 
+@pytest.mark.cluster
+def test_capture_on_the_driver_serves_its_spool_to_executors_that_do_not_see_it(
+    spark, cluster, tmp_path, publishers
+):
+    """Issue 45: capture=driver with a spool on the driver's own disk (here a folder that the
+    workers see as an empty tmpfs of their own): the read tasks get their ranges from the
+    driver's spool server (Arrow Flight), every message once."""
+    pubs = [publishers("served") for _ in range(2)]
+    spool = cluster.private / tmp_path.name / "spool"
+    job = cluster.submit(
+        str(ROOT / "spark_zmq" / "jobs" / "capture_to_parquet.py"),
+        "--format",
+        "zeroeq",
+        "--option",
+        "session=served",
+        "--option",
+        "discoveryInterfaces=127.0.0.1",
+        "--option",
+        f"spoolPath={spool}",
+        "--output",
+        str(tmp_path / "table"),
+        "--trigger",
+        "1",
+    )
+    log: list[str] = []
+    threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
+    sender = None
+    try:
+        for publisher in pubs:
+            publisher.wait_for_subscribers(timeout=240)
+        sender = Sender(pubs, rate=50)
+        time.sleep(6)
+        sent = sender.stop()
+        rows = wait_for_all_sent(spark, tmp_path / "table", sent)
+    finally:
+        if sender is not None:
+            sender.stop()
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(60)
+    check_exactly_once(rows, sent, set())
+    text = "".join(log)
+    assert re.search(
+        rf"spool {re.escape(str(spool))} is served to read tasks on other hosts at "
+        rf"grpc\+tcp://127\.0\.0\.1:\d+",
+        text,
+    ), text[-3000:]
+
+
 def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publishers):
     """SIGSTOP a holder past its lease: a new holder takes over; after SIGCONT the old one
     finds itself fenced and ends, and the sink holds every message at most once."""

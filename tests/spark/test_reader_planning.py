@@ -57,6 +57,9 @@ class FakePlacement:
     def claims_of_round(self, claims_round: int) -> list[FakeClaim]:
         return [FakeClaim(key, claims_round) for key in self.unheld]
 
+    def served(self) -> None:
+        return None  # read tasks read the spool's files
+
     def commit(self, end: dict[str, int]) -> None:
         self.committed.append(dict(end))
 

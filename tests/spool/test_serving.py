@@ -1,0 +1,145 @@
+"""Serving a spool to read tasks on hosts that do not see its folder (``spool.serving``, Arrow
+Flight) and the one choice a read task makes between the files and the server
+(``spool.remote.open_range``)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pyarrow as pa
+import pytest
+
+from spark_zmq.capture.buffer import spool_table
+from spark_zmq.spool.identity import spool_identity
+from spark_zmq.spool.index import Retention, Source
+from spark_zmq.spool.reader import read_range
+from spark_zmq.spool.remote import (
+    SERVED_NAME,
+    ServedSpool,
+    ServerAddress,
+    SpoolNotShared,
+    SpoolServerError,
+    load_served,
+    open_range,
+    read_served_range,
+)
+from spark_zmq.spool.serving import SpoolServer
+from spark_zmq.spool.writer import Spool
+
+ONE = Source("tcp://10.0.0.1:1", {"publisher": "one"})
+TWO = Source("tcp://10.0.0.2:2", {"publisher": "two"})
+
+
+def messages(first: int, count: int, faults: dict[int, str] | None = None) -> pa.Table:
+    """Messages m<first>.. of two frames each; a row at an index of ``faults`` is a gap row
+    (no frames), as capture writes one."""
+    faults = faults or {}
+    frames = [
+        [] if i - first in faults else [b"m%d" % i, b"part"] for i in range(first, first + count)
+    ]
+    return spool_table(frames, list(range(first, first + count)), faults)
+
+
+def slices(found) -> list[tuple[int, Source, list, list]]:
+    """(first, source, frames, faults) of each slice, tables compared by content."""
+    return [
+        (first, source, table.column("frames").to_pylist(), table.column("fault").to_pylist())
+        for first, source, table in found
+    ]
+
+
+def rows(found) -> list[tuple[int, Source, list, str | None]]:
+    """One entry per row (offset, source, frames, fault): the same rows in any slicing."""
+    out = []
+    for first, source, frames, faults in slices(found):
+        out += [(first + i, source, f, fault) for i, (f, fault) in enumerate(zip(frames, faults))]
+    return out
+
+
+@pytest.fixture
+def served_spool(tmp_path):
+    """A spool with two partitions (one with a gap row, a committed and deleted range, and
+    more than one record batch), served on loopback."""
+    root = str(tmp_path / "spool")
+    spool = Spool(root, 1 << 30, retention=Retention(seconds=0))
+    spool.append("a", ONE, messages(0, 3))
+    spool.append("a", ONE, messages(3, 10_000, {5: "gap: 1 message lost (test)"}))
+    spool.append("b", TWO, messages(0, 4))
+    spool.truncate("a", 3)  # committed and deleted: offsets 0-2 read as one gap row
+    server = SpoolServer(root, spool_identity(root), ServerAddress("127.0.0.1"))
+    server.start()
+    yield root, server
+    server.close()
+    spool.close()
+
+
+def test_a_served_range_gives_the_rows_of_the_files(served_spool):
+    root, server = served_spool
+    for key, start, end in (("a", 0, 10_003), ("a", 4, 9), ("a", 4100, 8300), ("b", 1, 4)):
+        remote = rows(read_served_range(server.served, key, start, end))
+        assert remote == rows(read_range(root, key, start, end)), (key, start, end)
+        assert len(remote) == end - start or start == 0  # (offsets 0-2 are one gap row)
+    deleted = rows(read_served_range(server.served, "a", 0, 4))
+    assert deleted[0][3].startswith("gap: 3 messages at offsets [0, 3) of partition a were")
+    assert deleted[1] == (3, ONE, [b"m3", b"part"], None)
+    gap = rows(read_served_range(server.served, "a", 8, 9))
+    assert gap == [(8, ONE, [], "gap: 1 message lost (test)")]
+    # the same range twice: the same rows (a retried task reads what the first attempt read)
+    twice = [rows(read_served_range(server.served, "a", 10, 5000)) for _ in range(2)]
+    assert twice[0] == twice[1] and len(twice[0]) == 4990
+
+
+def test_only_the_token_of_the_servers_run_and_its_own_spool_are_let_in(served_spool):
+    server = served_spool[1]
+    served = server.served
+    assert served.token not in repr(served), "partitions are printed in Spark's logs"
+    stranger = ServedSpool(served.location, "not-the-token", served.spool_id)
+    with pytest.raises(SpoolServerError, match="the server refused the task's token"):
+        list(read_served_range(stranger, "b", 0, 4))
+    elsewhere = ServedSpool(served.location, served.token, "another-spool")
+    with pytest.raises(SpoolServerError, match="was planned against another spool"):
+        list(read_served_range(elsewhere, "b", 0, 4))
+    with pytest.raises(SpoolServerError, match=r"cannot serve offsets \[0, 9\) of partition 'b'"):
+        list(read_served_range(served, "b", 0, 9))  # never held: the spool's own error, whole
+
+
+def test_served_json_says_where_only_to_the_owner_and_goes_with_the_server(tmp_path):
+    root = str(tmp_path)
+    Spool(root, 1 << 30).close()
+    server = SpoolServer(root, spool_identity(root), ServerAddress("127.0.0.1"))
+    server.start()
+    mode = stat.S_IMODE(os.stat(os.path.join(root, SERVED_NAME)).st_mode)
+    assert mode == 0o600, oct(mode)
+    assert load_served(root) == server.served
+    assert server.served.location == f"grpc+tcp://127.0.0.1:{server.port}"
+    server.close()
+    assert load_served(root) is None
+    with pytest.raises(SpoolServerError, match=r"does not answer .*option spoolServer"):
+        list(read_served_range(server.served, "k", 0, 1))
+
+
+def test_a_read_task_takes_the_files_it_sees_else_the_server_else_says_what_is_missing(
+    served_spool, tmp_path
+):
+    root, server = served_spool
+    spool_id = server.served.spool_id
+    moved = str(tmp_path / "elsewhere")  # this host does not see the spool at that path
+    expected = rows(read_range(root, "b", 0, 4))
+    assert rows(open_range(root, "b", 0, 4, spool_id, None)) == expected  # its files
+    assert rows(open_range(moved, "b", 0, 4, spool_id, server.served)) == expected
+    server.close()  # the files are read where they are seen: the server is not asked
+    assert rows(open_range(root, "b", 0, 4, spool_id, server.served)) == expected
+    with pytest.raises(SpoolNotShared, match=r"does not see spool .* and nothing serves it"):
+        open_range(moved, "b", 0, 4, spool_id, None)
+    other = str(tmp_path / "other")
+    Spool(other, 1 << 30).close()
+    spool_identity(other)  # a folder at the task's path that holds another spool
+    with pytest.raises(SpoolNotShared, match="leave option spoolServer at auto"):
+        open_range(other, "b", 0, 4, spool_id, None)
+
+
+def test_a_server_cannot_bind_an_address_of_another_host(tmp_path):
+    root = str(tmp_path)
+    with pytest.raises(Exception, match=r"cannot serve spool .* on 192\.0\.2\.1:0 .*spoolServer"):
+        SpoolServer(root, spool_identity(root), ServerAddress("192.0.2.1"))
