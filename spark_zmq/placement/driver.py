@@ -85,6 +85,15 @@ class DriverCapture(Placement):
 
         self._server = SpoolServer(self.spool_path, spool_identity(self.spool_path), address)
         self._server.start()
+        if any(self.query.capture.curve):
+            logger.warning(
+                "%s: capture receives over CURVE, but the spool server at %s hands what it "
+                "received to read tasks on other hosts unencrypted (gRPC without TLS). Where "
+                "that matters, put spoolPath on storage the executors share and set "
+                "spoolServer=off, or keep the cluster's network private",
+                self.protocol.name,
+                self._server.served.location,
+            )
 
     def served(self) -> ServedSpool | None:
         return self._server.served if self._server is not None else None
