@@ -6,13 +6,14 @@ reads ``Options``. A format's own settings are in ``protocols/<name>/options.py`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from spark_zmq.options import Options
+from spark_zmq.options import OptionError, Options
 from spark_zmq.security import Curve
 from spark_zmq.spool.index import Retention
-from spark_zmq.spool.remote import ServerAddress
+from spark_zmq.spool.remote import ServerSettings
 from spark_zmq.stream_options import (
     CAPTURE,
     CAPTURE_CORE,
@@ -42,6 +43,8 @@ from spark_zmq.stream_options import (
     SPOOL_RETENTION,
     SPOOL_RETENTION_BYTES,
     SPOOL_SERVER,
+    SPOOL_SERVER_CERTIFICATE,
+    SPOOL_SERVER_KEY,
     STARTING_OFFSETS,
     WAIT_FOR_SUBSCRIBERS,
     WRITER_MAX_MESSAGE_BYTES,
@@ -80,7 +83,7 @@ class SourceSettings:
     #: the options the user gave but spoolPath, as text, in name order
     given: tuple[tuple[str, str], ...]
     #: spoolServer: where capture on the driver (or a service) serves the spool (None: off)
-    spool_server: ServerAddress | None
+    spool_server: ServerSettings | None
 
     @classmethod
     def of(cls, options: Options) -> SourceSettings:
@@ -96,12 +99,27 @@ class SourceSettings:
             max_endpoints=options.get(MAX_ENDPOINTS),
             min_partitions=options.get(MIN_PARTITIONS),
             given=tuple((k, str(v)) for k, v in given.items() if k != SPOOL_PATH.name),
-            spool_server=options.get(SPOOL_SERVER),
+            spool_server=_spool_server(options),
         )
 
     @property
     def capture_on_executors(self) -> bool:
         return self.placement == "executors"
+
+
+def _spool_server(options: Options) -> ServerSettings | None:
+    """Options spoolServer, spoolServerCertificate and spoolServerKey, as one setting."""
+    served = options.get(SPOOL_SERVER)
+    certificate, key = options.get(SPOOL_SERVER_CERTIFICATE), options.get(SPOOL_SERVER_KEY)
+    if (certificate is None) != (key is None):
+        raise OptionError(
+            f"{options.format_name}: options spoolServerCertificate and spoolServerKey go "
+            f"together (TLS needs both); "
+            f"{'spoolServerKey' if key is None else 'spoolServerCertificate'} is missing"
+        )
+    if served is None or certificate is None:
+        return served
+    return dataclasses.replace(served, certificate=certificate, key=key)
 
 
 @dataclass(frozen=True)

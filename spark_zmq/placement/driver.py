@@ -85,12 +85,12 @@ class DriverCapture(Placement):
 
         self._server = SpoolServer(self.spool_path, spool_identity(self.spool_path), address)
         self._server.start()
-        if any(self.query.capture.curve):
+        if any(self.query.capture.curve) and self._server.served.certificate is None:
             logger.warning(
                 "%s: capture receives over CURVE, but the spool server at %s hands what it "
-                "received to read tasks on other hosts unencrypted (gRPC without TLS). Where "
-                "that matters, put spoolPath on storage the executors share and set "
-                "spoolServer=off, or keep the cluster's network private",
+                "received to read tasks on other hosts unencrypted (gRPC without TLS). Give "
+                "it a certificate (options spoolServerCertificate, spoolServerKey), or put "
+                "spoolPath on storage the executors share and set spoolServer=off",
                 self.protocol.name,
                 self._server.served.location,
             )

@@ -58,28 +58,45 @@ class ServedSpool:
     another host. ``token`` is a secret of the server's run; it goes to tasks inside their
     partitions and to ``served.json`` (readable by the spool's owner only), never to a log."""
 
-    location: str  # grpc+tcp://host:port
+    location: str  # grpc+tcp://host:port, or grpc+tls://host:port
     token: str
     spool_id: str  # the identity (spool.json) of the spool it serves
+    #: with TLS: the server's certificate (PEM), the only one a task accepts from it
+    certificate: str | None = None
 
     def __repr__(self) -> str:  # partitions are printed in Spark's logs: the token is not
         return f"ServedSpool({self.location!r}, spool {self.spool_id})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"location": self.location, "token": self.token, "spool_id": self.spool_id}
+        return {
+            "location": self.location,
+            "token": self.token,
+            "spool_id": self.spool_id,
+            "certificate": self.certificate,
+        }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ServedSpool:
-        return cls(str(doc["location"]), str(doc["token"]), str(doc["spool_id"]))
+        certificate = doc.get("certificate")
+        return cls(
+            str(doc["location"]),
+            str(doc["token"]),
+            str(doc["spool_id"]),
+            None if certificate is None else str(certificate),
+        )
 
 
 @dataclass(frozen=True)
-class ServerAddress:
-    """Option ``spoolServer``: where to listen. ``host`` None: the address Spark's driver
-    takes by default (``default_host``); ``port`` 0: any free one."""
+class ServerSettings:
+    """Where and how to serve a spool (options ``spoolServer``, ``spoolServerCertificate``,
+    ``spoolServerKey``). ``host`` None: the address Spark gives a driver by default
+    (``default_host``); ``port`` 0: any free one; ``certificate`` and ``key``: PEM files for
+    TLS (both or neither)."""
 
     host: str | None = None
     port: int = 0
+    certificate: str | None = None
+    key: str | None = None
 
     def resolved(self) -> tuple[str, int]:
         return (self.host or default_host(), self.port)
@@ -203,7 +220,7 @@ def read_served_range(
 
     call = flight.FlightCallOptions(headers=[(TOKEN_HEADER, f"Bearer {served.token}".encode())])
     try:
-        stream = _client(served.location).do_get(
+        stream = _client(served.location, served.certificate).do_get(
             flight.Ticket(ticket(served.spool_id, key, start, end)), call
         )
         for chunk in stream:
@@ -222,21 +239,23 @@ def read_served_range(
         raise _served_error(served, key, start, end, exc) from None
 
 
-_clients: dict[str, pyarrow.flight.FlightClient] = {}
+_clients: dict[tuple[str, str | None], pyarrow.flight.FlightClient] = {}
 _clients_lock = threading.Lock()
 
 
-def _client(location: str) -> pyarrow.flight.FlightClient:
+def _client(location: str, certificate: str | None) -> pyarrow.flight.FlightClient:
     """One client (one gRPC channel) per server and process: Python workers are reused, so
-    later tasks skip the connection's set-up."""
+    later tasks skip the connection's set-up. With TLS it trusts the server's certificate
+    only (not the host's CAs)."""
     from pyarrow import flight
 
     with _clients_lock:
-        client = _clients.get(location)
+        client = _clients.get((location, certificate))
         if client is None:
             keepalive = KEEPALIVE_SECONDS * 1000
-            client = _clients[location] = flight.FlightClient(
+            client = _clients[(location, certificate)] = flight.FlightClient(
                 location,
+                tls_root_certs=certificate.encode() if certificate else None,
                 generic_options=[
                     ("grpc.keepalive_time_ms", keepalive),
                     ("grpc.keepalive_timeout_ms", keepalive),

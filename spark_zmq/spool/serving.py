@@ -38,14 +38,32 @@ from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.remote import (
     TOKEN_HEADER,
     ServedSpool,
-    ServerAddress,
+    ServerSettings,
     forget_served,
     save_served,
 )
 
 
-def _location(host: str, port: int) -> str:
-    return f"grpc+tcp://{f'[{host}]' if ':' in host else host}:{port}"
+def _location(scheme: str, host: str, port: int) -> str:
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def _tls(settings: ServerSettings) -> tuple[str | None, list[flight.CertKeyPair]]:
+    """The certificate (PEM) tasks are to trust, and the server's key pairs: none without
+    ``spoolServerCertificate`` and ``spoolServerKey``."""
+    if settings.certificate is None or settings.key is None:
+        return None, []
+    try:
+        with open(settings.certificate, encoding="ascii") as f:
+            certificate = f.read()
+        with open(settings.key, encoding="ascii") as f:
+            key = f.read()
+    except (OSError, ValueError) as exc:
+        raise SpoolError(
+            f"cannot read the spool server's certificate or key (options "
+            f"spoolServerCertificate, spoolServerKey): {exc}"
+        ) from None
+    return certificate, [flight.CertKeyPair(certificate, key)]
 
 
 class _TokenCheck(flight.ServerMiddlewareFactory):
@@ -67,27 +85,34 @@ class SpoolServer(flight.FlightServerBase):
     """Serves ranges of the spool at ``root`` (identity ``spool_id``) to whoever has the
     token (module doc). ``start`` listens and says where in ``served.json``."""
 
-    def __init__(self, root: str, spool_id: str, address: ServerAddress) -> None:
-        host, port = address.resolved()
+    def __init__(self, root: str, spool_id: str, settings: ServerSettings) -> None:
+        host, port = settings.resolved()
         token = secrets.token_urlsafe(32)
+        certificate, pairs = _tls(settings)
+        scheme = "grpc+tls" if certificate else "grpc+tcp"
         try:
-            super().__init__(_location(host, port), middleware={"token": _TokenCheck(token)})
+            super().__init__(
+                _location(scheme, host, port),
+                tls_certificates=pairs,
+                middleware={"token": _TokenCheck(token)},
+            )
         except (flight.FlightError, OSError, pa.ArrowException) as exc:
             raise SpoolError(
                 f"cannot serve spool {root} on {host}:{port} (option spoolServer): {exc}. "
                 f"Give spoolServer an address of this host (and a free port), or off"
             ) from None
         self.root = root
-        self.served = ServedSpool(_location(host, self.port), token, spool_id)
+        self.served = ServedSpool(_location(scheme, host, self.port), token, spool_id, certificate)
 
     def start(self) -> None:
         """Say where the spool is served (``served.json``) and log it once."""
         save_served(self.root, self.served)
         logger.info(
-            "spool %s is served to read tasks on other hosts at %s (Arrow Flight; only tasks "
-            "of this capture's run have its token)",
+            "spool %s is served to read tasks on other hosts at %s (Arrow Flight%s; only "
+            "tasks of this capture's run have its token)",
             self.root,
             self.served.location,
+            ", TLS" if self.served.certificate else "",
         )
 
     def do_get(

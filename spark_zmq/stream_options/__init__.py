@@ -45,6 +45,8 @@ from spark_zmq.stream_options.reader import (
     SPOOL_RETENTION,
     SPOOL_RETENTION_BYTES,
     SPOOL_SERVER,
+    SPOOL_SERVER_CERTIFICATE,
+    SPOOL_SERVER_KEY,
     STARTING_OFFSETS,
 )
 from spark_zmq.stream_options.values import (
@@ -54,6 +56,7 @@ from spark_zmq.stream_options.values import (
     OffsetSpec,
     capture_nice,
     ending_offsets,
+    pem_file,
     retention_duration,
     spool_folder,
     spool_server,
@@ -115,6 +118,8 @@ __all__ = [
     "SPOOL_RETENTION",
     "SPOOL_RETENTION_BYTES",
     "SPOOL_SERVER",
+    "SPOOL_SERVER_CERTIFICATE",
+    "SPOOL_SERVER_KEY",
     "STARTING_OFFSETS",
     "WAIT_FOR_SUBSCRIBERS",
     "WRITER_MAX_MESSAGE_BYTES",
@@ -125,6 +130,7 @@ __all__ = [
     "capture_nice",
     "curve_of",
     "ending_offsets",
+    "pem_file",
     "retention_duration",
     "spool_folder",
     "spool_server",

@@ -19,6 +19,7 @@ from spark_zmq.stream_options.curve import CURVE_OPTIONS
 from spark_zmq.stream_options.values import (
     capture_nice,
     ending_offsets,
+    pem_file,
     retention_duration,
     spool_folder,
     spool_server,
@@ -141,6 +142,27 @@ SPOOL_SERVER = Option(
     "this host at if that is another (`spark.driver.host`). `off`: no server; read tasks "
     "must then see the folder. Not used with `capture=executors`, whose spool is on "
     "shared storage.",
+)
+
+SPOOL_SERVER_CERTIFICATE = Option(
+    "spoolServerCertificate",
+    pem_file,
+    "a PEM file: the certificate (chain) of the spool server",
+    None,
+    "With `spoolServerKey`: the spool server speaks TLS (gRPC over TLS) with this "
+    "certificate, which must name the address the server announces (`spoolServer`; a "
+    "subjectAltName IP or DNS entry); read tasks accept this certificate and no other, so "
+    "the rows that cross the network are encrypted and the server authenticated. Without "
+    "them the server speaks plain gRPC (its token still keeps others out).",
+)
+
+SPOOL_SERVER_KEY = Option(
+    "spoolServerKey",
+    pem_file,
+    "a PEM file: the private key of spoolServerCertificate",
+    None,
+    "The private key of `spoolServerCertificate`; read on the host that serves the spool "
+    "only, never handed to tasks.",
 )
 
 MAX_BYTES_PER_BATCH = Option(
@@ -327,6 +349,8 @@ READER_OPTIONS: tuple[Option[Any], ...] = (
     MIN_PARTITIONS,
     SPOOL_PATH,
     SPOOL_SERVER,
+    SPOOL_SERVER_CERTIFICATE,
+    SPOOL_SERVER_KEY,
     MAX_BYTES_PER_BATCH,
     MAX_SPOOL_BYTES,
     SPOOL_RETENTION,

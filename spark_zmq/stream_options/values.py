@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.options import duration
 from spark_zmq.protocols.addresses import check_host, check_port
-from spark_zmq.spool.remote import ServerAddress
+from spark_zmq.spool.remote import ServerSettings
 
 # ---------------------------------------------------------------------------------------------
 # startingOffsets and endingOffsets (spark_zmq.spark.offsets.resolve applies them to a spool)
@@ -81,14 +81,14 @@ def spool_folder(value: str) -> str:
     )
 
 
-def spool_server(value: str) -> ServerAddress | None:
+def spool_server(value: str) -> ServerSettings | None:
     """``spoolServer``: ``auto`` (Spark's default driver address, any port), ``off`` (None),
     ``HOST`` or ``HOST:PORT`` (``[v6]:PORT`` for an IPv6 literal with a port)."""
     text = value.strip()
     if text.lower() == "off":
         return None
     if text.lower() == "auto":
-        return ServerAddress()
+        return ServerSettings()
     host, port = text, "0"
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
@@ -98,7 +98,21 @@ def spool_server(value: str) -> ServerAddress | None:
             port = rest[1:]
     elif text.count(":") == 1:
         host, port = text.split(":")
-    return ServerAddress(check_host(host), 0 if port == "0" else check_port(port))
+    return ServerSettings(check_host(host), 0 if port == "0" else check_port(port))
+
+
+def pem_file(value: str) -> str:
+    """A PEM file (``spoolServerCertificate``, ``spoolServerKey``): its path, checked to exist
+    and hold a PEM block (read again where the server starts)."""
+    path = value.strip()
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read(1 << 20)
+    except OSError as exc:
+        raise ValueError(f"cannot read {path!r}: {exc.strerror or exc}") from None
+    if "-----BEGIN " not in text:
+        raise ValueError(f"{path!r} holds no PEM block (-----BEGIN ...)")
+    return path
 
 
 def capture_nice(value: str) -> int | None:

@@ -4,8 +4,10 @@ Flight) and the one choice a read task makes between the files and the server
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
+import subprocess
 
 import pyarrow as pa
 import pytest
@@ -17,7 +19,7 @@ from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.remote import (
     SERVED_NAME,
     ServedSpool,
-    ServerAddress,
+    ServerSettings,
     SpoolNotShared,
     SpoolServerError,
     load_served,
@@ -67,7 +69,7 @@ def served_spool(tmp_path):
     spool.append("a", ONE, messages(3, 10_000, {5: "gap: 1 message lost (test)"}))
     spool.append("b", TWO, messages(0, 4))
     spool.truncate("a", 3)  # committed and deleted: offsets 0-2 read as one gap row
-    server = SpoolServer(root, spool_identity(root), ServerAddress("127.0.0.1"))
+    server = SpoolServer(root, spool_identity(root), ServerSettings("127.0.0.1"))
     server.start()
     yield root, server
     server.close()
@@ -107,7 +109,7 @@ def test_only_the_token_of_the_servers_run_and_its_own_spool_are_let_in(served_s
 def test_served_json_says_where_only_to_the_owner_and_goes_with_the_server(tmp_path):
     root = str(tmp_path)
     Spool(root, 1 << 30).close()
-    server = SpoolServer(root, spool_identity(root), ServerAddress("127.0.0.1"))
+    server = SpoolServer(root, spool_identity(root), ServerSettings("127.0.0.1"))
     server.start()
     mode = stat.S_IMODE(os.stat(os.path.join(root, SERVED_NAME)).st_mode)
     assert mode == 0o600, oct(mode)
@@ -142,4 +144,85 @@ def test_a_read_task_takes_the_files_it_sees_else_the_server_else_says_what_is_m
 def test_a_server_cannot_bind_an_address_of_another_host(tmp_path):
     root = str(tmp_path)
     with pytest.raises(Exception, match=r"cannot serve spool .* on 192\.0\.2\.1:0 .*spoolServer"):
-        SpoolServer(root, spool_identity(root), ServerAddress("192.0.2.1"))
+        SpoolServer(root, spool_identity(root), ServerSettings("192.0.2.1"))
+
+
+def self_signed(folder, name: str, address: str) -> tuple[str, str]:
+    """A certificate for ``address`` (its subjectAltName) and its key, made by openssl."""
+    certificate, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=IP:{address}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(certificate),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return str(certificate), str(key)
+
+
+def test_with_a_certificate_the_server_speaks_tls_and_tasks_trust_that_certificate_only(
+    tmp_path,
+):
+    root = str(tmp_path / "spool")
+    spool = Spool(root, 1 << 30)
+    spool.append("k", ONE, messages(0, 50))
+    certificate, key = self_signed(tmp_path, "driver", "127.0.0.1")
+    settings = ServerSettings("127.0.0.1", 0, certificate, key)
+    server = SpoolServer(root, spool_identity(root), settings)
+    server.start()
+    try:
+        served = server.served
+        assert served.location.startswith("grpc+tls://127.0.0.1:")
+        assert served.certificate == open(certificate).read()
+        assert load_served(root) == served
+        assert rows(read_served_range(served, "k", 0, 50)) == rows(read_range(root, "k", 0, 50))
+        stranger, _ = self_signed(tmp_path, "stranger", "127.0.0.1")
+        impostor = dataclasses.replace(served, certificate=open(stranger).read())
+        with pytest.raises(SpoolServerError, match="cannot read offsets"):
+            list(read_served_range(impostor, "k", 0, 50))  # not the certificate it trusts
+        plain = dataclasses.replace(
+            served, location=served.location.replace("grpc+tls", "grpc+tcp"), certificate=None
+        )
+        with pytest.raises(SpoolServerError, match="cannot read offsets"):
+            list(read_served_range(plain, "k", 0, 50))  # no plain gRPC beside TLS
+    finally:
+        server.close()
+        spool.close()
+
+
+def test_tls_needs_both_the_certificate_and_its_key(tmp_path):
+    from spark_zmq.options import OptionError
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.stream_settings import SourceSettings
+
+    certificate, key = self_signed(tmp_path, "driver", "127.0.0.1")
+    protocol = ZeroEQ()
+    both = SourceSettings.of(
+        protocol.parse_reader_options(
+            {"spoolServerCertificate": certificate, "spoolServerKey": key}
+        )
+    )
+    assert both.spool_server == ServerSettings(None, 0, certificate, key)
+    with pytest.raises(OptionError, match="spoolServerKey is missing"):
+        SourceSettings.of(protocol.parse_reader_options({"spoolServerCertificate": certificate}))
+    with pytest.raises(OptionError, match="spoolServerCertificate"):
+        protocol.parse_reader_options({"spoolServerCertificate": str(tmp_path / "none.pem")})
+    off = SourceSettings.of(protocol.parse_reader_options({"spoolServer": "off"}))
+    assert off.spool_server is None
