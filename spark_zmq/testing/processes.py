@@ -38,3 +38,22 @@ def rss_bytes(pid: int) -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except OSError:
         return 0
+
+
+def network_namespace(pid: int | str) -> str | None:
+    """The network namespace a process runs in (``net:[inode]``), None once it is gone (a
+    zombie has none either): "self" for this process."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def processes_in_network_namespace(namespace: str) -> list[int]:
+    """Every process that runs in ``namespace`` (as ``network_namespace`` names it): on an
+    emulated host (``spark_zmq.testing.hosts``), the processes of that host."""
+    return [
+        int(entry)
+        for entry in os.listdir("/proc")
+        if entry.isdigit() and network_namespace(entry) == namespace
+    ]

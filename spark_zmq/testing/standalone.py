@@ -5,6 +5,11 @@ A master and workers of one core each, started with ``spark-class`` from the ins
 ``private_mounts`` (root only), each worker runs in a mount namespace of its own where
 ``private`` is an empty tmpfs: a path there is *not* shared between the driver and the
 executors, as a local folder on a real cluster.
+
+The pieces that do not depend on where a daemon runs (its command, the wait for workers in the
+master's JSON, an application's settings and ``spark-submit`` command, the executors of a
+worker) are functions here, which ``spark_zmq.testing.hosts`` uses for a cluster across
+emulated hosts.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pyspark
@@ -25,6 +31,19 @@ SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 LOOPBACK = "127.0.0.1"
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+#: what an executor's JVM has on its command line
+EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
+#: variables that would pin a Spark process to an address or to a running application's
+#: gateway: a process of another host must not inherit them from this one
+PINNED_ADDRESS_VARIABLES = (
+    "SPARK_LOCAL_IP",
+    "SPARK_LOCAL_HOSTNAME",
+    "SPARK_PUBLIC_DNS",
+    "PYSPARK_GATEWAY_PORT",
+    "PYSPARK_GATEWAY_SECRET",
+)
 
 
 def free_port() -> int:
@@ -33,10 +52,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def environment(python: str | None = sys.executable) -> dict[str, str]:
+def environment(
+    python: str | None = sys.executable, local_ip: str | None = LOOPBACK
+) -> dict[str, str]:
     """The environment of the cluster's processes; ``python`` None: no PYSPARK_PYTHON at all
-    (and this venv off the PATH), as on hosts where only Spark is installed."""
-    env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_IP=LOOPBACK)
+    (and this venv off the PATH), as on hosts where only Spark is installed. ``local_ip`` None:
+    Spark picks the address from the host's name, as on a user's host (and no address this
+    process was pinned to is inherited)."""
+    env = dict(os.environ, SPARK_HOME=str(SPARK_HOME))
+    if local_ip is None:
+        for name in PINNED_ADDRESS_VARIABLES:
+            env.pop(name, None)
+    else:
+        env["SPARK_LOCAL_IP"] = local_ip
     if python is None:
         venv_bin = str(Path(sys.executable).parent)
         path = os.environ.get("PATH", "").split(os.pathsep)
@@ -46,6 +74,106 @@ def environment(python: str | None = sys.executable) -> dict[str, str]:
     else:
         env.update(PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
     return env
+
+
+def master_command(port: int, ui_port: int, host: str | None = None) -> list[str]:
+    """A master's command; ``host`` None: it binds the address its host's name resolves to."""
+    where = ["--host", host] if host else []
+    return [str(SPARK_CLASS), MASTER_CLASS, *where, "--port", str(port)] + [
+        "--webui-port",
+        str(ui_port),
+    ]
+
+
+def worker_command(
+    master_url: str, work_dir: Path, ui_port: int, host: str | None = None
+) -> list[str]:
+    """A worker of 1 core and 2 GB (executors of 1 GB each); ``host`` as for ``master_command``."""
+    where = ["--host", host] if host else []
+    return [str(SPARK_CLASS), WORKER_CLASS, master_url, *where, "--cores", "1"] + [
+        "--memory",
+        "2g",
+        "--webui-port",
+        str(ui_port),
+        "--work-dir",
+        str(work_dir),
+    ]
+
+
+def wait_for_workers(
+    master_state: Callable[[], dict], count: int, timeout: float, logs: Path
+) -> None:
+    """Returns once the master's JSON (``master_state``; an OSError: not answering yet) lists
+    ``count`` live workers; raises RuntimeError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            workers = master_state().get("workers", [])
+            if sum(w["state"] == "ALIVE" for w in workers) >= count:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the standalone cluster did not get {count} workers within {timeout} s; "
+                f"see the logs in {logs}"
+            )
+        time.sleep(0.5)
+
+
+def application_settings(
+    master_url: str, cores: int, python: str = sys.executable
+) -> dict[str, str]:
+    """Spark settings of an application of a cluster of ``cores`` one-core workers, wherever
+    its driver runs (the caller adds the driver's address if it must pin one)."""
+    return {
+        "spark.master": master_url,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": python,
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "1g",
+        "spark.cores.max": str(cores),
+    }
+
+
+def submit_command(settings: dict[str, str], script: str, *args: str) -> list[str]:
+    """``spark-submit`` of ``script`` in client mode with ``settings`` (``spark.master`` as
+    ``--master``)."""
+    settings = dict(settings)
+    command = [str(SPARK_SUBMIT), "--master", settings.pop("spark.master")]
+    for key, value in settings.items():
+        command += ["--conf", f"{key}={value}"]
+    return command + [script, *args]
+
+
+def executor_pids_of(worker_pid: int) -> list[int]:
+    """JVMs of executors that a worker launched (children of the worker's JVM)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid == worker_pid and EXECUTOR_CLASS.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the process group that ``process`` leads (started with ``start_new_session``)
+    and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 class StandaloneCluster:
@@ -70,39 +198,17 @@ class StandaloneCluster:
         self.processes: list[subprocess.Popen] = []
         self.workers: list[subprocess.Popen] = []
         self.private.mkdir(parents=True, exist_ok=True)
-        self._spawn(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            LOOPBACK,
-            "--port",
-            str(self.port),
-            "--webui-port",
-            str(self.ui_port),
-        )
+        self._spawn("master", master_command(self.port, self.ui_port, LOOPBACK))
         for n in range(workers):
-            self.workers.append(
-                self._spawn(
-                    f"worker{n}",
-                    "org.apache.spark.deploy.worker.Worker",
-                    self.master_url,
-                    "--host",
-                    LOOPBACK,
-                    "--cores",
-                    "1",
-                    "--memory",
-                    "2g",
-                    "--webui-port",
-                    str(free_port()),
-                    "--work-dir",
-                    str(folder / f"work{n}"),
-                    private=private_mounts,
-                )
-            )
-        self._wait_for_workers(workers)
+            command = worker_command(self.master_url, folder / f"work{n}", free_port(), LOOPBACK)
+            self.workers.append(self._spawn(f"worker{n}", command, private=private_mounts))
+        try:
+            wait_for_workers(self._master_state, workers, 120.0, self.folder)
+        except RuntimeError:
+            self.stop()
+            raise
 
-    def _spawn(self, name: str, *args: str, private: bool = False) -> subprocess.Popen:
-        command = [str(SPARK_CLASS), *args]
+    def _spawn(self, name: str, command: list[str], private: bool = False) -> subprocess.Popen:
         if private:  # a mount namespace of its own, with a tmpfs over self.private
             command = [
                 "unshare",
@@ -115,62 +221,38 @@ class StandaloneCluster:
                 str(self.private),
                 *command,
             ]
-        log = open(self.folder / f"{name}.log", "wb")
-        process = subprocess.Popen(
-            command,
-            env=environment(self.python),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.folder / f"{name}.log", "wb") as log:
+            process = subprocess.Popen(
+                command,
+                env=environment(self.python),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.processes.append(process)
         return process
 
-    def _wait_for_workers(self, count: int, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(
-                    f"http://{LOOPBACK}:{self.ui_port}/json/", timeout=2
-                ) as answer:
-                    state = json.load(answer)
-                if sum(w["state"] == "ALIVE" for w in state.get("workers", [])) >= count:
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"the standalone cluster did not get {count} workers within "
-                    f"{timeout} s; see {self.folder}/*.log"
-                )
-            time.sleep(0.5)
+    def _master_state(self) -> dict:
+        url = f"http://{LOOPBACK}:{self.ui_port}/json/"
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return json.load(answer)
 
     def settings(self) -> dict[str, str]:
         """Spark settings of an application of this cluster whose driver runs here."""
         return {
-            "spark.master": self.master_url,
+            **application_settings(self.master_url, len(self.workers)),
             "spark.driver.host": LOOPBACK,
             "spark.driver.bindAddress": LOOPBACK,
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.pyspark.python": sys.executable,
-            "spark.executor.cores": "1",
-            "spark.executor.memory": "1g",
-            "spark.cores.max": str(len(self.workers)),
         }
 
     def submit(
         self, script: str, *args: str, conf: dict[str, str] | None = None, log_level: str = "INFO"
     ) -> subprocess.Popen:
         """spark-submit ``script`` to the cluster (client mode: the driver runs here)."""
-        settings = {**self.settings(), **(conf or {})}
-        command = [str(SPARK_SUBMIT), "--master", settings.pop("spark.master")]
-        for key, value in settings.items():
-            command += ["--conf", f"{key}={value}"]
+        command = submit_command({**self.settings(), **(conf or {})}, script, *args)
         env = dict(environment(), SPARK_ZMQ_LOG_LEVEL=log_level)
         return subprocess.Popen(
-            command + [script, *args],
+            command,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -180,33 +262,12 @@ class StandaloneCluster:
 
     def executor_pids(self, worker: int) -> list[int]:
         """JVMs of executors that a worker launched (children of the worker's JVM)."""
-        parent = self.workers[worker].pid
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmdline = f.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            if ppid == parent and b"CoarseGrainedExecutorBackend" in cmdline:
-                found.append(int(entry))
-        return found
+        return executor_pids_of(self.workers[worker].pid)
 
     def kill_worker(self, worker: int) -> None:
         """The host dies: SIGKILL the worker's JVM and its executor JVMs at once."""
-        process = self.workers[worker]
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        kill_group(self.workers[worker])
 
     def stop(self) -> None:
         for process in reversed(self.processes):
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
+            kill_group(process)

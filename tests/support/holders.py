@@ -6,14 +6,7 @@ from __future__ import annotations
 
 import os
 
-from spark_zmq.testing.processes import HOLDER_MARKER, running_processes
-
-
-def _network_namespace(pid: int | str) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
-        return None
+from spark_zmq.testing.processes import HOLDER_MARKER, network_namespace, running_processes
 
 
 def holders_here() -> dict[int, str]:
@@ -24,9 +17,9 @@ def holders_here() -> dict[int, str]:
 def processes_here(marker: str) -> dict[int, str]:
     """pid -> command line of every process in this process's network namespace whose command
     line holds ``marker``."""
-    here = _network_namespace("self")
+    here = network_namespace("self")
     found = running_processes(marker).items()
-    return {pid: cmd for pid, cmd in found if _network_namespace(pid) == here}
+    return {pid: cmd for pid, cmd in found if network_namespace(pid) == here}
 
 
 def threads_here(marker: str) -> list[str]:
