@@ -11,13 +11,15 @@ import pytest
 
 ALLOWED_INTERFACES = ("lo",)
 #: fixtures that start a JVM (the shared session, the standalone clusters of tests/test_deploy.py
-#: and tests/placement/test_executor_capture.py, the Spark Connect server, the docs site's build,
-#: which runs the notebooks when it finds no outputs of theirs); a test that uses one, directly
-#: or through another fixture, is marked ``spark`` without having to say so
-SPARK_FIXTURES = frozenset({"spark", "cluster", "connect_server", "site"})
-#: fixtures that start JVMs of their own beside the worker's session (a standalone cluster, a
-#: Spark Connect server): a test that uses one is marked ``jvms`` (``support.jvm_slots``)
-JVM_FIXTURES = frozenset({"cluster", "connect_server"})
+#: and tests/placement/test_executor_capture.py, the cluster across emulated hosts of
+#: tests/hosts/, the Spark Connect server, the docs site's build, which runs the notebooks when
+#: it finds no outputs of theirs); a test that uses one, directly or through another fixture, is
+#: marked ``spark`` without having to say so
+SPARK_FIXTURES = frozenset({"spark", "cluster", "host_cluster", "connect_server", "site"})
+#: fixtures that start JVMs of their own beside the worker's session (a standalone cluster, one
+#: across hosts, a Spark Connect server): a test that uses one is marked ``jvms``
+#: (``support.jvm_slots``)
+JVM_FIXTURES = frozenset({"cluster", "host_cluster", "connect_server"})
 #: the Spark configuration of every Spark process the tests start (JVM flags that save CPU)
 SPARK_CONF_DIR = Path(__file__).parent / "spark-conf"
 

@@ -1,2 +1,2 @@
-"""For tests, benchmarks and demos, not the runtime path: a standalone cluster, demo peers,
-capture processes seen from outside, logged lines."""
+"""For tests, benchmarks and demos, not the runtime path: a standalone cluster, emulated hosts
+(and a cluster across them), demo peers, capture processes seen from outside, logged lines."""
