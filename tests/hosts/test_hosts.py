@@ -295,10 +295,15 @@ def test_the_capture_job_on_the_driver_host_reads_publishers_of_another_host_exa
     assert publishers.process.stdin is not None
     try:
         wait_until(
-            lambda: len(publishers.lines) > 1 or publishers.process.poll() is not None,
+            lambda: (
+                len(publishers.lines) > 1
+                or publishers.process.poll() is not None
+                or job.poll() is not None
+            ),
             timeout=400,
             what="a subscriber on every publisher",
         )
+        assert job.poll() is None, lines.errors()
         assert json.loads(publishers.lines[1]) == {"subscribed": True}, publishers.errors()
         subscribed = time.monotonic() - started
         executors = check_executors_on_workers(host_cluster, network)
