@@ -15,10 +15,10 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
-from spark_zmq.spool.layout import partition_keys
 from spark_zmq.testing.hosts import Host, HostCluster, Network
 from support.common import ROOT, wait_until
 from support.jobs import Lines, job_file
@@ -261,16 +261,25 @@ def test_power_off_kills_every_process_of_the_host_and_nothing_else(network):
         stop(sleeper)
 
 
-@pytest.mark.cluster
-def test_the_capture_job_on_the_driver_host_reads_publishers_of_another_host_exactly_once(
-    network, host_cluster, spark
-):
-    """The package's capture job, submitted from ``driver`` to the cluster (executors on
-    ``worker1`` and ``worker2``), with capture on the driver and the spool, table and checkpoint
-    in the shared folder, reads three publishers of ``peers`` that it finds by their session:
-    every message they sent once they had a subscriber is in the table exactly once."""
-    session, publishers_count, rate, seconds = "hosts-e2e", 3, 200, 10
-    out = network.shared / "e2e"
+class CaptureRun(NamedTuple):
+    """What ``run_capture_job`` saw: the publishers' names, what each sent, the table's
+    rows, the job's lines, when every message was read and the executors by worker host."""
+
+    names: list[str]
+    sent: dict[str, int]
+    rows: list
+    lines: Lines
+    read_after: float
+    executors: dict[str, int]
+
+
+def run_capture_job(
+    network: Network, cluster: HostCluster, spark, session: str, out: Path, *options: str
+) -> CaptureRun:
+    """Three numbered publishers on ``peers`` (session ``session``, 200 msg/s each), read for
+    10 s by the capture job submitted from ``driver`` with ``options`` (``key=value``) into
+    a table and checkpoint under ``out`` (in the shared folder); every message read once."""
+    publishers_count, rate, seconds = 3, 200, 10
     publishers = Lines(
         network["peers"].popen(
             [PYTHON, str(NUMBERED_PUBLISHERS), session, str(publishers_count), str(rate)],
@@ -284,11 +293,12 @@ def test_the_capture_job_on_the_driver_host_reads_publishers_of_another_host_exa
         "publishers"
     ]
     started = time.monotonic()
-    job = host_cluster.submit(
+    job = cluster.submit(
         job_file("capture_to_parquet"),
-        *("--format", "zeroeq", "--option", f"session={session}", "--option", "capture=driver"),
-        *("--option", f"spoolPath={out / 'spool'}", "--output", str(out / "table")),
-        *("--checkpoint", str(out / "checkpoint"), "--trigger", "1"),
+        *("--format", "zeroeq", "--option", f"session={session}"),
+        *(argument for option in options for argument in ("--option", option)),
+        *("--output", str(out / "table"), "--checkpoint", str(out / "checkpoint")),
+        *("--trigger", "1"),
         log_level="WARNING",
     )
     lines = Lines(job)
@@ -305,8 +315,7 @@ def test_the_capture_job_on_the_driver_host_reads_publishers_of_another_host_exa
         )
         assert job.poll() is None, lines.errors()
         assert json.loads(publishers.lines[1]) == {"subscribed": True}, publishers.errors()
-        subscribed = time.monotonic() - started
-        executors = check_executors_on_workers(host_cluster, network)
+        executors = check_executors_on_workers(cluster, network)
         time.sleep(seconds)
         publishers.process.stdin.write("stop\n")
         publishers.process.stdin.flush()
@@ -314,22 +323,12 @@ def test_the_capture_job_on_the_driver_host_reads_publishers_of_another_host_exa
         sent = json.loads(publishers.lines[2])["sent"]
         rows = wait_for_all_sent(spark, out / "table", sent, timeout=180)
         read = time.monotonic() - started
-        worker1 = network["worker1"]
-        assert host_cluster.kill_executors(worker1) == [executors["worker1"]]
-        wait_until(
-            lambda: executors["worker1"] not in worker1.processes(),
-            timeout=10,
-            what="the killed executor to end",
-        )
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGTERM)
         job.wait(60)
         stop(publishers.process)
-    print(
-        f"subscribed {subscribed:.1f} s after spark-submit, every message read after "
-        f"{read:.1f} s; sent {sent}; executors {executors}"
-    )
+    print(f"every message read {read:.1f} s after spark-submit; sent {sent}; executors {executors}")
     assert sorted(sent) == sorted(names) and all(n.startswith("peers:") for n in names)
     check_exactly_once(rows, sent, moved=set())
     assert {key: sorted(seqs) for key, seqs in sequences(rows).items()} == {
@@ -337,7 +336,102 @@ def test_the_capture_job_on_the_driver_host_reads_publishers_of_another_host_exa
     }, lines.errors()
     assert sum(sent.values()) >= publishers_count * rate * seconds // 2
     assert not [row for row in rows if row.error is not None]
-    assert sorted(partition_keys(str(out / "spool"))) == sorted(names)  # in the shared folder
+    return CaptureRun(names, sent, rows, lines, read, executors)
+
+
+#: prints each spool folder matching the glob argv[1] and where it is served (its served.json's
+#: location, or -), one line each
+SPOOLS = (
+    "import glob, json, os, sys\n"
+    "for folder in sorted(glob.glob(sys.argv[1])):\n"
+    "    served = os.path.join(folder, 'served.json')\n"
+    "    where = json.load(open(served))['location'] if os.path.exists(served) else '-'\n"
+    "    print(folder, where)\n"
+)
+
+
+def partition_keys_on(host: Host, spool: str) -> list[str]:
+    """The partitions of the spool at ``spool`` as ``host`` sees it."""
+    script = "import sys\nfrom spark_zmq.spool.layout import partition_keys\n"
+    script += "print('\\n'.join(partition_keys(sys.argv[1])))"
+    return python_on(host, script, spool).split()
+
+
+def spools_on(host: Host, pattern: str) -> dict[str, str]:
+    """Spool folders matching ``pattern`` on ``host`` -> where each is served (``-``: not)."""
+    found = python_on(host, SPOOLS, pattern).split()
+    return dict(zip(found[::2], found[1::2]))
+
+
+@pytest.mark.cluster
+def test_capture_on_the_driver_reads_another_hosts_publishers_without_shared_storage(
+    network, host_cluster, spark
+):
+    """Issue 45: the capture job submitted from ``driver`` to the cluster (executors on
+    ``worker1`` and ``worker2``) with the default placement and its spool in the driver
+    host's own /tmp, which no executor sees, reads three publishers of ``peers`` found by their
+    session: the read tasks get their ranges from the driver's spool server, on the address
+    Spark gave the driver, and every message the publishers sent once they had a subscriber is
+    in the table exactly once."""
+    driver, spool = network["driver"], "/tmp/driver-spool"
+    run = run_capture_job(
+        network, host_cluster, spark, "hosts-driver", network.shared / "d", f"spoolPath={spool}"
+    )
+    assert run.executors.keys() == {"worker1", "worker2"}
+    assert sorted(partition_keys_on(driver, spool)) == sorted(run.names)
+    for worker in ("worker1", "worker2"):
+        assert spools_on(network[worker], spool) == {}, f"{worker} sees the spool"
+
+
+@pytest.mark.cluster
+def test_a_capture_service_on_the_driver_host_serves_executors_on_other_hosts(
+    network, host_cluster, spark
+):
+    """Issue 45: a capture service on ``driver`` fills a spool under that host's own /tmp and
+    serves it on the host's address; the capture job with capture=service submitted from
+    ``driver`` reads it on executors of ``worker1`` and ``worker2``, exactly once."""
+    driver, spool = network["driver"], "/tmp/service-spool"
+    service = Lines(
+        driver.popen(
+            [PYTHON, "-m", "spark_zmq", "capture", "--format", "zeroeq"]
+            + ["--option", "session=hosts-service", "--spool", spool],
+            env=host_cluster.env,  # as the cluster's hosts have it: no SPARK_LOCAL_IP
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    )
+    try:
+        started = wait_until(
+            lambda: (
+                [line for line in service.lines if "fills spool" in line]
+                or service.process.poll() is not None
+            ),
+            timeout=60,
+            what="the capture service's start line",
+        )
+        assert started is not True, service.errors()
+        assert f"serves it at grpc+tcp://{driver.address}:" in started[0], started
+        assert spools_on(driver, spool)[spool].startswith(f"grpc+tcp://{driver.address}:")
+        run = run_capture_job(
+            network,
+            host_cluster,
+            spark,
+            "hosts-service",
+            network.shared / "service",
+            "capture=service",
+            f"spoolPath={spool}",
+        )
+    finally:
+        if service.process.poll() is None:
+            service.process.send_signal(signal.SIGTERM)
+        service.wait(60)
+    assert run.executors.keys() == {"worker1", "worker2"}
+    assert service.process.returncode == 0, service.errors()
+    assert spools_on(driver, spool) == {spool: "-"}, "served.json goes with the server"
+    for worker in ("worker1", "worker2"):
+        assert spools_on(network[worker], spool) == {}, f"{worker} sees the spool"
 
 
 def check_executors_on_workers(cluster: HostCluster, network: Network) -> dict[str, int]:
