@@ -17,6 +17,8 @@ query's commits would let go of what the first has not read.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any, NamedTuple
 
 from spark_zmq.log import logger
@@ -46,6 +48,15 @@ class ServiceSpool(Placement):
         self._warned = False
 
     def start(self) -> None:
+        if not os.path.isdir(self.spool_path):
+            raise SpoolError(
+                f"{self.protocol.name}: spool {self.spool_path} (option spoolPath) does not "
+                f"exist on host {socket.gethostname()}, which runs this query's driver. With "
+                f"capture=service the driver reads the spool that `spark-zmq capture --spool "
+                f"{self.spool_path}` fills: start the service first, and run the query where "
+                f"it sees that folder (the service's host, or storage shared with it); the "
+                f"executors need not see it"
+            )
         holder = folder_holder(self.spool_path)
         if holder is None or (holder.get("role") != SERVICE and holder.get("stopping")):
             self._warn_nothing_captures()  # (a query that captured into it is letting go)

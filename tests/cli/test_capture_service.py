@@ -21,6 +21,7 @@ from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.spark.reader import ZmqStreamReader
 from spark_zmq.spool.layout import SpoolError
 from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.testing.logs import logged_warnings
 from support.common import wait_until
@@ -197,6 +198,11 @@ def test_a_query_names_the_service_whose_spool_it_reads_in_its_first_line(
 
 
 def test_a_query_on_a_spool_nothing_fills_reads_it_and_warns_once(tmp_path):
+    missing = stream_reader(tmp_path / "spool", "service")
+    with pytest.raises(SpoolError, match=r"spool \S+ \(option spoolPath\) does not exist on host"):
+        missing.initialOffset()  # not on the driver's host: nothing to read, nor to warn of
+    missing.stop()
+    Spool(str(tmp_path / "spool"), 1 << 20).close()  # a spool whose service has stopped
     reader = stream_reader(tmp_path / "spool", "service")
     try:
         with logged_warnings() as warnings:
