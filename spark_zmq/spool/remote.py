@@ -105,8 +105,9 @@ class ServerSettings:
 def default_host() -> str:
     """The address Spark gives a driver that was not told one (``Utils.findLocalInetAddress``):
     ``SPARK_LOCAL_IP``, else the address the host name resolves to, else, when that is
-    loopback, the first IPv4 address of an interface that is not. Executors reach the driver
-    there, so they reach this host there too."""
+    loopback, an IPv4 address of an interface that is not (the last interface's first, as
+    Spark takes them on Linux). Executors reach the driver there, so they reach this host
+    there too."""
     explicit = os.environ.get("SPARK_LOCAL_IP", "").strip()
     if explicit:
         return explicit
@@ -116,11 +117,12 @@ def default_host() -> str:
         address = "127.0.0.1"
     if not ipaddress.ip_address(address).is_loopback:
         return address
-    return next(iter(_non_loopback_addresses()), address)
+    return next(reversed(_non_loopback_addresses()), address)
 
 
 def _non_loopback_addresses() -> list[str]:
-    """IPv4 addresses of this host's interfaces other than loopback and link-local ones."""
+    """The first IPv4 address of each of this host's interfaces other than loopback and
+    link-local ones, in the interfaces' order."""
     import ifaddr
 
     found = []
@@ -130,6 +132,7 @@ def _non_loopback_addresses() -> list[str]:
                 address = ipaddress.IPv4Address(ip.ip)
                 if not (address.is_loopback or address.is_link_local):
                     found.append(str(address))
+                    break
     return found
 
 
