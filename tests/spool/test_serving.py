@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import stat
 import subprocess
 
@@ -226,3 +227,29 @@ def test_tls_needs_both_the_certificate_and_its_key(tmp_path):
         protocol.parse_reader_options({"spoolServerCertificate": str(tmp_path / "none.pem")})
     off = SourceSettings.of(protocol.parse_reader_options({"spoolServer": "off"}))
     assert off.spool_server is None
+
+
+def test_the_default_address_is_the_one_spark_gives_a_driver(monkeypatch):
+    """SPARK_LOCAL_IP, else the host name's address, else (that being loopback) the first IPv4
+    address of the last interface that has one besides loopback and link-local ones."""
+    import ifaddr
+
+    from spark_zmq.spool.remote import default_host
+
+    def adapter(name: str, *ips: str) -> ifaddr.Adapter:
+        return ifaddr.Adapter(name, name, [ifaddr.IP(ip, 24, name) for ip in ips])
+
+    adapters = [
+        adapter("lo", "127.0.0.1"),
+        adapter("eth0", "169.254.1.1", "10.0.0.5"),
+        adapter("eth1", "192.168.7.2", "192.168.7.3"),
+        adapter("eth2", "169.254.9.9"),
+    ]
+    monkeypatch.setattr(ifaddr, "get_adapters", lambda: adapters)
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.1.2.3")
+    assert default_host() == "10.1.2.3"
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "127.0.1.1")
+    assert default_host() == "192.168.7.2"
+    monkeypatch.setenv("SPARK_LOCAL_IP", "10.9.9.9")
+    assert default_host() == "10.9.9.9"
