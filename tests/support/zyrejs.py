@@ -5,23 +5,18 @@ tests/peers/node/yamz_node.js, written from the fact sheet."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 
 import pytest
 
 from support.common import ROOT, wait_until
+from support.hosts import join_by_veth
 from support.queries import memory_query, rows_of
 
 NODE_PEER = ROOT / "tests" / "peers" / "node" / "yamz_node.js"
 #: (veth name, address) of the test's side and of the peer's
 LOCAL, REMOTE = ("szmqzj0", "10.79.0.1"), ("szmqzj1", "10.79.0.2")
-
-
-def ip(*args: str, netns_of: int | None = None) -> None:
-    prefix = ["nsenter", "-t", str(netns_of), "-n"] if netns_of else []
-    subprocess.run(prefix + ["ip", *args], check=True, capture_output=True)
 
 
 def start_peer(*args: str) -> subprocess.Popen:
@@ -35,20 +30,7 @@ def start_peer(*args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_until(
-        lambda: os.readlink(f"/proc/{peer.pid}/ns/net") != os.readlink("/proc/self/ns/net"),
-        timeout=30,
-        what="the peer's namespace",
-    )
-    ip("link", "add", LOCAL[0], "type", "veth", "peer", "name", REMOTE[0], "netns", str(peer.pid))
-    ip("addr", "add", f"{LOCAL[1]}/24", "brd", "+", "dev", LOCAL[0])
-    ip("link", "set", LOCAL[0], "up")
-    for command in (
-        ("link", "set", "lo", "up"),
-        ("addr", "add", f"{REMOTE[1]}/24", "brd", "+", "dev", REMOTE[0]),
-        ("link", "set", REMOTE[0], "up"),
-    ):
-        ip(*command, netns_of=peer.pid)
+    join_by_veth(peer.pid, LOCAL, REMOTE)
     return peer
 
 

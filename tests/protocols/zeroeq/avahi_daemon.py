@@ -72,9 +72,14 @@ def parse_txt(field: str) -> dict[str, str]:
 
 
 class Avahi:
-    """avahi-daemon on ``interfaces`` with a private bus; ``stop()`` ends both."""
+    """avahi-daemon on ``interfaces`` with a private bus; ``stop()`` ends both. ``enter`` is a
+    command prefix that runs the daemon and its tools in another network namespace
+    (``OtherHost.command``; the bus is a Unix socket in ``folder``, reached from both), so that
+    ``avahi-browse`` names the interfaces of that namespace."""
 
-    def __init__(self, folder: Path, interfaces: tuple[str, ...] = ("lo",)) -> None:
+    def __init__(
+        self, folder: Path, interfaces: tuple[str, ...] = ("lo",), enter: tuple[str, ...] = ()
+    ) -> None:
         missing = [
             tool
             for tool in TOOLS
@@ -87,6 +92,7 @@ class Avahi:
             )
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
+        self.enter = list(enter)
         #: the host name avahi announces as its own (``<hostname>.local``)
         self.hostname = socket.gethostname().split(".")[0]
         self.log_path = folder / "avahi.log"
@@ -101,6 +107,7 @@ class Avahi:
         self._log = open(self.log_path, "w")
         self._daemon = subprocess.Popen(
             [
+                *enter,
                 "avahi-daemon",
                 "-f",
                 str(folder / "avahi.conf"),
@@ -144,7 +151,7 @@ class Avahi:
     def browse(self, service: str) -> list[Resolved]:
         """Every instance of ``service`` that avahi resolves now (``avahi-browse -rpt``)."""
         done = subprocess.run(
-            ["avahi-browse", "-rpt", service],
+            [*self.enter, "avahi-browse", "-rpt", service],
             env=self.env,
             capture_output=True,
             text=True,
@@ -184,7 +191,14 @@ class Avahi:
     def publish(self, name: str, service: str, port: int, txt: dict[str, str]) -> subprocess.Popen:
         """Announce a service through avahi (``avahi-publish-service``) until ``withdraw`` or
         ``stop()``."""
-        args = ["avahi-publish-service", "--", name, service, str(port)]  # a name may start "-"
+        args = [
+            *self.enter,
+            "avahi-publish-service",
+            "--",
+            name,
+            service,
+            str(port),
+        ]  # a name may start "-"
         args += [f"{key}={value}" for key, value in txt.items()]
         process = subprocess.Popen(
             args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
