@@ -13,7 +13,7 @@ import pytest
 
 from spark_zmq.cli import main
 from spark_zmq.protocols.zeroeq import SUBSCRIBER_SERVICE, event_id, event_id_text
-from spark_zmq.protocols.zeroeq.announce import Announcement
+from spark_zmq.protocols.zeroeq.announce import Announcement, LinkRecord, Responders
 from spark_zmq.protocols.zeroeq.management import ManagementPort
 from support.common import MemoryState, wait_until
 
@@ -188,13 +188,14 @@ def reader(zeroconf):
     )
     ports.append(port)
     name = str(uuid.uuid4())
-    announcement = Announcement(
-        zeroconf,
-        SUBSCRIBER_SERVICE,
+    record = LinkRecord(
         name,
         "127.0.0.1",
         int(port.address.rsplit(":", 1)[1]),
         {"session": "cli-manage", "management": port.address},
+    )
+    announcement = Announcement(
+        Responders.borrowing(zeroconf), SUBSCRIBER_SERVICE, lambda link: record
     )
     yield name, port
     announcement.close()

@@ -19,9 +19,10 @@ from spark_zmq.protocols.zeroeq import (
     in_session,
     make_zeroconf,
 )
+from spark_zmq.protocols.zeroeq.announce import txt_variants
 
 if TYPE_CHECKING:
-    from zeroconf import ServiceStateChange, Zeroconf
+    from zeroconf import ServiceInfo, ServiceStateChange, Zeroconf
 
 
 COLUMNS = ("kind", "instance", "session", "application", "user", "vocabulary", "management")
@@ -65,13 +66,25 @@ def browse(interfaces: tuple[str, ...] | None, seconds: float) -> list[Record]:
         time.sleep(seconds)  # announcements come when they come: listen for a while
         for browser in browsers:
             browser.cancel()
-        infos = [
-            (name, zeroconf.get_service_info(service, name, timeout=1000))
+        records = [
+            heard(zeroconf, name, info)
             for name, service in collector.snapshot().items()
+            if (info := zeroconf.get_service_info(service, name, timeout=1000)) is not None
         ]
     finally:
         zeroconf.close()
-    return [Record.parse(name, info.properties) for name, info in infos if info is not None]
+    return records
+
+
+def heard(zeroconf: Zeroconf, name: str, info: ServiceInfo) -> Record:
+    """The record of ``name`` with the keys of every link's record of it that was heard (a
+    reader names a management port on loopback in its loopback record only)."""
+    record = Record.parse(name, info.properties)
+    txt = dict(record.txt)
+    for variant in txt_variants(zeroconf, name):
+        for key, value in variant.items():
+            txt.setdefault(key, value)
+    return Record(record.service, record.instance_name, txt)
 
 
 def describe(record: Record) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import zmq
 
@@ -11,10 +12,10 @@ from spark_zmq.cli.common import CommandError
 from spark_zmq.protocols.zeroeq import (
     SUBSCRIBER_SERVICE,
     ManagementError,
-    Record,
     make_zeroconf,
     manage,
 )
+from spark_zmq.protocols.zeroeq.announce import txt_variants
 
 
 def run_manage(args: argparse.Namespace) -> int:
@@ -37,14 +38,24 @@ def run_manage(args: argparse.Namespace) -> int:
 
 def management_address(target: str, interfaces: tuple[str, ...] | None, timeout: float) -> str:
     """A zmq endpoint as it is; anything else names a reader's subscriber record, whose TXT
-    ``management`` is where its management port listens."""
+    ``management`` is where its management port listens. A reader announces a record per link
+    and names a management port on loopback in its loopback record only, so every record of
+    the name heard within ``timeout`` is looked at (``txt_variants``)."""
     if "://" in target:
         return target
+    name = f"{target}.{SUBSCRIBER_SERVICE}"
+    deadline = time.monotonic() + timeout
+    found: list[str] = []
     zeroconf = make_zeroconf(interfaces)
     try:
-        info = zeroconf.get_service_info(
-            SUBSCRIBER_SERVICE, f"{target}.{SUBSCRIBER_SERVICE}", timeout=int(timeout * 1000)
-        )
+        info = zeroconf.get_service_info(SUBSCRIBER_SERVICE, name, timeout=int(timeout * 1000))
+        while info is not None:
+            found = [
+                txt["management"] for txt in txt_variants(zeroconf, name) if "management" in txt
+            ]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     finally:
         zeroconf.close()
     if info is None:
@@ -52,7 +63,6 @@ def management_address(target: str, interfaces: tuple[str, ...] | None, timeout:
             f"no subscriber {target!r} answered on ZeroConf within {timeout} s "
             f"(a management port is given as tcp://host:port)"
         )
-    address = Record.parse(info.name, info.properties).txt.get("management")
-    if not address:
+    if not found:
         raise CommandError(f"subscriber {target!r} announces no management port")
-    return address
+    return found[0]

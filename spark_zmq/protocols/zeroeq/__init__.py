@@ -8,7 +8,8 @@
 
 Extra parts (ZeroEQ's ZeroConf layer and the seed's request/reply services):
 
-``announce``    ZeroConf records of publishers and subscribers
+``announce``    ZeroConf records of publishers and subscribers, one per interface
+``links``       which address each interface's record names (under ``announce``)
 ``mdns``        mDNS as a ZeroEQ peer writes it (under ``announce``)
 ``selection``   what the reader reads of one publisher, given the options and management
 ``subscriber``  what a reader announces of itself over ZeroConf, and its vocabulary server

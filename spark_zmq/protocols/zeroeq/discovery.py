@@ -8,7 +8,8 @@ subscriptions plus metadata (``events``, ``excluded``, ``names``) that decoding 
 
 The reader announces itself as the seed's subscriber (``_zeroeq_sub._tcp``, a UUID instance
 name, TXT ``vocabulary``, ``vocabulary_request``, ``session``, ``user``, ``application`` and
-``management``, the management port's address) and serves its vocabulary.
+``management``, the management port's address) on each link it browses, with that link's
+addresses, and serves its vocabulary there (``subscriber``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import zmq
 
 from spark_zmq.log import logger
 from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener, StateStore
-from spark_zmq.protocols.zeroeq.announce import PublisherRecord, make_zeroconf
+from spark_zmq.protocols.zeroeq.announce import PublisherRecord, Responders, make_zeroconf
 from spark_zmq.protocols.zeroeq.management import ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
 from spark_zmq.protocols.zeroeq.selection import Known, Selection, describe
@@ -77,6 +78,7 @@ class ZeroEQDiscovery(Discovery):
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf: ZeroEQZeroconf | None = None
+        self._responders: Responders | None = None
         self._browser: ServiceBrowser | None = None
         self.subscriber: SubscriberRecord | None = None
         self.management: ManagementPort | None = None
@@ -99,10 +101,13 @@ class ZeroEQDiscovery(Discovery):
         from zeroconf import ServiceBrowser
 
         self._zeroconf = zeroconf = make_zeroconf(self.interfaces)
+        # browsing one link: its responder announces too; several: one responder per link
+        self._responders = responders = (
+            Responders.borrowing(zeroconf) if zeroconf.link else Responders.on(self.interfaces)
+        )
         self.subscriber = SubscriberRecord(
-            zeroconf,
+            responders,
             instance_name=self.instance_name,
-            interfaces=self.interfaces,
             events=self.events,
             session=self.session,
             application=self.application,
@@ -123,6 +128,9 @@ class ZeroEQDiscovery(Discovery):
         if self.subscriber is not None:
             self.subscriber.close()
             self.subscriber = None
+        if self._responders is not None:
+            self._responders.close()
+            self._responders = None
         if self._zeroconf is not None:
             self._zeroconf.close()
             self._zeroconf = None

@@ -7,16 +7,33 @@ announces or browses, so that decoding on executors does not pay for it).
   rejects (``Failed to split service name``), so a C++ subscriber never found our publishers.
   ``ZeroEQZeroconf`` rewrites those labels in the packets it sends.
 - **We withdraw only our records**: see ``own_host_name``.
+- **A responder speaks to its own link only.** A ZeroEQZeroconf made for one link (``link``,
+  as ``announce.Responders`` makes them) holds records whose addresses are that link's, and
+  sends its multicast through that link's socket only. It hears every link, though: its listen
+  socket is bound to ``0.0.0.0:5353`` beside the other responders of the host (SO_REUSEPORT),
+  and Linux hands such a socket the multicast of every link that any socket joined the group
+  on. (``IP_MULTICAST_ALL=0`` would narrow that to its own link, but Linux 6.18 then delivers
+  each datagram to one socket of the port only, not always the right one: measured, with
+  two responders.) So a question asked for a unicast reply (QU, as python-zeroconf's browsers
+  ask first) by a host of another link reaches the loopback responder too, which would answer
+  it with loopback's record, 127.0.0.1 in it, on whatever link routes to the asker. A unicast
+  reply therefore goes only to a host of the responder's own link (RFC 6762 section 11's
+  check of the source address, applied to what we send).
 """
 
 from __future__ import annotations
 
 import secrets
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from zeroconf import Zeroconf
 from zeroconf.const import _MDNS_PORT
+
+from spark_zmq.log import logger
+
+if TYPE_CHECKING:
+    from spark_zmq.protocols.zeroeq.links import Link
 
 #: longest DNS label (RFC 1035): an instance name must fit in one
 MAX_LABEL_BYTES = 63
@@ -51,10 +68,14 @@ class ZeroEQZeroconf(Zeroconf):
     each occurrence of a kept name's split labels is replaced by the one label of the same
     length (a name with ``k`` dots takes ``len + 1`` bytes either way), so offsets and
     compression pointers stay valid. Names read from the network need nothing: python-zeroconf
-    joins a label holding dots back into the same string."""
+    joins a label holding dots back into the same string. One made for a ``link`` sends no
+    unicast packet to a host outside that link's networks (the module docstring says why)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, link: Link | None = None, **kwargs: Any) -> None:
         self._one_labels: dict[bytes, bytes] = {}
+        #: the one link this instance sends on, when it is a per-link responder (see the
+        #: module docstring); None for one that browses several links
+        self.link = link
         super().__init__(*args, **kwargs)
 
     def keep_one_label(self, instance_name: str) -> None:
@@ -76,6 +97,9 @@ class ZeroEQZeroconf(Zeroconf):
         v6_flow_scope: Any = (),
         transport: Any = None,
     ) -> None:
+        if addr is not None and self.link is not None and not self.link.reaches(addr):
+            logger.debug("zeroeq: no unicast mDNS reply to %s, which is not on %s", addr, self.link)
+            return
         if self._one_labels:
             out = _Relabelled(out, dict(self._one_labels))
         super().async_send(out, addr, port, v6_flow_scope, transport)

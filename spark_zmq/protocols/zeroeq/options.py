@@ -68,8 +68,11 @@ DISCOVERY_INTERFACES = Option(
     _interfaces_option,
     "all, or comma-separated IPv4 addresses or interface names",
     None,
-    "Where ZeroConf browses (reader; default: all interfaces) or announces (writer; default: "
-    "`bindInterface`, or all interfaces when that is `*`).",
+    "Where ZeroConf browses (reader; default: all interfaces) and announces (reader and "
+    "writer; writer's default: the interface of `bindInterface`, or all interfaces when that "
+    "is `*`). Each interface gets a record of its own that names addresses of that interface "
+    "only (loopback's names the first other interface's, which this host reaches); a reader's "
+    "vocabulary server listens on the address of each interface it announces on.",
 )
 APPLICATION = Option(
     "application",
@@ -113,7 +116,9 @@ MANAGEMENT_URI = Option(
     "tcp://127.0.0.1:*",
     "Where the management port (REP) listens for subscribe / unsubscribe / list "
     "requests of remote applications; `none` turns it off. Its address is logged "
-    "and announced as TXT `management`.",
+    "and announced as TXT `management` on the interfaces that reach it: a loopback "
+    "address (the default) on loopback only; `tcp://*:*` on every interface of "
+    "`discoveryInterfaces`, at each one's address.",
 )
 
 READER_OPTIONS: tuple[Option[Any], ...] = (
@@ -139,7 +144,9 @@ BIND_INTERFACE = Option(
     text,
     "an IP address, or * for every interface",
     "127.0.0.1",
-    "The address a publisher binds to when `publisherUri` says `*`.",
+    "The address a publisher binds to when `publisherUri` says `*`. `*` binds every "
+    "interface; the publisher is then announced on each interface of "
+    "`discoveryInterfaces` as `<that interface's address>:PORT`.",
 )
 
 REGISTERED_EVENTS = Option(

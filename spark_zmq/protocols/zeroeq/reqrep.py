@@ -9,7 +9,7 @@ from the shipped library. The vocabulary and the management port are both such s
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import zmq
 
@@ -32,12 +32,14 @@ class RequestError(PeerError):
 
 
 class ReplyServer:
-    """Binds a REP socket and answers requests by their type id on a daemon thread; a request
-    frame over MAX_REQUEST_BYTES drops its connection unanswered."""
+    """Binds a REP socket at ``bind`` (one zmq address, or several: one socket listening at
+    each) and answers requests by their type id on a daemon thread; a request frame over
+    MAX_REQUEST_BYTES drops its connection unanswered. ``addresses`` are the bound ones, in
+    the order given (``address`` the first)."""
 
     def __init__(
         self,
-        bind: str,
+        bind: str | Sequence[str],
         handlers: dict[bytes, Handler],
         name: str,
         context: zmq.Context | None = None,
@@ -48,12 +50,19 @@ class ReplyServer:
         self._socket = curve.as_server((context or zmq.Context.instance()).socket(zmq.REP))
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, MAX_REQUEST_BYTES)
-        try:
-            self._socket.bind(bind)
-        except zmq.ZMQError as exc:
+        addresses = []
+        for where in [bind] if isinstance(bind, str) else bind:
+            try:
+                self._socket.bind(where)
+            except zmq.ZMQError as exc:
+                self._socket.close()
+                raise ValueError(f"{name}: cannot bind {where}: {exc}") from None
+            addresses.append(self._socket.getsockopt_string(zmq.LAST_ENDPOINT))
+        if not addresses:
             self._socket.close()
-            raise ValueError(f"{name}: cannot bind {bind}: {exc}") from None
-        self.address = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+            raise ValueError(f"{name}: nowhere to bind")
+        self.addresses = tuple(addresses)
+        self.address = addresses[0]
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=f"spark_zmq {name}", daemon=True)
         self._thread.start()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from spark_zmq.protocols.zeroeq.reqrep import ReplyServer, request
 from spark_zmq.protocols.zeroeq.wire import _WIRE_HEX, event_id, event_id_text, parse_event
@@ -34,7 +34,8 @@ MAX_REPLY_BYTES = 1 << 20
 
 
 class Vocabulary:
-    """Registered events of one publisher or subscriber, served on a REP socket at ``address``.
+    """Registered events of one publisher or subscriber, served on a REP socket bound at
+    ``bind`` (one address, or several): ``addresses`` are the bound ones, ``address`` the first.
 
     ``on_change`` is called (from the registering thread) when an event is added or removed,
     so the owner can update its announcement.
@@ -43,7 +44,7 @@ class Vocabulary:
     def __init__(
         self,
         role: str,
-        bind: str,
+        bind: str | Sequence[str],
         on_change: Callable[[], None] | None = None,
         curve: Curve = NO_CURVE,
     ) -> None:
@@ -55,6 +56,7 @@ class Vocabulary:
             bind, {VOCABULARY_REQUEST: self._reply}, name=f"zeroeq {role} vocabulary", curve=curve
         )
         self.address = self._server.address
+        self.addresses = self._server.addresses
 
     def register(self, wire: bytes, name: str | None = None) -> bool:
         """Add an event; True if it is new (a name given later fills in a missing one)."""

@@ -173,20 +173,20 @@ def test_wait_for_subscribers_bounds_a_publishers_whole_wait(spark, tmp_path, se
 
 @pytest.mark.parametrize("bind", ["127.0.0.1", "*"])
 def test_what_a_publisher_announces_for_each_bind_interface(bind):
-    """The table of docs/formats/zeroeq.md: with an address, the instance name and the
-    vocabulary address are that address; with ``*``, the host name for both (the vocabulary
-    server's own address, ``tcp://0.0.0.0:PORT``, was announced before, which no subscriber
-    on another host can connect to)."""
-    import socket
-
+    """The table of docs/formats/zeroeq.md, here with loopback alone to announce on: the
+    instance name and the vocabulary address are loopback's address for both binds. Bound to
+    ``*``, the host name was announced (which a subscriber must resolve), and before that the
+    vocabulary server's own address, ``tcp://0.0.0.0:PORT``, which no subscriber can connect
+    to. Other hosts: test_zeroeq_hosts.py."""
     from spark_zmq.protocols.zeroeq import Publisher
 
     publisher = Publisher("announce", host=bind, announce=False)
     try:
         txt = publisher.txt()
-        host = socket.gethostname() if bind == "*" else bind
-        assert publisher.instance_name == f"{host}:{publisher.port}"
-        assert txt["vocabulary_request"].startswith(f"tcp://{host}:")
+        assert publisher.bound_host == ("0.0.0.0" if bind == "*" else bind)
+        assert publisher.instance_name == f"127.0.0.1:{publisher.port}"
+        assert publisher.instance_names == {"lo": publisher.instance_name}
+        assert txt["vocabulary_request"].startswith("tcp://127.0.0.1:")
         port = int(txt["vocabulary_request"].rsplit(":", 1)[1])
         assert port not in (0, publisher.port)
     finally:
