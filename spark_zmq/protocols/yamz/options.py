@@ -107,9 +107,11 @@ WRITER_ADDRESS = Option(
     _bind_address,
     "a concrete or ephemeral address with attributes",
     DEFAULT_WRITER_ADDRESS,
-    "Where the writer binds its socket, such as `tcp://*:*?det=tpc&apa=42`; `*` "
-    "picks any interface or port. The query's key=value pairs are announced as the "
-    "port's parameters, for abstract addresses to match.",
+    "Where the writer binds its socket, such as `tcp://*:*?det=tpc&apa=42`. A `*` host "
+    "is the address of the writer's Zyre node (the interface pyre beacons on; loopback "
+    "when there is no other), where the socket is bound and which it is announced at; a "
+    "`*` port picks any port. The query's key=value pairs are announced as the port's "
+    "parameters, for abstract addresses to match.",
 )
 
 PATH = Option(

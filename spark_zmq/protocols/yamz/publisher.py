@@ -1,16 +1,22 @@
 """A writer's port: an XPUB bound at a yamz bind address and announced through Zyre.
 
 The socket is bound first, since the announcement holds the concrete address that binding an
-ephemeral one yields (``tcp://*:*`` gives ``tcp://0.0.0.0:port``, which readers reach at the
-host of this node's Zyre address). Then a Zyre node starts with a ``YAMZ`` header: the seed's
-tree with the port at ``path`` and the bind address's query as the port's parameters, and the
-flat layout of the yamz C++ library beside it (``port_header``). Zyre headers are fixed once a
-node starts, so each publisher runs a node of its own.
+ephemeral one yields. A wildcard host (``tcp://*:*``) is this node's Zyre address, as the yamz
+C++ library binds its own address for ``*``: the port listens where it is announced, at the
+address every peer that hears the node already reaches; announced as ``tcp://0.0.0.0:port``
+(what zmq reports for ``*``), a peer that connects to what it is told (the C++ library does)
+would connect to its own host. Then a Zyre node starts with a ``YAMZ`` header: the seed's tree
+with the port at ``path`` and the bind address's query as the port's parameters, and the flat
+layout of the yamz C++ library beside it (``port_header``), each with that one address: the
+C++ library connects once for every address a port lists, so a list of several would deliver
+each message several times. Zyre headers are fixed once a node starts, so each publisher runs a
+node of its own.
 """
 
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 import zmq
 
@@ -19,8 +25,20 @@ from spark_zmq.protocols.contract import SinkPublisher
 from spark_zmq.protocols.xpub import XPubSender
 from spark_zmq.protocols.yamz.discovery import HEADER
 from spark_zmq.protocols.yamz.wire import Address
-from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode
+from spark_zmq.protocols.yamz.zyre import Peer, ZyreError, ZyreNode, node_address
 from spark_zmq.security import NO_CURVE, Curve
+
+#: the hosts of a tcp bind address that mean every interface
+WILDCARD_HOSTS = ("*", "0.0.0.0")
+
+
+def bind_location(location: str, node_host: str) -> str:
+    """Where to bind ``location`` (an address without its query): a tcp one whose host is a
+    wildcard at ``node_host`` (the Zyre node's address), anything else as it is."""
+    if not location.startswith("tcp://"):
+        return location
+    host, _, port = location[len("tcp://") :].rpartition(":")
+    return f"tcp://{node_host}:{port}" if host in WILDCARD_HOSTS else location
 
 
 def port_header(node: str, path: tuple[str, ...], address: str, params: dict[str, str]) -> str:
@@ -75,8 +93,13 @@ class YamzPublisher(SinkPublisher):
         send_timeout: float | None,
         curve: Curve = NO_CURVE,
     ) -> None:
+        node_host = node_address()
         self._xpub = XPubSender(
-            address.location, send_hwm=send_hwm, send_timeout=send_timeout, bind=True, curve=curve
+            bind_location(address.location, node_host),
+            send_hwm=send_hwm,
+            send_timeout=send_timeout,
+            bind=True,
+            curve=curve,
         )
         self.address = self._xpub.address
         self.name = f"yamz://{node}/{'/'.join(path)} ({self.address})"
@@ -95,6 +118,16 @@ class YamzPublisher(SinkPublisher):
         except Exception:
             self._xpub.close()
             raise
+        seen_at = urlsplit(self._node.endpoint).hostname
+        if bind_location(address.location, node_host) != address.location and seen_at != node_host:
+            logger.warning(
+                "yamz writer: %s was bound at %s, where pyre's node should be seen, but the "
+                "node is at %s: peers that reach the node may not reach the port; bind a "
+                "concrete address",
+                self.name,
+                node_host,
+                seen_at,
+            )
         logger.info("yamz writer: %s announced (Zyre beacon port %d)", self.name, beacon_port)
 
     def _failed(self, error: ZyreError) -> None:

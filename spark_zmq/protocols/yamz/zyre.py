@@ -17,7 +17,8 @@ belong to that thread. What this module adds around it (``shared/protocols/yamz.
   stop can block the same way, so nodes are stopped with a bound, after any error is reported.
 - ``set_port`` wants bytes; header values must be ASCII text.
 - pyre picks the interface itself (the first IPv4 one that is neither loopback nor link-local,
-  else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``.
+  else 127.0.0.1 with multicast group 225.25.25.25) and ignores ``set_interface``; its node is
+  seen at that interface's address (``node_address``).
 - Peers go evasive after 10 s of silence and are expired (an EXIT) after 30 s; a node that stops
   politely sends a last beacon with port 0, on which its peers report EXIT at once.
 - **One malformed message from anyone ends pyre's node thread.** pyre parses each UDP beacon
@@ -344,11 +345,27 @@ MULTICAST_GROUP = "225.25.25.25"
 
 def _beacon_target() -> tuple[str, bool]:
     """Where pyre's beacon sends, as pyre chooses it: (address, whether it is multicast)."""
+    interface = _beacon_interface()
+    if interface is None:
+        return MULTICAST_GROUP, True
+    return str(interface.network.broadcast_address), False
+
+
+def node_address() -> str:
+    """The IPv4 address a pyre node on this host is seen at: the one its beacon sends from
+    (pyre's choice, as ``beacon_problem`` reads it), which peers connect to for ZRE, and
+    127.0.0.1 when there is no interface but loopback (then only this host hears the node)."""
+    interface = _beacon_interface()
+    return "127.0.0.1" if interface is None else str(interface.ip)
+
+
+def _beacon_interface() -> ipaddress.IPv4Interface | None:
+    """pyre's beacon interface: the first IPv4 one that is neither loopback nor link-local."""
     for interfaces in pyre.zhelper.get_ifaddrs():
         for ipv4 in (families.get(socket.AF_INET) for families in interfaces.values()):
             if not ipv4 or not ipv4.get("addr") or not ipv4.get("netmask"):
                 continue
-            interface = ipaddress.ip_interface(f"{ipv4['addr']}/{ipv4['netmask']}")
+            interface = ipaddress.IPv4Interface(f"{ipv4['addr']}/{ipv4['netmask']}")
             if not (interface.is_loopback or interface.is_link_local):
-                return str(interface.network.broadcast_address), False
-    return MULTICAST_GROUP, True
+                return interface
+    return None

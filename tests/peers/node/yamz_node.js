@@ -13,8 +13,9 @@
 //   node yamz_node.js subscribe NAME IFACE BEACON_PORT TARGET PATH COUNT LAYOUT
 //     joins, waits for node TARGET, reads its YAMZ header as a parser of LAYOUT does (flat: only
 //     `clients` and `idparms`, as the yamz C++ library; tree: only the seed's tree), connects a
-//     SUB to the port at PATH and prints each message as a JSON line {"frames": [base64, ...]};
-//     exits after COUNT messages.
+//     SUB to the address of the port at PATH as announced (the yamz C++ library substitutes
+//     nothing for a wildcard host) and prints each message as a JSON line
+//     {"frames": [base64, ...]}; exits after COUNT messages.
 'use strict';
 
 const os = require('os');
@@ -117,14 +118,13 @@ function subscribe(target, path, count, layout) {
   });
   zyre.on('connect', (id, peerName, headers) => {
     if (peerName !== target) return;
-    let address = portAddress(JSON.parse(headers.YAMZ), path, layout);
+    const address = portAddress(JSON.parse(headers.YAMZ), path, layout);
     if (!address) {
       log(`node ${target} has no port ${path} in the ${layout} layout of its YAMZ header`);
       process.exit(3);
     }
-    // a port bound on every interface is reached at the peer's own Zyre address
-    const peerHost = zyre.getPeer(id).endpoint.split('://')[1].split(':')[0];
-    address = address.replace(/\/\/(\*|0\.0\.0\.0):/, `//${peerHost}:`);
+    // connected to as announced, as the yamz C++ library connects: a wildcard host
+    // (tcp://0.0.0.0:port) would be this host
     log(`connecting to ${target}'s ${path} at ${address}`);
     sock.connect(address);
   });

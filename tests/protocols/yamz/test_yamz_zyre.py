@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,10 @@ import zmq
 from pyre import Pyre
 
 from spark_zmq.protocols.contract import Endpoint
-from spark_zmq.protocols.yamz import ZyreNode, for_connect
+from spark_zmq.protocols.yamz import ZyreNode, for_bind, for_connect
 from spark_zmq.protocols.yamz.discovery import ZyreDiscovery, reachable
+from spark_zmq.protocols.yamz.publisher import YamzPublisher
+from spark_zmq.protocols.yamz.wire import ports_of
 from spark_zmq.testing.logs import logged_warnings
 from support.common import wait_until
 
@@ -313,3 +316,48 @@ def test_option_errors_name_the_option_and_what_is_wrong_with_the_address():
     ]
     with pytest.raises(OptionError, match="'address' is required"):
         Yamz().reader_settings({})
+
+
+def test_a_writer_bound_to_every_interface_is_announced_and_reached_at_its_zyre_address():
+    """``tcp://*:*`` was announced as ``tcp://0.0.0.0:PORT``: a peer on another host that
+    connects to what it is told (the yamz C++ library does) reached its own host. Now the port
+    is bound at, and announced at, the address its Zyre node is seen at (the veth here, which
+    pyre beacons on), in both layouts of the header, and listens nowhere else; a pyre node on
+    the other host reads it at the announced address."""
+    from support.hosts import OtherHost
+
+    host = OtherHost(("szmqyw0", "10.85.0.1"), ("szmqyw1", "10.85.0.2"))
+    publisher = None
+    try:
+        publisher = YamzPublisher(
+            "wild",
+            for_bind("tcp://*:*?det=tpc"),
+            ("spark", "out"),
+            5687,
+            send_hwm=0,
+            send_timeout=None,
+        )
+        port = int(publisher.address.rsplit(":", 1)[1])
+        assert publisher.address == f"tcp://10.85.0.1:{port}"
+        with pytest.raises(ConnectionRefusedError):  # bound where announced, not on loopback
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        other = host.start_python(
+            "protocols/yamz/yamz_other_host.py", "5687", "wild", "spark/out", "3"
+        )
+        wait_until(lambda: publisher.subscribers(b"") >= 1, timeout=60, what="the other host's SUB")
+        for i in range(3):
+            publisher.send([b"wild/%d" % i])
+        out, err = other.communicate(timeout=60)
+    finally:
+        if publisher is not None:
+            publisher.close()
+        host.close()
+    assert other.returncode == 0, err
+    seen, *messages = [json.loads(line) for line in out.splitlines()]
+    assert seen["zyre_address"].startswith("tcp://10.85.0.1:")
+    assert [p.addresses for p in ports_of("wild", json.dumps(seen["header"]))] == [
+        (publisher.address,)
+    ]
+    tree = {key: value for key, value in seen["header"].items() if key != "clients"}
+    assert [p.addresses for p in ports_of("wild", json.dumps(tree))] == [(publisher.address,)]
+    assert messages == [[f"wild/{i}"] for i in range(3)]

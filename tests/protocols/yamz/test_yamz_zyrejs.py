@@ -44,7 +44,10 @@ def test_a_zyrejs_node_is_read_through_an_abstract_address(spark, tmp_path, layo
 def test_a_zyrejs_node_reads_the_yamz_writers_port(spark, tmp_path, send_core):
     """The zyre.js reader finds the port reading one layout of the writer's header only: the
     flat one as the yamz C++ library does (it ignores the seed's tree), or the tree (each send
-    loop takes one, so both layouts are covered without a third query)."""
+    loop takes one, so both layouts are covered without a third query), and connects to the
+    address there as it is, as that library does: the writer, bound to ``tcp://*:*``, must
+    announce the address it is reached at from the other namespace (it announced
+    ``tcp://0.0.0.0:PORT``, where zyre.js reached its own namespace)."""
     beacon, count, node = "5675", 20, f"sparkzw_{send_core}"
     layout = {"native": "flat", "python": "tree"}[send_core]
     peer = start_peer(
