@@ -33,9 +33,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from harness.hermetic import ensure_private_network
+from harness.report import commit
 
 PAYLOAD_BYTES = 100
 EVENT = "zeroeq::test::Echo"
@@ -157,7 +157,7 @@ def main() -> None:
         print(
             f"spool_transport: {args.messages} messages of {PAYLOAD_BYTES} bytes, read in "
             f"ranges of {args.range}, {args.flush} a segment, {args.repeats} repeats; "
-            f"commit {_commit()}"
+            f"commit {commit()}"
         )
 
         def slices(read: Callable[[str, int, int], Iterator]) -> Callable[[], int]:
@@ -221,18 +221,6 @@ def report(results: dict[str, list[tuple[float, float, float, int]]]) -> None:
         base = medians["files"] if not label.startswith("rows") else medians.get("rows (files)")
         ratio = medians[label] / base if base else float("nan")
         print(f"{label:16} {medians[label]:>12,.0f} {cpu:>14.2f} {server:>14.2f} {ratio:>11.2f}")
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 if __name__ == "__main__":
