@@ -21,6 +21,7 @@ import pytest
 
 from spark_zmq.testing.hosts import Host, HostCluster, Network
 from support.common import ROOT, wait_until
+from support.docs import printed_pattern, walkthrough
 from support.jobs import Lines, job_file
 from support.sequences import ECHO, check_exactly_once, sequences, wait_for_all_sent
 
@@ -350,37 +351,10 @@ SPOOLS = (
 )
 
 
-def partition_keys_on(host: Host, spool: str) -> list[str]:
-    """The partitions of the spool at ``spool`` as ``host`` sees it."""
-    script = "import sys\nfrom spark_zmq.spool.layout import partition_keys\n"
-    script += "print('\\n'.join(partition_keys(sys.argv[1])))"
-    return python_on(host, script, spool).split()
-
-
 def spools_on(host: Host, pattern: str) -> dict[str, str]:
     """Spool folders matching ``pattern`` on ``host`` -> where each is served (``-``: not)."""
     found = python_on(host, SPOOLS, pattern).split()
     return dict(zip(found[::2], found[1::2]))
-
-
-@pytest.mark.cluster
-def test_capture_on_the_driver_reads_another_hosts_publishers_without_shared_storage(
-    network, host_cluster, spark
-):
-    """Issue 45: the capture job submitted from ``driver`` to the cluster (executors on
-    ``worker1`` and ``worker2``) with the default placement and its spool in the driver
-    host's own /tmp, which no executor sees, reads three publishers of ``peers`` found by their
-    session: the read tasks get their ranges from the driver's spool server, on the address
-    Spark gave the driver, and every message the publishers sent once they had a subscriber is
-    in the table exactly once."""
-    driver, spool = network["driver"], "/tmp/driver-spool"
-    run = run_capture_job(
-        network, host_cluster, spark, "hosts-driver", network.shared / "d", f"spoolPath={spool}"
-    )
-    assert run.executors.keys() == {"worker1", "worker2"}
-    assert sorted(partition_keys_on(driver, spool)) == sorted(run.names)
-    for worker in ("worker1", "worker2"):
-        assert spools_on(network[worker], spool) == {}, f"{worker} sees the spool"
 
 
 @pytest.mark.cluster
@@ -452,3 +426,72 @@ def check_executors_on_workers(cluster: HostCluster, network: Network) -> dict[s
         driver_url = command[command.index(b"--driver-url") + 1].decode()
         assert driver_url.startswith(f"spark://CoarseGrainedScheduler@{network['driver'].name}:")
     return {name: pids[0] for name, pids in found.items()}
+
+
+@pytest.mark.cluster
+def test_the_deploying_pages_walkthrough_runs_as_written_on_five_hosts(
+    network, host_cluster, tmp_path
+):
+    """docs/deploying.md's walkthrough, each step run as written on its host (``/shared`` is
+    the network's shared folder): its last step prints what the page says. While the job runs,
+    the host ``peers`` sees the job's subscriber record at the driver's address only, and the
+    driver's spool is served on the driver's address (the page's table)."""
+    guide = walkthrough(ROOT / "docs" / "deploying.md")
+    venv = str(Path(PYTHON).parent)
+    env = dict(host_cluster.env, PATH=f"{venv}{os.pathsep}{host_cluster.env['PATH']}")
+    printed = ""
+    for n, (name, code) in enumerate(guide.steps):
+        host, folder = network[name], network.folder / f"walkthrough-{n}"
+        folder.mkdir()
+        with open(folder / "out", "w") as out, open(folder / "err", "w") as err:
+            step = host.popen(
+                ["bash", "-e", "-c", code.replace("/shared", str(network.shared))],
+                env=env,
+                cwd=folder,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
+        if "spark-submit" in code:
+            check_what_the_jobs_hosts_see(network, step)
+        try:
+            code_ = step.wait(400)
+        finally:
+            if step.poll() is None:
+                os.killpg(step.pid, signal.SIGKILL)
+        errors = "\n".join(
+            f"{path}:\n{path.read_text()[-3000:]}"
+            for path in sorted(folder.glob("*"))
+            if path.is_file()
+        )
+        assert code_ == 0, f"step {n} on {name} exited {code_}:\n{errors}"
+        printed = (folder / "out").read_text()
+    assert printed_pattern(guide.printed).search(printed), printed
+
+
+def check_what_the_jobs_hosts_see(network: Network, job: subprocess.Popen) -> None:
+    """While the walkthrough's job runs: ``peers`` hears the job's subscriber record of session
+    ``lab`` with the driver's address and no loopback one, and the driver host serves the spool
+    on its own address."""
+    driver, peers = network["driver"], network["peers"]
+
+    def subscriber() -> dict | None:
+        if job.poll() is not None:
+            raise AssertionError(f"the job ended ({job.returncode}) before its record was heard")
+        browse = ["zeroeq", "browse", "--interfaces", "all", "--session", "lab", "--json"]
+        done = peers.run(
+            [PYTHON, "-m", "spark_zmq", *browse], capture_output=True, text=True, timeout=60
+        )
+        heard = json.loads(done.stdout or "[]")
+        found = [record for record in heard if record["kind"] == "subscriber"]
+        return found[0] if found else None
+
+    record = wait_until(subscriber, timeout=300, interval=2.0, what="the job's subscriber record")
+    assert record["vocabulary_request"].startswith(f"tcp://{driver.address}:"), record
+    assert "127.0.0.1" not in json.dumps(record), record
+    served = wait_until(
+        lambda: spools_on(driver, "/tmp/lab-spool").get("/tmp/lab-spool"),
+        timeout=60,
+        what="the spool's served.json",
+    )
+    assert served.startswith(f"grpc+tcp://{driver.address}:"), served

@@ -116,6 +116,44 @@ def examples() -> list[Example]:
     return found
 
 
+#: a step of a multi-host walkthrough: the next block runs on this host (``prints``: the next
+#: block is what the last step prints)
+WALKTHROUGH_STEP = re.compile(r"^<!-- walkthrough:(?P<host>[\w-]+) -->$")
+
+
+@dataclass
+class Walkthrough:
+    """The steps of a page's walkthrough, in order: (host, bash code); what the last prints."""
+
+    steps: list[tuple[str, str]]
+    printed: str
+
+
+def walkthrough(path: Path) -> Walkthrough:
+    """The walkthrough of ``path``: each block after a ``<!-- walkthrough:HOST -->`` line
+    (the line before it is the block's not-run marker) is a step on HOST; the block after
+    ``<!-- walkthrough:prints -->`` is what the last step prints."""
+    lines = path.read_text().split("\n")
+    marked = {
+        i + 2: match.group("host")  # the fence comes after the step's line and the not-run line
+        for i, line in enumerate(lines)
+        if (match := WALKTHROUGH_STEP.match(line)) and match.group("host") != "prints"
+    }
+    marked.update(
+        {i + 1: "prints" for i, line in enumerate(lines) if line == "<!-- walkthrough:prints -->"}
+    )
+    steps, printed = [], ""
+    for block in blocks(path):
+        host = marked.get(block.line - 1)
+        if host == "prints":
+            printed = block.code
+        elif host is not None:
+            steps.append((host, block.code))
+    if not steps or not printed or len(steps) + 1 != len(marked):
+        raise AssertionError(f"{path}: a walkthrough's steps and what it prints are not found")
+    return Walkthrough(steps, printed)
+
+
 def printed_pattern(printed: str) -> re.Pattern:
     """What an example must print: the output block as it is, where ``...`` stands for any text
     within a line."""
