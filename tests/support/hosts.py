@@ -1,7 +1,9 @@
 """Another host for multi-host tests: a network namespace of its own, held by a process that
-sleeps, joined to the test's namespace by a veth pair, as two hosts on one link. Programs run in
-it through ``nsenter`` (the test is root in its namespaces: ``scripts/netns.sh``). The veth end
-in the test's namespace is named ``szmq...``, which tests/conftest.py allows.
+sleeps (``spark_zmq.testing.hosts.Holder``), joined to the test's namespace by a veth pair, as
+two hosts on one link (where ``spark_zmq.testing.hosts.Network`` keeps the test's namespace
+off its hosts' bridge). Programs run in it through ``nsenter`` (the test is root in its
+namespaces: ``scripts/netns.sh``). The veth end in the test's namespace is named
+``szmq...``, which tests/conftest.py allows.
 
 Packets never leave: both ends of the pair are in namespaces that the test made."""
 
@@ -11,33 +13,40 @@ import os
 import subprocess
 import sys
 
+from spark_zmq.testing.hosts import Holder, ip_batch
+from spark_zmq.testing.processes import network_namespace
 from support.common import ROOT, wait_until
 
-
-def ip(*args: str, netns_of: int | None = None) -> None:
-    """``ip ARGS`` here, or in the network namespace of process ``netns_of``."""
-    prefix = ["nsenter", "-t", str(netns_of), "-n"] if netns_of else []
-    subprocess.run(prefix + ["ip", *args], check=True, capture_output=True)
+#: run by the other host's holder inside its new network namespace (``join_by_veth`` does
+#: the rest)
+OTHER_HOST_HOLDER = "echo ready\nexec sleep infinity\n"
 
 
 def join_by_veth(pid: int, local: tuple[str, str], remote: tuple[str, str]) -> None:
     """A veth pair between this namespace and that of process ``pid`` (which ``unshare --net``
-    started): ``local`` and ``remote`` are (name, address) of each end, on one /24."""
+    started): ``local`` and ``remote`` are (name, address) of each end, on one /24; the other
+    side's ``lo`` is brought up, with multicast."""
     wait_until(
-        lambda: os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net"),
+        lambda: network_namespace(pid) not in (None, network_namespace(os.getpid())),
         timeout=30,
         what="the other host's namespace",
     )
-    ip("link", "add", local[0], "type", "veth", "peer", "name", remote[0], "netns", str(pid))
-    ip("addr", "add", f"{local[1]}/24", "brd", "+", "dev", local[0])
-    ip("link", "set", local[0], "up")
-    for command in (
-        ("link", "set", "lo", "up"),
-        ("link", "set", "lo", "multicast", "on"),
-        ("addr", "add", f"{remote[1]}/24", "brd", "+", "dev", remote[0]),
-        ("link", "set", remote[0], "up"),
-    ):
-        ip(*command, netns_of=pid)
+    ip_batch(
+        [
+            f"link add {local[0]} type veth peer name {remote[0]} netns {pid}",
+            f"addr add {local[1]}/24 brd + dev {local[0]}",
+            f"link set {local[0]} up",
+        ]
+    )
+    ip_batch(
+        [
+            "link set lo up",
+            "link set lo multicast on",
+            f"addr add {remote[1]}/24 brd + dev {remote[0]}",
+            f"link set {remote[0]} up",
+        ],
+        pid,
+    )
 
 
 class OtherHost:
@@ -47,8 +56,9 @@ class OtherHost:
 
     def __init__(self, local: tuple[str, str], remote: tuple[str, str]) -> None:
         self.local, self.remote = local, remote
-        self._holder = subprocess.Popen(["unshare", "--net", "sleep", "infinity"])
+        self._holder = Holder(["--net"], OTHER_HOST_HOLDER)
         try:
+            self._holder.wait_ready()
             join_by_veth(self._holder.pid, local, remote)
         except BaseException:
             self.close()
@@ -81,5 +91,4 @@ class OtherHost:
 
     def close(self) -> None:
         self._holder.kill()
-        self._holder.wait(10)
         subprocess.run(["ip", "link", "del", self.local[0]], capture_output=True)
