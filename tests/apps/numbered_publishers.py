@@ -1,6 +1,6 @@
 """ZeroEQ publishers that send numbered messages, as a peer on another host for the multi-host
-tests (tests/hosts/), run there with ``Host.popen``: they bind every address and announce the
-host's name on every interface, as the package's writer does with ``bindInterface=*``.
+tests (tests/hosts/), run there with ``Host.popen``: they bind every address and announce on each
+interface at that interface's address, as the package's writer does with ``bindInterface=*``.
 
     numbered_publishers.py SESSION COUNT RATE
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for support
 
-from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
+from spark_zmq.protocols.zeroeq import Publisher
 from support.sequences import Sender
 
 #: how long the publishers wait for a reader (its Spark application's start included)
@@ -31,9 +31,8 @@ def say(**fields) -> None:
 
 
 def main(session: str, count: str, rate: str) -> int:
-    zeroconf = make_zeroconf(None)
     publishers = [
-        Publisher(session, host="*", zeroconf=zeroconf, application="numbered")
+        Publisher(session, host="*", interfaces=None, application="numbered")
         for _ in range(int(count))
     ]
     try:
@@ -47,7 +46,6 @@ def main(session: str, count: str, rate: str) -> int:
     finally:
         for publisher in publishers:
             publisher.close()
-        zeroconf.close()
     return 0
 
 
