@@ -167,6 +167,11 @@ class Capture:
     def endpoint_left(self, key: str) -> None:
         self._command(("leave", key))
 
+    def endpoint_dropped(self, key: str, why: str) -> None:
+        """Stop reading ``key`` at once and write nothing more of it: its partition is another
+        process's now (``why`` says so in the log line)."""
+        self._command(("drop", (key, why)))
+
     def received(self) -> dict[str, int]:
         """Messages received per partition since start (read without locking: a statistic)."""
         return {key: conn.received for key, conn in self._loop.members.items()}
@@ -244,6 +249,7 @@ class CaptureThread:
         self._upkeep = ConnectionUpkeep(name, sockets, self.members, sockets.max_message_bytes)
         self._unwritten = False  # the last messages of a connection could not be written
         self.stopping = False
+        self._next_flush = 0.0  # (monotonic) when every connection is flushed next
         self.flushes = FlushRequests()
         self.failure: BaseException | None = None
 
@@ -251,27 +257,14 @@ class CaptureThread:
         # before any socket: zmq's threads inherit it
         self._priority = protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
-        next_flush = time.monotonic() + self.flush_interval
+        self._next_flush = time.monotonic() + self.flush_interval
         try:
             while not self.stopping:
-                recheck_at = self._upkeep.next_recheck()
-                leave_at = self.members.next_leave()
-                push_backs_at = self._upkeep.next_push_back_check()
-                wake_at = min(next_flush, recheck_at, leave_at, push_backs_at)
-                self._handle(self._core.wait(wake_at - time.monotonic()))
-                if recheck_at <= time.monotonic():
-                    self._upkeep.reopen_abandoned()
-                if leave_at <= time.monotonic():
-                    self.members.retire_left()
-                if time.monotonic() >= self._upkeep.next_load_check:
-                    self._upkeep.end_push_backs()
-                if time.monotonic() >= next_flush or self.flushes.pending:
-                    began = time.time()
-                    self._flush_all()
-                    if self._downtime is not None:
-                        self._downtime.alive(began)
-                    next_flush = time.monotonic() + self.flush_interval
-        except LeaseLost as exc:  # a newer holder took the partition over: stop writing
+                try:
+                    self._turn()
+                except LeaseLost as exc:
+                    self._let_go(exc)
+        except LeaseLost as exc:  # a newer holder took over what this capture writes
             self.failure = exc
             logger.warning("%s: capture stopped: %s", self.name, exc)
         except BaseException as exc:  # surfaced to the reader through sync()
@@ -279,6 +272,35 @@ class CaptureThread:
             logger.exception("%s: capture stopped by an error", self.name)
         finally:
             self._shutdown()
+
+    def _turn(self) -> None:
+        """One turn of the poll loop: wait for messages or the next thing due, then do what is
+        due (reopen connections, let leaving endpoints go, end push-back episodes, flush)."""
+        recheck_at = self._upkeep.next_recheck()
+        leave_at = self.members.next_leave()
+        push_backs_at = self._upkeep.next_push_back_check()
+        wake_at = min(self._next_flush, recheck_at, leave_at, push_backs_at)
+        self._handle(self._core.wait(wake_at - time.monotonic()))
+        if recheck_at <= time.monotonic():
+            self._upkeep.reopen_abandoned()
+        if leave_at <= time.monotonic():
+            self.members.retire_left()
+        if time.monotonic() >= self._upkeep.next_load_check:
+            self._upkeep.end_push_backs()
+        if time.monotonic() >= self._next_flush or self.flushes.pending:
+            began = time.time()
+            self._flush_all()
+            if self._downtime is not None:
+                self._downtime.alive(began)
+            self._next_flush = time.monotonic() + self.flush_interval
+
+    def _let_go(self, lost: LeaseLost) -> None:
+        """A newer holder took over one partition read here (a capture process on an executor
+        holds many): stop reading it, write nothing more of it, and capture on for the others.
+        One that names no partition read here stops capture."""
+        if lost.key is None or lost.key not in self.members:
+            raise lost
+        self.members.drop(lost.key, str(lost))
 
     def _handle(self, events: list[receiving.Event]) -> None:
         """What the core's ``wait`` reported."""
@@ -302,7 +324,10 @@ class CaptureThread:
         deadline = time.monotonic() + STOP_LINGER_SECONDS
         received, quiet_since = self._received(), time.monotonic()
         while (now := time.monotonic()) < deadline and now - quiet_since < STOP_QUIET_SECONDS:
-            self._handle(self._core.wait(min(deadline - now, STOP_QUIET_SECONDS)))
+            try:
+                self._handle(self._core.wait(min(deadline - now, STOP_QUIET_SECONDS)))
+            except LeaseLost as exc:
+                self._let_go(exc)
             if (count := self._received()) != received:
                 received, quiet_since = count, time.monotonic()
 
@@ -320,10 +345,18 @@ class CaptureThread:
 
     def _apply_commands(self) -> None:
         for command, arg in self.mailbox.take():
-            if command == "join":
-                self.members.join(arg)
-            else:
-                self.members.leave(arg)
+            try:
+                self._apply(command, arg)
+            except LeaseLost as exc:  # (joining drains a connection it replaces)
+                self._let_go(exc)
+
+    def _apply(self, command: str, arg: Any) -> None:
+        if command == "join":
+            self.members.join(arg)
+        elif command == "drop":
+            self.members.drop(*arg)
+        else:
+            self.members.leave(arg)
 
     def _flush_all(self) -> None:
         tickets = self.flushes.start_flush()

@@ -63,6 +63,9 @@ class Membership:
     def __iter__(self) -> Iterator[Connection]:
         return iter(list(self._connections.values()))
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._connections
+
     def items(self) -> list[tuple[str, Connection]]:
         """A copy, safe to read from another thread (for statistics)."""
         return list(self._connections.items())
@@ -87,14 +90,16 @@ class Membership:
 
     def _open(self, endpoint: Endpoint) -> None:
         """A new endpoint's partition and connection; one that cannot be opened is refused
-        alone (one log line naming it and why), so that the others keep flowing. Losing the
-        partition's lease still stops capture (another holder writes it now)."""
+        alone (one log line naming it and why), so that the others keep flowing. A partition
+        this process does not hold (a newer holder took it over before it joined) is not
+        read: another capture process writes it now."""
         problem = endpoint.problem()
         if problem is None:
             try:
                 self._spool.open_partition(endpoint.key)
-            except LeaseLost:
-                raise
+            except LeaseLost as exc:
+                logger.warning("%s: endpoint %s is not read here: %s", self.name, endpoint.key, exc)
+                return
             except Exception as exc:  # its folder cannot be made: a name the storage refuses
                 problem = f"its spool partition cannot be opened ({_text(exc)})"
         if problem is None:
@@ -164,6 +169,18 @@ class Membership:
         self._sockets.close(conn)
         self._spool.retire(key)
         logger.info("%s: partition %s retired after %d messages", self.name, key, conn.received)
+
+    def drop(self, key: str, why: str) -> None:
+        """Stop reading ``key`` and write nothing more of it: its partition is no longer this
+        capture's (``why``: a newer holder took it over). What its buffer holds is dropped;
+        the new holder's gap row covers it."""
+        conn = self._connections.pop(key, None)
+        if conn is None:
+            return
+        self._sockets.close(conn)
+        logger.warning(
+            "%s: stopped reading %s after %d messages: %s", self.name, key, conn.received, why
+        )
 
     def close_all(self, last_words: Callable[[Connection], None] | None) -> None:
         """Close every socket (capture is stopping); ``last_words`` first, if given."""

@@ -89,7 +89,11 @@ class Downtime:
     """The downtimes a capture owes as gap rows (partition -> since, seconds since the epoch),
     and, where ``record`` is given (capture on the driver), the alive record it keeps.
 
-    Only the capture thread calls it once capture runs."""
+    Only the capture thread calls it once capture runs, but for ``owe`` (a gap owed by a
+    partition about to join) and reading ``alive_at``. ``alive_at``: everything the capture
+    took from its sockets before it is in the spool (the start of its last complete flush of
+    every partition); a capture process on an executor says it in its heartbeat, from which a
+    new holder of one of its partitions dates its gap row."""
 
     def __init__(
         self,
@@ -102,9 +106,16 @@ class Downtime:
         self._record = record
         self._written_at = float("-inf")
         self._failing = False  # the last write failed (logged once per episode)
+        self.alive_at = time.time()  # nothing received yet: all of it is in the spool
 
     def since(self, key: str) -> float | None:
         return self.pending.get(key)
+
+    def owe(self, key: str, since: float) -> None:
+        """``key`` was not captured since ``since``: its gap row is owed. Called before the
+        partition's endpoint joins capture (which reads it when it opens the connection), from
+        any thread."""
+        self.pending[key] = since
 
     def recorded(self, key: str) -> None:
         """The gap row of ``key`` is in the spool: it is owed no more."""
@@ -113,6 +124,7 @@ class Downtime:
     def alive(self, at: float, force: bool = False) -> None:
         """Everything captured before ``at`` is in the spool: say so in the alive record, if
         ``ALIVE_SECONDS`` went by since the last write (or ``force``)."""
+        self.alive_at = max(self.alive_at, at)
         now = time.monotonic()
         if self._record is None or (not force and now - self._written_at < ALIVE_SECONDS):
             return

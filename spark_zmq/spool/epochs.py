@@ -156,13 +156,13 @@ def claim_epoch(root: str, key: str, expect_epoch: int | None) -> tuple[int, Lea
     claimed = epochs(folder)
     current = claimed[-1][0] if claimed else 0
     if expect_epoch is not None and current != expect_epoch:
-        raise LeaseLost(f"partition {key!r} is held by epoch {current}, not {expect_epoch}")
+        raise LeaseLost(f"partition {key!r} is held by epoch {current}, not {expect_epoch}", key)
     mine = current + 1
     try:
         os.mkdir(os.path.join(folder, epoch_name(mine)))
     except FileExistsError:
         raise LeaseLost(
-            f"partition {key!r}: epoch {mine} was claimed by another holder first"
+            f"partition {key!r}: epoch {mine} was claimed by another holder first", key
         ) from None
     for epoch, sealed in claimed:
         if not sealed:

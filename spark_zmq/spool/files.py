@@ -205,6 +205,7 @@ def _write_error(root: str, key: str, path: str, exc: OSError, mine: int) -> Spo
     if isinstance(exc, FileNotFoundError) and newer:
         return LeaseLost(
             f"partition {key!r}: epoch {mine} was taken over by a newer "
-            f"holder; this process may no longer write to it"
+            f"holder; this process may no longer write to it",
+            key,
         )
     return SpoolWriteError(f"cannot write {path} (spool {root}, partition {key}): {os_cause(exc)}")

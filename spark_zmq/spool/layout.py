@@ -10,6 +10,11 @@ Layout of a spool folder::
                                  (``reserve``)
     spool.json                   the folder's identity, which a query's offsets carry
                                  (``identity``)
+    assignment.json commits.json @executors/ @holders/
+                                 capture=executors: the driver's documents, the executors
+                                 noted by tasks, the capture processes' logs (``contract``)
+    @capture/                    capture=executors: one record per capture process, its
+                                 heartbeat and the partitions it holds (``processes``)
     <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
         KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
@@ -20,7 +25,7 @@ Layout of a spool folder::
                                  it) was written, a JSON line each; made empty before that
                                  index, deleted once a newer one names another
             history.jsonl        committed segments that index.json no longer lists
-            lease.json           the holder and its heartbeat
+            lease.json           its holder, written when it claimed the partition
             00000000000000000000.arrow   one Arrow IPC file per flush, named by its first offset
 
 Offsets are per-partition sequence numbers: a message's offset never changes, so a micro-batch
@@ -85,7 +90,14 @@ _EPOCH_DIR = re.compile(r"e(\d{8,})(\.sealed)?")
 
 
 class LeaseLost(SpoolError):
-    """Another writer claimed the partition: this one may not write to it any more."""
+    """Another writer claimed the partition: this one may not write to it any more.
+
+    ``key`` names the partition, so that a process that holds many (a capture process on an
+    executor) lets go of that one and captures on for the others."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class SpoolWriteError(SpoolError):

@@ -1,4 +1,6 @@
-"""Leases: who holds a partition, as its holder writes it into ``lease.json`` at every heartbeat."""
+"""Leases: who holds a partition, as its holder writes it into ``lease.json`` when it claims the
+partition (and with the failure that stopped it). A holder's heartbeat is its process record
+(``processes``); a holder of release 0.2 renewed its lease at every heartbeat instead."""
 
 from __future__ import annotations
 
@@ -14,19 +16,19 @@ from spark_zmq.spool.layout import LEASE_NAME, epochs, partition_dir, read_in_ep
 
 @dataclass(frozen=True)
 class Lease:
-    """Who holds a partition: what its holder writes into ``lease.json`` at every heartbeat."""
+    """Who holds a partition: what its holder writes into ``lease.json``."""
 
     epoch: int
     holder: str  # host/pid of the writing process
     executor: str  # host/pid of the JVM the holder serves (driver or executor)
-    beat: int  # heartbeat counter
-    at: float  # wall-clock time of the last heartbeat
+    beat: int  # how many times its holder wrote it (release 0.2: its heartbeat counter)
+    at: float  # wall-clock time it was written
     sealed: bool = False  # the holder let go (or was taken over): the partition is free
     failure: str = ""  # why the holder stopped, if capture failed
 
     @classmethod
     def renewed(cls, epoch: int, executor: str, beat: int, failure: str = "") -> Lease:
-        """The lease this process writes now, for its ``beat``-th heartbeat of ``epoch``."""
+        """The lease this process writes now, for the ``beat``-th time in ``epoch``."""
         return cls(epoch, process_id(), executor, beat, time.time(), failure=failure)
 
     def to_json(self) -> str:

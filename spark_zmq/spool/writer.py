@@ -134,7 +134,7 @@ class SpoolPartitions:
         """
         if key not in self.epochs:
             if not self.exclusive and expect_epoch is None:
-                raise LeaseLost(f"partition {key!r} is not held by this process")
+                raise LeaseLost(f"partition {key!r} is not held by this process", key)
             self._claim(key, expect_epoch)
         index = self.partitions[key]
         if index.retired:
@@ -155,13 +155,15 @@ class SpoolPartitions:
         self._ledger.count(old, -1)
         self._ledger.count(index, +1)
         self._save(index)
-        self.heartbeat(key)
+        self.write_lease(key)
 
     @_locked
-    def heartbeat(self, key: str, failure: str = "") -> None:
-        """Renew the lease of a held partition; LeaseLost if it was taken over."""
+    def write_lease(self, key: str, failure: str = "") -> None:
+        """Write the lease of a held partition: at its claim, and with the ``failure`` that
+        stops its holder (a holder's heartbeat is its process record, ``processes``);
+        LeaseLost if it was taken over."""
         if key not in self.epochs:
-            raise LeaseLost(f"partition {key!r} is not held by this process")
+            raise LeaseLost(f"partition {key!r} is not held by this process", key)
         self._beats[key] += 1
         lease = Lease.renewed(self.epochs[key], self.executor, self._beats[key], failure)
         self._write(key, LEASE_NAME, lease.to_json().encode())
@@ -172,12 +174,24 @@ class SpoolPartitions:
         ``failure`` (capture failed) is left in the lease for the driver to raise."""
         if failure and key in self.epochs:
             try:
-                self.heartbeat(key, failure)
+                self.write_lease(key, failure)
             except SpoolError:
                 pass
         epoch = self._forget(key)
         if epoch is not None:
             seal(partition_dir(self.root, key), epoch)
+
+    @_locked
+    def held(self) -> dict[str, int]:
+        """The partitions this process holds, with the epoch of each (a copy: the capture
+        thread lets go of one that was taken over while another thread reads this)."""
+        return dict(self.epochs)
+
+    @_locked
+    def let_go(self, key: str) -> None:
+        """Stop holding ``key`` without sealing it: a newer holder took it over (its epoch
+        folder is sealed already, or is about to be), so nothing of it is written any more."""
+        self._forget(key)
 
     def _forget(self, key: str) -> int | None:
         """This process no longer holds ``key``: the epoch it held it under, if any."""

@@ -142,7 +142,7 @@ def test_a_claim_fences_the_previous_holder(tmp_path):
     with pytest.raises(LeaseLost, match="taken over"):
         first.append("k", SOURCE, messages(3, 2))  # the stale holder is fenced
     with pytest.raises(LeaseLost):
-        first.heartbeat("k")
+        first.write_lease("k")
     second.append("k", SOURCE, messages(3, 2))
     assert read_all(root, "k", 0, 5) == ["m0", "m1", "m2", "m3", "m4"]
     # a third claimant that planned on epoch 1 loses to the second's claim
