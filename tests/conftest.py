@@ -204,3 +204,36 @@ def contained(tmp_path):
     print(f"peak memory of {tmp_path.name}: {memory.shown()}")
     assert set(os.listdir(tmp_path.parent)) == before, "written beside the test's folder"
     memory.check(HOSTILE_BOUNDS)
+
+
+@pytest.fixture
+def standin_driver(tmp_path):
+    """Factory of stand-ins for the driver of capture=executors (``spark_zmq.testing.standin``)
+    on a spool in the test's folder; their capture processes are ended after the test."""
+    from spark_zmq.testing.standin import StandInDriver
+
+    made = []
+
+    def make(settings, spool=None):
+        made.append(StandInDriver(str(spool or tmp_path / "spool"), settings))
+        return made[-1]
+
+    yield make
+    for driver in made:
+        driver.close()
+
+
+@pytest.fixture
+def numbered_publishers():
+    """Factory of zmq PUB sockets on loopback that send 0, 1, 2, ... each, closed after the test."""
+    from spark_zmq.testing.standin import NumberedPublishers
+
+    made = []
+
+    def make(count, rate):
+        made.append(NumberedPublishers(count, rate))
+        return made[-1]
+
+    yield make
+    for publishers in made:
+        publishers.close()

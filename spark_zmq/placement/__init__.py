@@ -2,8 +2,9 @@
 behind the one interface the reader plans offsets with (``base.Placement``).
 
 - ``driver``: ``capture=driver``, discovery and capture in the driver-side reader process;
-- ``executors``: ``capture=executors``, discovery on the driver, each partition captured by a
-  holder process on an executor (``enumerator``, ``watch``, ``claim``, ``holder``);
+- ``executors``: ``capture=executors``, discovery on the driver, the partitions captured by one
+  holder process per executor, which share them out and take over those of a lost one
+  (``enumerator``, ``starts``, ``claim``, ``holder``, ``watch``, ``spread``, ``reach``);
 - ``service``: ``capture=service``, a capture service captures (``spark-zmq capture``), the
   query only reads;
 - ``guard``: what discovery reports is checked and bounded before it reaches a placement.

@@ -47,9 +47,9 @@ class Placement(ABC):
         """Every partition's retained range, including everything captured before this call."""
 
     def next_claims_round(self, last_round: int | None) -> int | None:
-        """The claims round the next offset carries: a new one when partitions need a holder
-        now (a micro-batch with a new round runs their claim tasks, ``claims_of_round``), else
-        ``last_round``. Capture on the driver never needs one."""
+        """The claims round the next offset carries: a new one when capture processes need
+        starting on executors now (a micro-batch with a new round runs its claim tasks,
+        ``claims_of_round``), else ``last_round``. Capture on the driver never needs one."""
         return last_round
 
     def claims_of_round(self, claims_round: int) -> list[Claim]:

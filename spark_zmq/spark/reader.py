@@ -5,7 +5,7 @@ discovery and capture for the protocol where the option ``capture`` places them
 (``spark_zmq.placement``), then plans offsets from what capture has written to the spool.
 Executor side: ``read`` gets a ``SpoolRange`` and the options, reads that range from the spool,
 lets the protocol decode it and yields Arrow record batches in the exact Spark schema; or it
-gets a ``Claim`` and makes sure a capture process holds that partition
+gets a ``Claim`` and makes sure a capture process runs on its executor
 (``spark_zmq.placement.executors``).
 """
 
@@ -36,7 +36,7 @@ from spark_zmq.log import configure_spark_worker_logging, logger
 from spark_zmq.options import OptionError, Options
 from spark_zmq.placement import make_placement
 from spark_zmq.placement.base import Placement
-from spark_zmq.placement.executors.claim import Claim, take_partition
+from spark_zmq.placement.executors.claim import Claim, start_capture_here
 from spark_zmq.placement.executors.holder import executor_id
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.offsets import (
@@ -250,10 +250,11 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Rows of a ``SpoolRange``; for a ``Claim``, a holder of its partition, and no rows."""
+        """Rows of a ``SpoolRange``; for a ``Claim``, a capture process on this executor, and
+        no rows."""
         configure_spark_worker_logging()
         if isinstance(partition, Claim):
-            take_partition(partition)
+            start_capture_here(partition)
             return
         if not isinstance(partition, SpoolRange):
             raise TypeError(f"{self.protocol.name}: cannot read a {type(partition).__name__}")

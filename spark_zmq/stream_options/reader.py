@@ -186,7 +186,8 @@ MAX_SPOOL_BYTES = Option(
     "more than their share of the bound (the bound divided among the partitions), so "
     "that one flooding peer does not cost its neighbours their messages. Before any "
     "message is dropped, committed messages kept by `spoolRetention` are deleted, oldest "
-    "first: history never costs capture a message.",
+    "first: history never costs capture a message. With `capture=executors`, each capture "
+    "process (one per executor) keeps its partitions within the bound.",
 )
 
 SPOOL_RETENTION = Option(
@@ -208,7 +209,7 @@ SPOOL_RETENTION_BYTES = Option(
     "a size such as 1g, 512m or 1048576",
     None,
     "Most bytes of committed messages the spool keeps (with `capture=executors`, each "
-    "partition's capture process keeps this much); older ones are deleted first. Not set "
+    "capture process keeps this much of its partitions); older ones are deleted first. Not set "
     "by default: `maxSpoolBytes` already bounds them, since committed messages are deleted "
     "first whenever a write needs room.",
 )
@@ -286,8 +287,10 @@ CAPTURE = Option(
     "driver, executors or service",
     "driver",
     "Where the zmq sockets live: in the driver-side reader process (one machine), or in "
-    "one capture process per partition on the executors, started by tasks and handed "
-    "over when an executor is lost, or in a capture service that runs without a query "
+    "one capture process per executor, started by tasks, which share the partitions out "
+    "and take over those of an executor or host that is lost (an endpoint that only the "
+    "driver's host reaches is captured on that host), or in a capture service that runs "
+    "without a query "
     "(`spark-zmq capture --spool PATH`, see the jobs page): the query then starts no "
     "discovery and no capture, reads the spool the service fills (`spoolPath` must name "
     "it) and hands the service what Spark committed, so a scheduled "
@@ -325,8 +328,9 @@ LEASE_TIMEOUT = Option(
     positive_float,
     "a positive number of seconds",
     "10",
-    "`capture=executors`: a partition whose capture process has not renewed its lease "
-    "for this long is taken over by a new one (an executor lost).",
+    "`capture=executors`: the partitions of a capture process whose heartbeat has not "
+    "moved for this long (its executor or host lost, frozen or cut off) are taken over by "
+    "the capture processes alive, each timing it by its own clock, whatever Spark waits on.",
 )
 
 CAPTURE_IDLE_TIMEOUT = Option(

@@ -6,18 +6,22 @@ package's capture job under spark-submit; run them alone with ``-m cluster``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from spark_zmq.spool.leases import load_lease
+from spark_zmq.spool.processes import DRIVER, EXECUTOR, ProcessRecord, load_records, save_record
 from spark_zmq.testing.standalone import StandaloneCluster
 from support.common import ROOT, wait_until
+from support.freezing import freeze_worker, pid_of, thaw
 from support.holders import holders_here
 from support.sequences import Sender, check_exactly_once, sequences, wait_for_all_sent
 
@@ -36,11 +40,206 @@ def executor_pid(executor: str) -> int:
     return int(executor.rsplit("/", 1)[1])
 
 
+def worker_of(cluster: StandaloneCluster, executor: str) -> int | None:
+    """The worker whose executor JVM ``executor`` (host/pid) is, if any."""
+    for worker in range(len(cluster.workers)):
+        if executor_pid(executor) in cluster.executor_pids(worker):
+            return worker
+    return None
+
+
+#: the driver's host name in a test where it runs on a host of its own (``DRIVER_ON_ITS_OWN``)
+DRIVER_HOST = "driver-host"
+#: what runs spark-submit in a UTS namespace of its own, named DRIVER_HOST: the driver is then
+#: another host than the workers as capture tells hosts apart (its name and network namespace),
+#: on the workers' loopback
+DRIVER_ON_ITS_OWN = ("unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', DRIVER_HOST)
+
+
+def submit_capture_job(
+    cluster: StandaloneCluster,
+    spool: Path,
+    sink: Path,
+    options: dict[str, str],
+    trigger: float = 1,
+    wrapper: tuple[str, ...] = (),
+):
+    """The capture job (zeroeq into Parquet at ``sink``) with capture=executors on the
+    cluster: (the spark-submit process, the lines of its stderr as they come)."""
+    arguments = []
+    for name, value in {"capture": "executors", "spoolPath": str(spool), **options}.items():
+        arguments += ["--option", f"{name}={value}"]
+    job = cluster.submit(
+        str(ROOT / "spark_zmq" / "jobs" / "capture_to_parquet.py"),
+        "--format",
+        "zeroeq",
+        *arguments,
+        "--output",
+        str(sink),
+        "--trigger",
+        str(trigger),
+        wrapper=wrapper,
+    )
+    log: list[str] = []
+    threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
+    return job, log
+
+
+def stop_job(job) -> None:
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(60)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     instance = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, private_mounts=True)
     yield instance
     instance.stop()
+
+
+@pytest.mark.cluster
+def test_a_frozen_worker_loses_its_partitions_within_the_lease_whatever_spark_waits_on(
+    spark, cluster, tmp_path
+):
+    """Issue 45: a worker whose whole process tree is stopped (SIGSTOP: its JVM, its executor's
+    JVM, their Python workers, its capture process) is what a host that lost power looks like to
+    the others: nothing answers, nothing is closed. With Spark's default network timeouts a
+    micro-batch waits on the frozen executor's tasks for a minute or more; capture does not
+    wait: the other worker's capture process takes the frozen one's partitions over once its
+    heartbeat has not moved for leaseTimeout (the default, 10 s), without a task. 60 publishers,
+    one capture process per executor; every hole has a gap row, nothing is read twice, and the
+    frozen capture process, thawed, writes nothing more of what was taken over."""
+    from spark_zmq.protocols.zeroeq import Publisher
+
+    pubs = [Publisher("frozen", announce=False, vocabulary=False) for _ in range(60)]
+    keys = [p.instance_name for p in pubs]
+    spool, sink = tmp_path / "spool", tmp_path / "table"
+    lease_timeout = 10.0
+    options = {"publishers": ",".join(keys), "captureIdleTimeout": "20"}
+    job, log = submit_capture_job(cluster, spool, sink, options)
+    sender, frozen = None, []
+    try:
+        held = wait_until(
+            lambda: len(h := holders(spool, keys)) == len(keys) and h,
+            timeout=240,
+            what="a holder for each of the 60 partitions",
+        )
+        where = {key: worker_of(cluster, executor) for key, (_, executor, _) in held.items()}
+        assert set(where.values()) == {0, 1}, where
+        assert len({pid for _, _, pid in held.values()}) == 2, "one capture process per executor"
+        moved = {key for key, worker in where.items() if worker == 0}
+        print(f"partitions per worker: {len(keys) - len(moved)} and {len(moved)}")
+        sender = Sender(pubs, rate=10)
+        time.sleep(4)
+        frozen = freeze_worker(cluster, 0, spool)
+        frozen_at, frozen_wall = time.monotonic(), time.time()
+        survivor = set(cluster.executor_pids(1))
+        wait_until(
+            lambda: (
+                len(h := holders(spool, keys)) == len(keys)
+                and all(executor_pid(e) in survivor for _, e, _ in h.values())
+            ),
+            timeout=lease_timeout + 60,
+            interval=0.1,
+            what="the frozen worker's partitions to move to the other worker",
+        )
+        took = time.monotonic() - frozen_at
+        time.sleep(3)
+        thaw(frozen)
+        frozen = []
+        old = {pid for key, (_, _, pid) in held.items() if key in moved}
+        wait_until(
+            lambda: all(
+                not r.partitions
+                for r in load_records(str(spool)).values()
+                if pid_of(r.process) in old
+            ),
+            timeout=20,
+            what="the thawed capture process to let go of what was taken over",
+        )
+        time.sleep(2)
+        sent = sender.stop()
+        wait_for_all_sent(spark, sink, sent, timeout=300)
+    finally:
+        thaw(frozen)
+        if sender is not None:
+            sender.stop()
+        stop_job(job)
+        for publisher in pubs:
+            publisher.close()
+    holes = check_every_hole_has_a_gap_row(offset_rows(spark, sink), sent)
+    assert {k: n for k, n in holes.items() if n and k not in moved} == {}, holes
+    assert all(holes[key] <= 1 for key in moved), holes
+    resumed = (
+        max(gap_ends(offset_rows(spark, sink), moved).values(), default=frozen_wall) - frozen_wall
+    )
+    print(
+        f"{len(moved)} partitions taken over {took:.1f} s after the freeze; capture of them "
+        f"resumed {resumed:.1f} s after it (leaseTimeout {lease_timeout:g}); "
+        f"sent {sum(sent.values())}"
+    )
+    assert took < lease_timeout + 10, took
+    assert resumed < lease_timeout + 10, resumed
+    assert re.search(r"capture process \S+ on executor \S+ has not beaten for 10 s", "".join(log))
+
+
+def gap_ends(rows, keys: set[str]) -> dict[str, float]:
+    """Partition -> when capture resumed (the end of its holder-change gap row), of ``keys``."""
+    ends = {}
+    for row in rows:
+        found = row.error and re.search(r"had no holder between \S+ and (\S+) ", row.error)
+        if found and row.partition in keys:
+            at = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
+            ends[row.partition] = at.replace(tzinfo=timezone.utc).timestamp()
+    return ends
+
+
+@pytest.mark.cluster
+def test_an_endpoint_only_the_drivers_host_reaches_is_captured_on_that_host(
+    spark, cluster, tmp_path, publishers
+):
+    """Issue 45: a publisher bound to loopback on the driver's host, found by discovery, is
+    captured there, by a capture process the driver starts itself (no claim task); it is never
+    handed to an executor's capture process on another host, which would connect to its own
+    loopback and hear nothing, without a word. The driver runs with a host name of its own
+    (``DRIVER_ON_ITS_OWN``): another host than the workers, as capture tells hosts apart."""
+    publisher = publishers("loopback")
+    key = publisher.instance_name
+    spool, sink = tmp_path / "spool", tmp_path / "table"
+    options = {
+        "session": "loopback",
+        "discoveryInterfaces": "127.0.0.1",
+        "captureIdleTimeout": "10",
+    }
+    job, log = submit_capture_job(cluster, spool, sink, options, wrapper=DRIVER_ON_ITS_OWN)
+    sender = None
+    try:
+        wait_until(lambda: holders(spool, [key]), timeout=240, what="a holder of the partition")
+        publisher.wait_for_subscribers()
+        sender = Sender([publisher], rate=20)
+        time.sleep(5)
+        sent = sender.stop()
+        rows = wait_for_all_sent(spark, sink, sent)
+        records = load_records(str(spool))
+    finally:
+        if sender is not None:
+            sender.stop()
+        stop_job(job)
+    check_exactly_once(rows, sent, set())
+    lease = load_lease(str(spool), key)
+    assert lease.epoch == 1, "claimed once"
+    holder = records[lease.holder]
+    assert holder.role == DRIVER and holder.host.startswith(f"{DRIVER_HOST} "), holder
+    executors = [r for r in records.values() if r.role == EXECUTOR]
+    assert executors and all(not r.host.startswith(DRIVER_HOST) for r in executors), records
+    assert all(key not in r.partitions for r in executors)
+    assert "is reachable from the driver's host only" in "".join(log)
+    wait_until(
+        lambda: not holders_here(),
+        timeout=10 + 20,
+        what="every capture process to end after the query stopped",
+    )
 
 
 @pytest.mark.cluster
@@ -51,29 +250,13 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
     keys = [p.instance_name for p in pubs]
     spool, sink = tmp_path / "spool", tmp_path / "table"
     lease_timeout, idle_timeout, trigger = 5, 10, 1
-    job = cluster.submit(
-        str(ROOT / "spark_zmq" / "jobs" / "capture_to_parquet.py"),
-        "--format",
-        "zeroeq",
-        "--option",
-        "session=cluster",
-        "--option",
-        "discoveryInterfaces=127.0.0.1",
-        "--option",
-        "capture=executors",
-        "--option",
-        f"spoolPath={spool}",
-        "--option",
-        f"leaseTimeout={lease_timeout}",
-        "--option",
-        f"captureIdleTimeout={idle_timeout}",
-        "--output",
-        str(sink),
-        "--trigger",
-        str(trigger),
-    )
-    log: list[str] = []
-    threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
+    options = {
+        "session": "cluster",
+        "discoveryInterfaces": "127.0.0.1",
+        "leaseTimeout": str(lease_timeout),
+        "captureIdleTimeout": str(idle_timeout),
+    }
+    job, log = submit_capture_job(cluster, spool, sink, options, trigger)
     sender = None
     try:
         held = wait_until(
@@ -265,6 +448,21 @@ def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path
     assert all(n <= 1 for n in holes.values()), holes
 
 
+def executor_placement(spool: Path, **options: str):
+    """A capture=executors placement of zeroeq on ``spool``, not started (no discovery)."""
+    from spark_zmq.options import parse_options
+    from spark_zmq.placement import make_placement
+    from spark_zmq.protocols.zeroeq import ZeroEQ
+    from spark_zmq.stream_options import READER_OPTIONS
+    from spark_zmq.stream_settings import ReaderSettings
+
+    protocol = ZeroEQ()
+    given = {"capture": "executors", "spoolPath": str(spool), **options}
+    parsed = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, given)
+    settings = ReaderSettings.of(parsed, protocol.read_settings(parsed))
+    return make_placement(protocol, settings, str(spool))
+
+
 def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     tmp_path, publishers, monkeypatch
 ):
@@ -273,15 +471,10 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
     partition is not retired. Discovery confirms the one it finds; the other leaves after
     RECONFIRM_SECONDS."""
     from spark_zmq.capture.buffer import spool_table
-    from spark_zmq.options import parse_options
-    from spark_zmq.placement import make_placement
     from spark_zmq.placement.executors import enumerator
     from spark_zmq.protocols.contract import Endpoint
-    from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spool.layout import JsonState
     from spark_zmq.spool.writer import Spool
-    from spark_zmq.stream_options import READER_OPTIONS
-    from spark_zmq.stream_settings import ReaderSettings
 
     grace = 4.0
     monkeypatch.setattr(enumerator, "RECONFIRM_SECONDS", grace)
@@ -302,25 +495,13 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
             "endpoints": {e.key: e.to_json() for e in (found, gone)},
         }
     )
-    protocol = ZeroEQ()
-    options = parse_options(
-        "zeroeq",
-        READER_OPTIONS + protocol.reader_options,
-        {
-            "session": "carried",
-            "discoveryInterfaces": "127.0.0.1",
-            "capture": "executors",
-            "spoolPath": str(spool),
-        },
-    )
-    query = ReaderSettings.of(options, protocol.read_settings(options))
-    capture = make_placement(protocol, query, str(spool))
+    capture = executor_placement(spool, session="carried", discoveryInterfaces="127.0.0.1")
     started = time.monotonic()
     capture.start()
     try:
         assert set(assignment.load()["endpoints"]) == {found.key, gone.key}
         assert not any(s.retired for s in capture.snapshot().values())
-        assert {c.key for c in capture.claims()} == {found.key, gone.key}
+        assert capture.next_claims_round(None) == 1, "no capture process holds them: a round"
         wait_until(
             lambda: set(assignment.load()["endpoints"]) == {found.key},
             timeout=20,
@@ -336,57 +517,75 @@ def test_a_restart_keeps_the_previous_runs_endpoints_until_discovery_decides(
         capture.close()
 
 
-def test_claim_rounds_claim_each_partition_without_a_holder_once_per_retry(tmp_path, monkeypatch):
-    """The driver's claims without Spark or holders: a round claims every assigned partition
-    that no live lease covers, with the epoch it expects and the declines it allows; within
-    CLAIM_RETRY nothing is claimed again; a partition whose holder took it, or whose endpoint
-    left, is not claimed; a round planned by an earlier run (a restart replays its last batch)
-    is worked out anew. The reader's side of rounds: tests/spark/test_reader_planning.py."""
-    from spark_zmq.options import parse_options
-    from spark_zmq.placement import make_placement
-    from spark_zmq.placement.executors import enumerator
+def test_claim_rounds_start_capture_processes_where_none_runs(tmp_path, monkeypatch):
+    """The driver's claim rounds without Spark: a round when endpoints have no holder and no
+    executor runs a capture process (as many tasks as endpoints, two at least); none within
+    CLAIM_RETRY; none once a capture process of an executor is alive; one for an executor
+    that ran a task and runs no capture process (its tasks and one more), asked for
+    MAX_ROUNDS_PER_EXECUTOR times at most; a round planned by an earlier run (a restart replays
+    its last batch) is worked out anew. The reader's side of rounds:
+    tests/spark/test_reader_planning.py."""
+    from spark_zmq.placement.executors import starts
     from spark_zmq.protocols.contract import Endpoint
-    from spark_zmq.protocols.zeroeq import ZeroEQ
-    from spark_zmq.spool.epochs import claim_epoch
-    from spark_zmq.stream_options import READER_OPTIONS
-    from spark_zmq.stream_settings import ReaderSettings
+    from spark_zmq.spool.contract import register_executor
 
-    retry = 0.5
-    monkeypatch.setattr(enumerator, "CLAIM_RETRY", retry)
+    retry = 0.3
+    monkeypatch.setattr(starts, "CLAIM_RETRY", retry)
     spool = tmp_path / "spool"
     spool.mkdir()
-    protocol = ZeroEQ()
-    options = parse_options(
-        "zeroeq",
-        READER_OPTIONS + protocol.reader_options,
-        {"publishers": "127.0.0.1:9", "capture": "executors", "spoolPath": str(spool)},
-    )
-    settings = ReaderSettings.of(options, protocol.read_settings(options))
-    capture = make_placement(protocol, settings, str(spool))  # not started: no discovery
-    a, b = "127.0.0.1:7001", "127.0.0.1:7002"
-    for key in (a, b):
+    capture = executor_placement(spool, publishers="10.0.0.1:9")
+    for key in ("10.0.0.1:7001", "10.0.0.1:7002", "10.0.0.1:7003"):
         capture.endpoint_joined(Endpoint(key, f"tcp://{key}"))
 
-    def claimed(claims_round: int) -> list[tuple[str, int, int]]:
-        claims = capture.claims_of_round(claims_round)
-        return [(c.key, c.expect_epoch, c.declines_left) for c in claims]
+    def claimed(claims_round: int) -> int:
+        return len(capture.claims_of_round(claims_round))
+
+    def beat(process: str, n: int) -> None:
+        now = time.time()
+        record = ProcessRecord(process, "host/1", "h", EXECUTOR, now, n, now, now, {})
+        save_record(str(spool), record)
 
     try:
-        capture.snapshot()  # the reader reads the leases before it plans
         assert capture.next_claims_round(None) == 1
-        assert sorted(claimed(1)) == [(a, 0, 2), (b, 0, 2)]
-        capture.snapshot()
-        assert capture.next_claims_round(1) == 1, "claimed again within CLAIM_RETRY"
-        claim_epoch(str(spool), a, 0)  # a's holder took it
+        assert claimed(1) == 3
+        assert capture.next_claims_round(1) == 1, "a round again within CLAIM_RETRY"
+        beat("host/2", 1)  # a capture process on executor host/1 is alive
         time.sleep(retry + 0.1)
+        assert capture.next_claims_round(1) == 1, "a round although one runs"
+        register_executor(str(spool), "host/9")  # an executor ran a task: no capture there
+        rounds, last = [], 1
+        for n in range(starts.MAX_ROUNDS_PER_EXECUTOR + 1):
+            time.sleep(retry + 0.1)
+            beat("host/2", n + 2)
+            last = capture.next_claims_round(last)
+            rounds.append(last)
+        assert rounds == [2, 3, 4, 4], rounds
+        assert claimed(4) == 2, "one for the executor without capture, and one more"
+        assert claimed(7) == 0, "round 7, planned by an earlier run: nothing is needed now"
+    finally:
+        capture.close()
+
+
+def test_a_capture_process_that_fails_fails_the_query(tmp_path):
+    """A capture process writes why capture failed into its record: the driver's next offset
+    call fails the query with it, once it is seen failing during this run (a failure an earlier
+    run left in the spool is not this query's)."""
+    from spark_zmq.errors import CaptureError
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    now = time.time()
+    earlier = ProcessRecord("vm/1", "vm/0", "h", EXECUTOR, now, 9, now, now, {}, True, "old")
+    save_record(str(spool), earlier)
+    live = ProcessRecord("vm/2", "vm/3", "h", EXECUTOR, now, 1, now, now, {"p": 1})
+    save_record(str(spool), live)
+    capture = executor_placement(spool, publishers="10.0.0.1:9")
+    try:
         capture.snapshot()
-        assert capture.next_claims_round(1) == 2
-        assert claimed(2) == [(b, 0, 1)], "one decline fewer for each claim that did not lead"
-        assert [key for key, _, _ in claimed(7)] == [b], "round 7: planned by an earlier run"
-        capture.endpoint_left(b)
-        time.sleep(retry + 0.1)
-        capture.snapshot()
-        assert capture.next_claims_round(2) == 2, "nothing left to claim"
+        failed = dataclasses.replace(live, beat=2, gone=True, failure="cannot write: disk full")
+        save_record(str(spool), failed)
+        with pytest.raises(CaptureError, match="process vm/2 on executor vm/3 failed: cannot"):
+            capture.snapshot()
     finally:
         capture.close()
 

@@ -1,16 +1,18 @@
 """``ExecutorCapture`` (``capture=executors``), after Flink's split enumerator: the driver only
 discovers, assigns and plans. It publishes the live endpoints in ``assignment.json`` in the
-spool and renews that document every second. Each partition is captured by one holder process on
-an executor (``holder``), started by a *claim* task of that partition and
-fenced by the spool's epochs. The driver watches every holder's heartbeat; a partition whose
-holder is gone, or whose heartbeat has not moved for ``leaseTimeout``, gets a claim task in the
-next micro-batch (the reader forces one). Commits go to ``commits.json``; each holder records
-them in its partition's index and applies the retention to it.
+spool and renews that document every second. Capture processes, one per executor
+(``holder``), claim the partitions among themselves and take over those of a process that
+stopped beating, without Spark (``watch``, ``spread``). The driver watches their records: it
+logs who holds what and when a partition moved, fails the query when a capture process fails,
+and starts capture processes (``starts``): through rounds of claim tasks in micro-batches (the
+reader forces one) where none runs, and on its own host for endpoints only that host reaches
+(``reach``). Commits go to ``commits.json``; each capture process records them in the indexes of
+its partitions and applies the retention to them.
 
 A restarted query starts from the previous run's assignment, not from an empty one: right after
 a start, an endpoint discovery has not found yet is *unknown*, not gone. Its holder (which
 outlives a query stopped within its application, for ``captureIdleTimeout``) keeps capturing and
-is adopted; if it has ended, a new holder is claimed at once at the address last known.
+is adopted; if it has ended, a capture process claims it at once at the address last known.
 Discovery confirms such an endpoint (joined) or ends it (left); one it has not found within
 ``RECONFIRM_SECONDS`` leaves then, as any endpoint that left.
 """
@@ -26,21 +28,23 @@ from typing import Any
 from spark_zmq.log import logger
 from spark_zmq.placement.base import DISCOVERY, Placement
 from spark_zmq.placement.executors.claim import Claim
-from spark_zmq.placement.executors.watch import HolderWatch
+from spark_zmq.placement.executors.holder import executor_id
+from spark_zmq.placement.executors.starts import CaptureStarts
+from spark_zmq.placement.executors.watch import HolderChanges, Holding, ProcessWatch
 from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.contract import Discovery, Endpoint, StreamProtocol
 from spark_zmq.spool.contract import assignment_state, commits_state
 from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import JsonState
+from spark_zmq.spool.processes import ProcessRecord, host_identity, remove_old_records
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.stream_settings import ReaderSettings
 
-#: seconds between renewals of the assignment (the query's heartbeat to its holders)
+#: seconds between renewals of the assignment (the query's heartbeat to its capture processes),
+#: and between two readings of their records by the driver
 RENEW_SECONDS = 1.0
-#: seconds before a partition whose claim did not lead to a holder is claimed again
-CLAIM_RETRY = 3.0
-#: claims a task may decline to spread partitions before it must take the partition anyway
-MAX_DECLINES = 2
+#: seconds between two removals of old records of capture processes (``spool.processes``)
+PRUNE_SECONDS = 300.0
 #: seconds a restarted query keeps the previous run's endpoints that discovery has not found again
 RECONFIRM_SECONDS = 30.0
 
@@ -62,8 +66,14 @@ class ExecutorCapture(Placement):
         self._lock = threading.Lock()
         self._spool_id = ""
         self._beat = 0
-        self._holders = HolderWatch(protocol.name, spool_path, self.settings.lease_timeout)
-        self._live: set[str] | None = None  # live holders as the last snapshot read them
+        #: the driver's host and JVM, which the capture process it starts serves
+        self._host, self._executor = host_identity(), executor_id()
+        self._watch = ProcessWatch(spool_path, self.settings.lease_timeout, report_failures=True)
+        self._changes = HolderChanges(protocol.name, spool_path)
+        self._starts = CaptureStarts(
+            protocol.name, spool_path, self.settings, self._host, self._executor
+        )
+        self._watch_lock = threading.Lock()  # the renewer and Spark's calls both read records
         self._planned: tuple[int, list[Claim]] = (0, [])  # the last claims round opened
         self._stopping = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -85,6 +95,8 @@ class ExecutorCapture(Placement):
         previous = self._assignment.load() or {}
         self._spool_id = previous.get("spool_id") or uuid.uuid4().hex
         self._carry_over(previous)
+        remove_old_records(self.spool_path)
+        self._watched()  # the records of earlier runs: their failures are not this query's
         self._renew()
         self._renewer = threading.Thread(
             target=self._renew_forever,
@@ -162,45 +174,72 @@ class ExecutorCapture(Placement):
                     "spool_id": self._spool_id,
                     "beat": self._beat,
                     "format": self.protocol.name,
+                    "driver_host": self._host,
+                    "driver_executor": self._executor,
                     "endpoints": {k: e.to_json() for k, e in sorted(self._endpoints.items())},
                 }
             )
 
     def _renew_forever(self) -> None:
+        """Renew the assignment, read the records and start the driver's own capture process
+        where one is needed, every RENEW_SECONDS, whatever the micro-batches wait on; remove
+        old records every PRUNE_SECONDS."""
+        pruned_at = time.monotonic()
         while not self._stopping.wait(RENEW_SECONDS):
+            if time.monotonic() - pruned_at > PRUNE_SECONDS:
+                pruned_at = time.monotonic()
+                remove_old_records(self.spool_path)
             try:
                 self._renew()
             except OSError as exc:
                 logger.warning(
                     "%s: cannot renew %s: %s", self.protocol.name, self._assignment.path, exc
                 )
+            try:
+                live, holders = self._watched()
+                self._starts.keep_own(self._assigned(), live, holders)
+            except Exception:  # the next round tries again; Spark's calls read records too
+                logger.exception("%s: cannot watch the capture processes", self.protocol.name)
+
+    def _assigned(self) -> dict[str, Endpoint]:
+        with self._lock:
+            return dict(self._endpoints)
+
+    def _watched(self) -> tuple[list[ProcessRecord], dict[str, Holding]]:
+        """The records read again: the live capture processes and who holds what (with one
+        log line per change of holder)."""
+        with self._watch_lock:
+            self._watch.refresh()
+            self._changes.update(self._watch)
+            return self._watch.live(), self._watch.holders()
 
     # -- planning ------------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, PartitionState]:
         if self._discovery is not None:
             self._discovery.check()
-        live = self._live = self._holders.live()
-        with self._lock:
-            assigned = set(self._endpoints)
+        _, holders = self._watched()
+        for failure in (self._watch.failure, self._starts.failure):
+            if failure is not None:
+                raise failure
+        assigned = set(self._assigned())
         state = read_snapshot(self.spool_path)
         # a partition whose endpoint left while nobody held it will not be retired by a holder;
         # what the query committed counts at once, before its holder records it in the index
         return {
             k: s._replace(
-                retired=s.retired or (k not in assigned and k not in live),
+                retired=s.retired or (k not in assigned and k not in holders),
                 committed=min(s.end, max(s.committed, self._committed.get(k, 0))),
             )
             for k, s in state.items()
         }
 
     def next_claims_round(self, last_round: int | None) -> int | None:
-        claims = self.claims()
-        if not claims:
+        count = self._claims_wanted()
+        if not count:
             return last_round
         new_round = (last_round or 0) + 1
-        self._planned = (new_round, claims)
-        self.requested(claims)
+        self._planned = (new_round, self._claims(count))
         return new_round
 
     def claims_of_round(self, claims_round: int) -> list[Claim]:
@@ -209,30 +248,14 @@ class ExecutorCapture(Placement):
         planned_round, claims = self._planned
         if planned_round == claims_round:
             return claims
-        return self.claims(retry_now=True)
+        return self._claims(self._claims_wanted(retry_now=True))
 
-    def claims(self, retry_now: bool = False) -> list[Claim]:
-        # the reader asks right after a snapshot: its reading of the leases is current
-        live = self._live if self._live is not None and not retry_now else self._holders.live()
-        now = time.monotonic()
-        with self._lock:
-            assigned = sorted(self._endpoints)
-        wanted = []
-        for key in assigned:
-            if key in live:
-                continue
-            watched = self._holders.of(key)
-            if not retry_now and now - watched.requested_at < CLAIM_RETRY:
-                continue
-            declines = max(0, MAX_DECLINES - watched.requests)
-            wanted.append(
-                Claim(self.spool_path, self._spool_id, key, watched.epoch, declines, self.settings)
-            )
-        return wanted
+    def _claims_wanted(self, retry_now: bool = False) -> int:
+        live, holders = self._watched()
+        return self._starts.claims_wanted(self._assigned(), live, holders, retry_now)
 
-    def requested(self, claims: list[Claim]) -> None:
-        for claim in claims:
-            self._holders.requested(claim.key)
+    def _claims(self, count: int) -> list[Claim]:
+        return [Claim(self.spool_path, self._spool_id, self.settings, n) for n in range(count)]
 
     def commit(self, end: dict[str, int]) -> None:
         committed = self._commits.load() or {}

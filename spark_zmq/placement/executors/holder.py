@@ -1,21 +1,36 @@
-"""Capture on an executor: the process that holds one partition's lease (``capture=executors``).
+"""A capture process (``capture=executors``): one per executor and spool, holding many
+partitions, each under an epoch of its own.
 
-A claim task (``claim.take_partition``, run by the stream reader's ``read`` on an executor)
-starts ``python -m spark_zmq.placement.executors.holder`` on its host, detached from the Python
-worker, and waits until it has claimed the partition's next epoch in the spool. The holder then
-runs the same ``Capture`` as the driver would, on one endpoint, and once per ``TICK``:
+A claim task starts one on its executor where none runs (``claim``), and the driver one on its
+own host for the endpoints that only that host reaches (``reach``), both with ``launch``:
+``python -m spark_zmq.placement.executors.holder ROLE``. It runs one ``Capture`` for every
+partition it holds and, once per ``TICK``, by itself (never waiting for Spark):
 
-- renews its lease (and stops at once if a newer holder has taken the partition over),
-- follows the driver's assignment: metadata changes, the endpoint leaving (read until its peer
-  disconnects, then the partition is retired),
-- records what the query committed in the partition's index, and deletes what retention lets
-  go (``spoolRetention``).
+- reads the others' records (``watch``) and claims its part of the partitions that are free
+  to claim (``spread``): new endpoints, and those of a process whose record stopped beating for
+  ``leaseTimeout`` (its host lost power, its executor froze), which it takes over at once,
+  without Spark. A claim takes the partition's next epoch, which exactly one claimant wins and
+  which fences the holder before it. The time since that holder's last complete flush is owed
+  as a gap row, written before the first rows;
+- lets go of a partition that a newer holder took over (it was paused): nothing more of it is
+  written, and it learns so from the records or its sealed epoch folder, or from a write that
+  fails;
+- follows the driver's assignment: metadata changes, an endpoint leaving (read until its peer
+  disconnects, then retired, and let go once the query committed all it captured, so that no
+  row of it is read twice);
+- records what the query committed in the indexes of its partitions, and deletes what
+  retention lets go (``spoolRetention``);
+- writes its record (``spool.processes``): its heartbeat, and what it holds. One small file per
+  process and tick, however many partitions it holds.
 
-It ends, flushing what it received and sealing its epoch so the partition is free again, when
-its executor's JVM is gone, when the query has not renewed the assignment for
-``captureIdleTimeout``, or when its endpoint left. No orphan outlives those on any host.
+It ends, writing what it received and sealing its epochs so that its partitions are free at
+once, when its executor's JVM is gone, when the query has not renewed the assignment for
+``captureIdleTimeout``, or when a newer capture process serves its executor (this one was
+paused and replaced). A failure of capture goes into its record, and the driver fails the query
+with it. No capture process outlives those on any host.
 
-The files it shares with the driver are ``spool.contract``'s; it imports no pyspark.
+The files it shares with the driver are ``spool.contract``'s and ``spool.processes``'; it
+imports no pyspark.
 """
 
 from __future__ import annotations
@@ -29,16 +44,37 @@ import sys
 import time
 
 from spark_zmq.capture.loop import Capture
+from spark_zmq.errors import CaptureError
 from spark_zmq.log import logger
+from spark_zmq.placement.executors.reach import may_capture
+from spark_zmq.placement.executors.spread import spread
+from spark_zmq.placement.executors.watch import ProcessWatch
 from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.contract import assignment_state, commits_state, register_executor
-from spark_zmq.spool.downtime import Downtime
-from spark_zmq.spool.layout import LeaseLost
+from spark_zmq.spool.downtime import Alive, Downtime, down_since
+from spark_zmq.spool.layout import LeaseLost, epoch_name, partition_dir
+from spark_zmq.spool.leases import Lease, process_id
+from spark_zmq.spool.processes import EXECUTOR, ProcessRecord, host_identity, save_record, serving
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_settings import CaptureSettings
 
-#: seconds between a holder's heartbeats and checks
+#: seconds between a capture process's heartbeats and checks
 TICK = 0.5
+#: seconds a new capture process beats before it claims, so that the processes a round of claim
+#: tasks started at once see each other before they share the partitions out
+SETTLE = 1.5
+#: seconds a partition free to claim waits for the process its share gives it to (``spread``)
+#: before any process that may capture it claims it
+CLAIM_PATIENCE = 3.0
+#: seconds new partitions are left to the capture process of an executor that a claim task
+#: noted and that has not written its record yet (it is starting), before others claim them
+START_WAIT = 10.0
+#: seconds (by wall clock) an executor's note counts for that
+NOTED_WINDOW = 30.0
+#: epoch folders of held partitions checked per tick (in turn) for a seal by a newer holder
+FENCE_CHECKS_PER_TICK = 8
+#: partitions named in the log line of a tick's claims (the others are counted)
+NAMED_IN_CLAIM_LINE = 5
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,128 +108,368 @@ def _is_java(pid: int) -> bool:
         return False
 
 
-# -- the holder process ----------------------------------------------------------------------
-
-
 class Holder:
-    """Captures one partition for as long as it holds the partition's lease."""
+    """A capture process's partitions, capture and heartbeat (see the module doc).
 
-    def __init__(self, spool_path: str, key: str, settings: CaptureSettings) -> None:
-        self.key = key
+    Invariants: ``_endpoints`` holds the endpoint capture was told of for each partition this
+    process claimed and has not let go of; the spool holds (``Spool.held``) a subset of them,
+    the others were taken over and are let go of at the next tick."""
+
+    def __init__(self, spool_path: str, settings: CaptureSettings, role: str = EXECUTOR) -> None:
+        self.root = spool_path
         self.settings = settings
+        self.role = role
         self.name = settings.format_name
         self.jvm = jvm_pid()
+        self.executor = executor_id()
+        self.host = host_identity()
+        self.process = process_id()
+        self.started = time.time()
         self.spool = Spool(
             spool_path,
             settings.max_spool_bytes,
             exclusive=False,
-            executor=executor_id(),
+            executor=self.executor,
             retention=settings.retention,
         )
         self.assignment = assignment_state(spool_path)
         self.commits = commits_state(spool_path)
+        self.watch = ProcessWatch(spool_path, settings.lease_timeout)
+        self.downtime = Downtime({}, describe=self._gap_text)
         self.capture: Capture | None = None
-        self.downtime: Downtime | None = None  # the gap since the previous holder, owed
+        self._endpoints: dict[str, Endpoint] = {}
+        self._leaving: set[str] = set()  # partitions whose endpoint left the assignment
+        self._previous: dict[str, Lease] = {}  # the previous holder of each one claimed
+        self._committed: dict[str, int] = {}  # what was recorded of commits.json
+        self._free_since: dict[str, float] = {}  # (monotonic) when each was first seen free
+        self._beat = 0
+        self._began = time.monotonic()
+        self._query_beat: object = None
+        self._renewed_at = time.monotonic()
+        self._fence_turn = 0
+        self._written_at = float("-inf")  # (monotonic) when the record was last written
+        self._record_failing = False
 
-    def claim(self, expect_epoch: int) -> int:
-        """Take the partition's next epoch (LeaseLost if someone else did). The time since the
-        previous holder's last heartbeat is owed as a gap row, written just before the first
-        rows this holder captures (what the peer published before this holder's subscription
-        reached it is lost too)."""
-        self.spool.open_partition(self.key, expect_epoch=expect_epoch)
-        previous = self.spool.inherited.get(self.key)
-        if previous is not None:
+    # -- life -----------------------------------------------------------------------------------
 
-            def describe(key: str, since: str, until: str) -> str:
-                return (
-                    f"gap: partition {key} had no holder between {since} and {until} (its "
-                    f"holder {previous.holder} on executor {previous.executor} stopped; "
-                    f"{until}: the first message received again); what was published "
-                    f"meanwhile is lost"
-                )
+    def busy(self) -> ProcessRecord | None:
+        """Another capture process that serves this executor in this role, if one runs."""
+        return serving(self.root, self.executor, self.role, self.settings.lease_timeout)
 
-            self.downtime = Downtime({self.key: previous.at}, describe=describe)
-        return self.spool.epochs[self.key]
-
-    def _assigned(self) -> Endpoint | None:
-        doc = self.assignment.load() or {}
-        found = doc.get("endpoints", {}).get(self.key)
-        return Endpoint.from_json(found) if found else None
+    def start(self) -> None:
+        """Say that this process lives (its first record), then start capture (of nothing
+        yet: partitions join as it claims them)."""
+        self._write_record()
+        self.capture = Capture.of(self.spool, self.settings, self.name, self.downtime)
+        self.capture.start()
 
     def run(self) -> str:
-        """Capture until a reason to stop; returns the reason."""
-        endpoint = self._assigned()
-        if endpoint is None:
-            return "its endpoint is no longer assigned"
-        settings = self.settings
-        self.capture = Capture.of(self.spool, settings, self.name, self.downtime)
-        self.capture.start()
-        self.capture.endpoint_joined(endpoint)
-        renewed_at, beat, leaving = time.monotonic(), None, False
-        current = endpoint
+        """Tick until a reason to stop; returns the reason."""
         while True:
             time.sleep(TICK)
-            try:
-                self.spool.heartbeat(self.key)
-            except LeaseLost:
-                return "a newer holder took the partition over"
-            if self.jvm and not _is_java(self.jvm):
-                register_executor(self.spool.root, self.spool.executor, gone=True)
-                return "its executor ended"
-            doc = self.assignment.load() or {}
-            if doc.get("beat") != beat:
-                beat, renewed_at = doc.get("beat"), time.monotonic()
-            elif time.monotonic() - renewed_at > settings.idle_timeout:
-                return f"the query has not renewed it for {settings.idle_timeout:g} s"
-            committed = (self.commits.load() or {}).get(self.key)
-            if committed is not None:
-                self.spool.truncate(self.key, committed)
-            found = doc.get("endpoints", {}).get(self.key)
-            partition = self.spool.partitions[self.key]
-            if found is None and not leaving:
-                self.capture.endpoint_left(self.key)
-                leaving = True
-            elif found is None and partition.retired and (committed or 0) >= partition.end:
-                # only now: what it captured is let go once Spark committed it, by its holder
-                # (a holder that left earlier left its data behind, to be read again)
-                return "its endpoint left, and the query committed all it captured"
-            elif found is not None and (leaving or Endpoint.from_json(found) != current):
-                leaving, current = False, Endpoint.from_json(found)
-                self.capture.endpoint_joined(current)
-            self.capture.check()
+            reason = self.tick()
+            if reason is not None:
+                return reason
+
+    def tick(self) -> str | None:
+        """One round of the loop (module doc); a reason to stop, or None."""
+        capture = self._capture()
+        if self.jvm and not _is_java(self.jvm):
+            register_executor(self.root, self.executor, gone=True)
+            return "its executor ended"
+        doc = self.assignment.load() or {}
+        if self._idle(doc.get("beat")):
+            return f"the query has not renewed its assignment for {self.settings.idle_timeout:g} s"
+        self.watch.refresh()
+        rival = self._rival()
+        if rival is not None:
+            return f"capture process {rival.process} serves executor {self.executor} now"
+        endpoints = {k: Endpoint.from_json(v) for k, v in doc.get("endpoints", {}).items()}
+        self._let_go_of_lost()
+        self._record_commits()
+        self._follow(endpoints)
+        if time.monotonic() - self._began >= SETTLE:
+            self._claim_share(endpoints, doc.get("driver_host"))
+        capture.check()
+        self._write_record()
+        return None
 
     def close(self, reason: str, failure: str = "") -> None:
-        """Write what was received, then let the partition go; a ``failure`` stays in the
-        lease, where the driver finds it and fails the query with it."""
+        """Write what was received, say so (and any ``failure``, which the driver fails the
+        query with) in the record, then let every partition go: sealed, free at once."""
         if self.capture is not None:
             self.capture.close()
-        self.spool.release(self.key, failure)
+        self._write_record(failure=failure)  # the last flush, before anyone may claim
+        for key in self.spool.held():
+            self.spool.release(key, failure)
         self.spool.close()
-        logger.info("%s: holder of partition %s stopped: %s", self.name, self.key, reason)
+        self._write_record(gone=True, failure=failure)
+        logger.info(
+            "%s: capture process for executor %s stopped: %s", self.name, self.executor, reason
+        )
+
+    def _capture(self) -> Capture:
+        if self.capture is None:
+            raise CaptureError(f"{self.name}: the capture process has not started")
+        return self.capture
+
+    def _idle(self, beat: object) -> bool:
+        """Whether the query's beat in the assignment has not moved for captureIdleTimeout."""
+        now = time.monotonic()
+        if beat != self._query_beat:
+            self._query_beat, self._renewed_at = beat, now
+            return False
+        return now - self._renewed_at > self.settings.idle_timeout
+
+    def _rival(self) -> ProcessRecord | None:
+        """A live process that serves this executor in this role and started after this one
+        (its starter found this one silent: it was paused): the older one gives way."""
+        mine = (self.started, self.process)
+        for record in self.watch.live():
+            newer = (record.started, record.process) > mine
+            if newer and record.serves(self.executor, self.role):
+                return record
+        return None
+
+    # -- what it holds --------------------------------------------------------------------------
+
+    def _let_go_of_lost(self) -> None:
+        """Let go of the partitions a newer holder took over: listed by a live record at a
+        higher epoch, or sealed under this one (a few checked per tick), or found out by the
+        capture thread (a write into its sealed folder failed)."""
+        held = self.spool.held()
+        lost = {key: "a newer holder took it over" for key in set(self._endpoints) - set(held)}
+        for key, (record, epoch) in self.watch.holders().items():
+            if key in held and record.process != self.process and epoch > held[key]:
+                lost[key] = f"capture process {record.process} holds it now (epoch {epoch})"
+        for key in self._sealed_under_me(held):
+            lost.setdefault(key, "its epoch folder was sealed by a newer holder")
+        for key, why in sorted(lost.items()):
+            self._let_go(key, why)
+
+    def _sealed_under_me(self, held: dict[str, int]) -> list[str]:
+        """Of the next FENCE_CHECKS_PER_TICK held partitions in turn, those whose epoch folder
+        is gone (sealed: this process seals its own only once it no longer holds them)."""
+        keys = sorted(held)
+        if not keys:
+            return []
+        first = self._fence_turn % len(keys)
+        checked = (keys[first:] + keys[:first])[:FENCE_CHECKS_PER_TICK]
+        self._fence_turn = first + len(checked)
+        return [
+            key
+            for key in checked
+            if not os.path.isdir(os.path.join(partition_dir(self.root, key), epoch_name(held[key])))
+        ]
+
+    def _let_go(self, key: str, why: str) -> None:
+        """Stop capturing ``key`` and write nothing more of it (capture logs it, with ``why``)."""
+        self.spool.let_go(key)
+        self._capture().endpoint_dropped(key, why)
+        self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        for known in (self._endpoints, self._previous, self._committed):
+            known.pop(key, None)
+        self._leaving.discard(key)
+
+    def _record_commits(self) -> None:
+        """Record in the index of each partition held what the query committed of it."""
+        committed = self.commits.load() or {}
+        for key in self.spool.held():
+            end = committed.get(key)
+            if end is None or end == self._committed.get(key):
+                continue
+            try:
+                self.spool.truncate(key, end)
+            except LeaseLost as exc:
+                self._let_go(key, str(exc))
+                continue
+            self._committed[key] = end
+
+    def _follow(self, endpoints: dict[str, Endpoint]) -> None:
+        """Follow the assignment: an endpoint of a partition held that changed is joined again
+        (capture keeps its socket where it can), one that left is read until its peer
+        disconnects, and its partition let go once the query committed all it captured."""
+        capture = self._capture()
+        for key, current in list(self._endpoints.items()):
+            found = endpoints.get(key)
+            if found is None:
+                self._leave(key)
+            elif key in self._leaving or found != current:
+                self._leaving.discard(key)
+                self._endpoints[key] = found
+                capture.endpoint_joined(found)
+
+    def _leave(self, key: str) -> None:
+        if key not in self._leaving:
+            self._capture().endpoint_left(key)
+            self._leaving.add(key)
+            return
+        partition = self.spool.partitions.get(key)
+        if partition is None or not partition.retired:
+            return
+        if self._committed.get(key, 0) >= partition.end:
+            # only now: a partition let go earlier would leave its data behind, to be read again
+            self.spool.release(key)
+            self._forget(key)
+            logger.info(
+                "%s: partition %s let go: its endpoint left, and the query committed all it "
+                "captured",
+                self.name,
+                key,
+            )
+
+    # -- claims ---------------------------------------------------------------------------------
+
+    def _claim_share(self, endpoints: dict[str, Endpoint], driver_host: str | None) -> None:
+        """Claim this process's part of the partitions free to claim that it may capture
+        (``spread``): of those a holder had before, among the live processes; of new ones, with
+        the processes about to start counted in (``ProcessWatch.expected``), whose part waits
+        for them up to START_WAIT. A partition that waited CLAIM_PATIENCE for a live process
+        in vain is claimed by any process that may."""
+        me = self._record()
+        holders = self.watch.holders()
+
+        def able(record: ProcessRecord, key: str) -> bool:
+            return may_capture(record, endpoints[key].address, driver_host)
+
+        free = {}
+        for key in sorted(endpoints):
+            if key in me.partitions or key in holders or not able(me, key):
+                continue
+            epoch = self.watch.free_epoch(key)
+            if epoch is not None:
+                free[key] = epoch
+        now = time.monotonic()
+        self._free_since = {key: self._free_since.get(key, now) for key in free}
+        live = [r for r in self.watch.live() if r.process != self.process] + [me]
+        loads = {r.process: len(r.partitions) for r in live}
+        chosen = spread([k for k, epoch in free.items() if epoch], live, loads, able)
+        for process in chosen.values():
+            loads[process] += 1
+        expected = self.watch.expected(START_WAIT, NOTED_WINDOW)
+        chosen.update(spread([k for k, e in free.items() if not e], live + expected, loads, able))
+        waited_for = {record.process for record in expected}
+        mine = {key for key, process in chosen.items() if process == self.process}
+        mine |= {
+            key
+            for key in free
+            if now - self._free_since[key] >= CLAIM_PATIENCE and chosen.get(key) not in waited_for
+        }
+        claimed = {}
+        for key in sorted(mine):
+            epoch = self._claim(endpoints[key], free[key])
+            if epoch is not None:
+                claimed[key] = epoch
+            self._beat_if_due()  # many claims on a slow storage: the others see it alive
+        if claimed:
+            logger.info("%s: claimed %s", self.name, _claimed_text(claimed))
+
+    def _claim(self, endpoint: Endpoint, expect_epoch: int) -> int | None:
+        """Claim ``endpoint``'s partition (its epoch after ``expect_epoch``) and capture it;
+        the epoch, or None if another claimant was first. The time since its previous holder's
+        last complete flush is owed as a gap row."""
+        key = endpoint.key
+        try:
+            self.spool.open_partition(key, expect_epoch=expect_epoch)
+        except LeaseLost:
+            return None
+        self._free_since.pop(key, None)
+        previous = self.spool.inherited.get(key)
+        if previous is not None:
+            self._previous[key] = previous
+            self.downtime.owe(key, self._last_flush_of(previous))
+        self._endpoints[key] = endpoint
+        self._capture().endpoint_joined(endpoint)
+        return self.spool.epochs[key]
+
+    def _last_flush_of(self, previous: Lease) -> float:
+        """Since when a partition taken over from ``previous`` was not captured: its holder's
+        last complete flush, from its record (or its lease alone: a holder of release 0.2)."""
+        record = self.watch.records.get(previous.holder)
+        alive = Alive(record.process, record.flushed_at) if record is not None else None
+        since = down_since(previous, alive)
+        return previous.at if since is None else since
+
+    def _gap_text(self, key: str, since: str, until: str) -> str:
+        previous = self._previous.get(key)
+        who = f"{previous.holder} on executor {previous.executor}" if previous else "(unknown)"
+        return (
+            f"gap: partition {key} had no holder between {since} and {until} (its holder "
+            f"{who} stopped; {until}: the first message received again); what was "
+            f"published meanwhile is lost"
+        )
+
+    # -- the record -----------------------------------------------------------------------------
+
+    def _record(self, gone: bool = False, failure: str = "") -> ProcessRecord:
+        return ProcessRecord(
+            process=self.process,
+            executor=self.executor,
+            host=self.host,
+            role=self.role,
+            started=self.started,
+            beat=self._beat,
+            at=time.time(),
+            flushed_at=self.downtime.alive_at,
+            partitions=self.spool.held(),
+            gone=gone,
+            failure=failure,
+        )
+
+    def _beat_if_due(self) -> None:
+        """Write the record if a tick has passed since it was last written."""
+        if time.monotonic() - self._written_at >= TICK:
+            self._write_record()
+
+    def _write_record(self, gone: bool = False, failure: str = "") -> None:
+        """The heartbeat: write this process's record with a new beat. A spool that cannot
+        take it is logged once per episode: the others take the partitions over, and fence
+        this process, after leaseTimeout."""
+        self._beat += 1
+        self._written_at = time.monotonic()
+        try:
+            save_record(self.root, self._record(gone, failure))
+        except OSError as exc:
+            if not self._record_failing:
+                logger.warning("%s: cannot write this process's record: %s", self.name, exc)
+            self._record_failing = True
+            return
+        self._record_failing = False
+
+
+def _claimed_text(claimed: dict[str, int]) -> str:
+    """The partitions a tick claimed, in one line: the count, and the first few with epochs."""
+    named = ", ".join(f"{k} (epoch {e})" for k, e in sorted(claimed.items())[:NAMED_IN_CLAIM_LINE])
+    more = len(claimed) - NAMED_IN_CLAIM_LINE
+    count = "1 partition" if len(claimed) == 1 else f"{len(claimed)} partitions"
+    return f"{count}: {named}" + (f" and {more} more" if more > 0 else "")
 
 
 def main() -> int:
     args = json.loads(sys.stdin.read())
     try:
-        given = args["settings"]
-        settings = CaptureSettings.from_json(given)
-        holder = Holder(args["spool_path"], args["key"], settings)
-        epoch = holder.claim(args["expect_epoch"])
-    except LeaseLost as exc:
-        print(f"busy: {exc}", flush=True)
-        return 0
-    except Exception as exc:  # told to the claim task, which fails with it
+        settings = CaptureSettings.from_json(args["settings"])
+        holder = Holder(args["spool_path"], settings, args.get("role", EXECUTOR))
+        other = holder.busy()
+        if other is not None:
+            print(f"busy: capture process {other.process} serves executor", flush=True)
+            return 0
+        holder.start()
+    except Exception as exc:  # told to whoever started it, which fails the query with it
         print(f"error: {type(exc).__name__}: {exc}", flush=True)
         return 1
-    print(f"ready {epoch}", flush=True)
+    print("ready", flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     logger.info(
-        "%s: holding partition %s (epoch %d) for executor %s",
+        "%s: capture process %s started for executor %s (%s) on host %s",
         holder.name,
-        holder.key,
-        epoch,
-        holder.spool.executor,
+        holder.process,
+        holder.executor,
+        holder.role,
+        holder.host,
     )
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     reason, failure = "an error", ""
@@ -202,7 +478,7 @@ def main() -> int:
     except SystemExit:
         reason = "terminated (SIGTERM)"
     except Exception as exc:
-        logger.exception("%s: holder of partition %s failed", holder.name, holder.key)
+        logger.exception("%s: capture process for executor %s failed", holder.name, holder.executor)
         failure = str(exc)
     finally:
         holder.close(reason, failure)
