@@ -4,7 +4,8 @@ Side by side in one run, on one Spark application of a local standalone cluster 
 workers of one core each, ``spark_zmq.testing.standalone``), on loopback only:
 
 - ``driver``: the zmq sockets of every publisher in the driver-side reader process;
-- ``executors``: one capture process per publisher on the executors (leases in the spool).
+- ``executors``: one capture process per executor, capturing its part of the publishers
+  (epochs and heartbeats in the spool).
 
 Each trial runs 4 publisher processes (the same pacing publisher as ``zeroeq_rate.py``, each
 with its own range of sequence numbers) at a quarter of the aggregate rate each, into

@@ -22,13 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 from harness.hermetic import ensure_private_network
-from harness.trees import add_variant_argument, source_trees, tree_environment
+from harness.trees import add_variant_argument, run_in_tree, source_trees
 
 PAYLOAD_BYTES = 100
 
@@ -56,14 +55,9 @@ def append_role(pending: int, appends: int, messages: int) -> dict[str, float]:
 
 
 def run(tree: str, pending: int, appends: int, messages: int) -> dict[str, float]:
-    env = tree_environment(tree)
-    command = [sys.executable, __file__, "--role", "append", "--pending", str(pending)]
-    command += ["--appends", str(appends), "--messages", str(messages)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise RuntimeError(f"{tree}: {done.stderr[-2000:]}")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    arguments = ["--role", "append", "--pending", str(pending)]
+    arguments += ["--appends", str(appends), "--messages", str(messages)]
+    return run_in_tree(tree, __file__, arguments)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -4,7 +4,10 @@ a process of its own, with that tree's ``spark_zmq`` first on its path."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 #: the benchmarks' folder (``harness`` is imported from it) and this checkout
@@ -37,3 +40,19 @@ def source_trees(variants: list[str]) -> list[tuple[str, str]]:
 def tree_environment(tree: str) -> dict[str, str]:
     """This process's environment with ``tree`` (then the benchmarks' folder) on the path."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join([tree, str(BENCHMARKS)]))
+
+
+def run_in_tree(tree: str, script: str, arguments: list[str]) -> dict:
+    """Run ``script`` with ``arguments`` (its ``--role`` for one trial) in a process of its own
+    with ``tree`` first on the path; the JSON object its last line of output holds."""
+    done = subprocess.run(
+        [sys.executable, script, *arguments],
+        env=tree_environment(tree),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode:
+        raise RuntimeError(f"{tree}: {done.stderr[-3000:]}")
+    result: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
