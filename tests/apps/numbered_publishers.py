@@ -2,7 +2,10 @@
 tests (tests/hosts/), run there with ``Host.popen``: they bind every address and announce on each
 interface at that interface's address, as the package's writer does with ``bindInterface=*``.
 
-    numbered_publishers.py SESSION COUNT RATE
+    numbered_publishers.py SESSION COUNT RATE [HOST]
+
+HOST is the address they bind (default ``*``, every address; ``127.0.0.1``: loopback, announced
+on ``lo`` only, as a publisher that only its own host may read).
 
 It prints one JSON line per step on stdout: ``{"publishers": [instance names]}`` once announced,
 ``{"subscribed": true}`` once each publisher has a subscriber (what zmq publishes before that
@@ -30,9 +33,9 @@ def say(**fields) -> None:
     print(json.dumps(fields), flush=True)
 
 
-def main(session: str, count: str, rate: str) -> int:
+def main(session: str, count: str, rate: str, host: str = "*") -> int:
     publishers = [
-        Publisher(session, host="*", interfaces=None, application="numbered")
+        Publisher(session, host=host, interfaces=None, application="numbered")
         for _ in range(int(count))
     ]
     try:

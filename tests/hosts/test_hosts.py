@@ -19,11 +19,20 @@ from typing import NamedTuple
 
 import pytest
 
+from spark_zmq.spool.reader import read_range, read_snapshot
 from spark_zmq.testing.hosts import Host, HostCluster, Network
 from support.common import ROOT, wait_until
 from support.docs import printed_pattern, walkthrough
+from support.holders import held_partitions
 from support.jobs import Lines, job_file
-from support.sequences import ECHO, check_exactly_once, sequences, wait_for_all_sent
+from support.sequences import (
+    ECHO,
+    check_every_hole_has_a_gap_row,
+    check_exactly_once,
+    gap_ends,
+    sequences,
+    wait_for_all_sent,
+)
 
 PYTHON = sys.executable
 NUMBERED_PUBLISHERS = ROOT / "tests" / "apps" / "numbered_publishers.py"
@@ -263,6 +272,73 @@ def test_power_off_kills_every_process_of_the_host_and_nothing_else(network):
         stop(sleeper)
 
 
+class NumberedPublishers:
+    """``tests/apps/numbered_publishers.py`` on ``host``: ``count`` publishers of ``session``
+    bound to ``bind``, each sending ``rate`` numbered messages a second once they all have a
+    subscriber, until ``stop``."""
+
+    def __init__(self, host: Host, session: str, count: int, rate: float, bind: str = "*") -> None:
+        command = [PYTHON, str(NUMBERED_PUBLISHERS), session, str(count), str(rate), bind]
+        self.output = Lines(
+            host.popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        found = wait_until(lambda: self.output.lines[:1], what="the publishers' names")
+        self.names: list[str] = json.loads(found[0])["publishers"]
+
+    def wait_subscribed(self, job: subprocess.Popen, job_lines: Lines) -> None:
+        """Until every publisher has a subscriber (they send from then on); fails at once if
+        the job or the publishers end first."""
+        process = self.output.process
+        wait_until(
+            lambda: (
+                len(self.output.lines) > 1 or process.poll() is not None or job.poll() is not None
+            ),
+            timeout=400,
+            what="a subscriber on every publisher",
+        )
+        assert job.poll() is None, job_lines.errors()
+        assert json.loads(self.output.lines[1]) == {"subscribed": True}, self.output.errors()
+
+    def stop(self) -> dict[str, int]:
+        """Stop sending: how many messages each sent."""
+        stdin = self.output.process.stdin
+        assert stdin is not None
+        stdin.write("stop\n")
+        stdin.flush()
+        self.output.wait(30)
+        return json.loads(self.output.lines[2])["sent"]
+
+    def close(self) -> None:
+        stop(self.output.process)
+
+
+def submit_capture_job(cluster: HostCluster, session: str, out: Path, *options: str) -> Lines:
+    """The capture job submitted from ``driver``: ZeroEQ session ``session`` with ``options``
+    (``key=value``) into a table and checkpoint under ``out`` (in the shared folder)."""
+    return Lines(
+        cluster.submit(
+            job_file("capture_to_parquet"),
+            *("--format", "zeroeq", "--option", f"session={session}"),
+            *(argument for option in options for argument in ("--option", option)),
+            *("--output", str(out / "table"), "--checkpoint", str(out / "checkpoint")),
+            *("--trigger", "1"),
+            log_level="WARNING",
+        )
+    )
+
+
+def end_job(job: Lines) -> None:
+    if job.process.poll() is None:
+        os.killpg(job.process.pid, signal.SIGTERM)
+    job.wait(60)
+
+
 class CaptureRun(NamedTuple):
     """What ``run_capture_job`` saw: the publishers' names, what each sent, the table's
     rows, the job's lines, when every message was read and the executors by worker host."""
@@ -282,64 +358,29 @@ def run_capture_job(
     10 s by the capture job submitted from ``driver`` with ``options`` (``key=value``) into
     a table and checkpoint under ``out`` (in the shared folder); every message read once."""
     publishers_count, rate, seconds = 3, 200, 10
-    publishers = Lines(
-        network["peers"].popen(
-            [PYTHON, str(NUMBERED_PUBLISHERS), session, str(publishers_count), str(rate)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    )
-    names = json.loads(wait_until(lambda: publishers.lines[:1], what="the publishers' names")[0])[
-        "publishers"
-    ]
+    publishers = NumberedPublishers(network["peers"], session, publishers_count, rate)
     started = time.monotonic()
-    job = cluster.submit(
-        job_file("capture_to_parquet"),
-        *("--format", "zeroeq", "--option", f"session={session}"),
-        *(argument for option in options for argument in ("--option", option)),
-        *("--output", str(out / "table"), "--checkpoint", str(out / "checkpoint")),
-        *("--trigger", "1"),
-        log_level="WARNING",
-    )
-    lines = Lines(job)
-    assert publishers.process.stdin is not None
+    job = submit_capture_job(cluster, session, out, *options)
     try:
-        wait_until(
-            lambda: (
-                len(publishers.lines) > 1
-                or publishers.process.poll() is not None
-                or job.poll() is not None
-            ),
-            timeout=400,
-            what="a subscriber on every publisher",
-        )
-        assert job.poll() is None, lines.errors()
-        assert json.loads(publishers.lines[1]) == {"subscribed": True}, publishers.errors()
+        publishers.wait_subscribed(job.process, job)
         executors = check_executors_on_workers(cluster, network)
         time.sleep(seconds)
-        publishers.process.stdin.write("stop\n")
-        publishers.process.stdin.flush()
-        publishers.wait(30)
-        sent = json.loads(publishers.lines[2])["sent"]
+        sent = publishers.stop()
         rows = wait_for_all_sent(spark, out / "table", sent, timeout=180)
         read = time.monotonic() - started
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGTERM)
-        job.wait(60)
-        stop(publishers.process)
+        end_job(job)
+        publishers.close()
     print(f"every message read {read:.1f} s after spark-submit; sent {sent}; executors {executors}")
-    peers = network["peers"].address
+    names, peers = publishers.names, network["peers"].address
     assert sorted(sent) == sorted(names) and all(n.startswith(f"{peers}:") for n in names)
     check_exactly_once(rows, sent, moved=set())
     assert {key: sorted(seqs) for key, seqs in sequences(rows).items()} == {
         key: list(range(count)) for key, count in sent.items()
-    }, lines.errors()
+    }, job.errors()
     assert sum(sent.values()) >= publishers_count * rate * seconds // 2
     assert not [row for row in rows if row.error is not None]
-    return CaptureRun(names, sent, rows, lines, read, executors)
+    return CaptureRun(names, sent, rows, job, read, executors)
 
 
 #: prints each spool folder matching the glob argv[1] and where it is served (its served.json's
@@ -497,3 +538,99 @@ def check_what_the_jobs_hosts_see(network: Network, job: subprocess.Popen) -> No
         what="the spool's served.json",
     )
     assert served.startswith(f"grpc+tcp://{driver.address}:"), served
+
+
+class SpoolRow(NamedTuple):
+    """A message or gap row as a spool holds it, shaped as the table's rows."""
+
+    partition: str
+    offset: int
+    payload: bytes | None
+    error: str | None
+
+
+def spool_rows(spool: Path) -> list[SpoolRow]:
+    """Every row the spool holds (a ZeroEQ message's payload is its second frame)."""
+    rows = []
+    for key, state in read_snapshot(str(spool)).items():
+        for first, _, table in read_range(str(spool), key, state.start, state.end):
+            frames, faults = table.column("frames").to_pylist(), table.column("fault").to_pylist()
+            for n, (message, fault) in enumerate(zip(frames, faults, strict=True)):
+                payload = message[1] if fault is None and len(message) > 1 else None
+                rows.append(SpoolRow(key, first + n, payload, fault))
+    return rows
+
+
+@pytest.mark.cluster
+def test_capture_on_executors_takes_a_worker_hosts_partitions_over_within_the_lease(
+    network, host_cluster
+):
+    """Issue 45, with capture=executors and Spark's default network timeouts: three publishers
+    on ``peers`` and one on the driver's host bound to loopback (only the driver's host reaches
+    it), the spool in the shared folder. The loopback one is captured on the driver's host, the
+    others by one capture process per worker. Then a worker host loses power (its link first,
+    then every process on it): the other worker's capture process captures its partitions
+    again within leaseTimeout + 10 s, whatever Spark is waiting on; in the spool every hole has
+    a gap row and no message is there twice. Last in this file: the worker stays down."""
+    session, lease_timeout, out = "hosts-executors", 10.0, network.shared / "executors"
+    spool = out / "spool"
+    remote = NumberedPublishers(network["peers"], session, 3, rate=50)
+    local = NumberedPublishers(network["driver"], session, 1, rate=50, bind="127.0.0.1")
+    keys = remote.names + local.names
+    job = submit_capture_job(host_cluster, session, out, "capture=executors", f"spoolPath={spool}")
+    try:
+        for publishers in (remote, local):
+            publishers.wait_subscribed(job.process, job)
+        held = wait_until(
+            lambda: len(h := held_partitions(spool, keys)) == len(keys) and h,
+            timeout=120,
+            what="a capture process holding each partition",
+        )
+        hosts = {key: executor.split("/")[0] for key, (_, executor, _) in held.items()}
+        assert hosts[local.names[0]] == "driver", hosts
+        workers = {hosts[key] for key in remote.names}
+        assert workers <= {"worker1", "worker2"}, hosts
+        victim = network["worker1" if "worker1" in workers else "worker2"]
+        survivor = ({"worker1", "worker2"} - {victim.name}).pop()
+        moved = {key for key in remote.names if hosts[key] == victim.name}
+        time.sleep(3)
+        off_at = time.time()
+        victim.power_off()
+        wait_until(
+            lambda: (
+                {
+                    executor.split("/")[0]
+                    for key, (_, executor, _) in held_partitions(spool, moved).items()
+                }
+                == {survivor}
+            ),
+            timeout=lease_timeout + 60,
+            interval=0.2,
+            what=f"{victim.name}'s partitions to be held on {survivor}",
+        )
+        time.sleep(3)
+        sent = {**remote.stop(), **local.stop()}
+        rows = wait_until(
+            lambda: (
+                all(
+                    max(sequences(r := spool_rows(spool)).get(k, [-1])) == n - 1
+                    for k, n in sent.items()
+                )
+                and r
+            ),
+            timeout=60,
+            what="every sent message in the spool",
+        )
+    finally:
+        end_job(job)
+        remote.close()
+        local.close()
+    holes = check_every_hole_has_a_gap_row(rows, sent)
+    resumed = max(gap_ends(rows, moved).values()) - off_at
+    print(
+        f"{sorted(moved)} moved from {victim.name} to {survivor}; capture of them resumed "
+        f"{resumed:.1f} s after the power loss (leaseTimeout {lease_timeout:g}); holes {holes}"
+    )
+    assert {key: n for key, n in holes.items() if key not in moved and n} == {}, holes
+    assert all(holes[key] == 1 for key in moved), holes
+    assert resumed < lease_timeout + 10, resumed

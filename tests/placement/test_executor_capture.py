@@ -12,7 +12,6 @@ import re
 import signal
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -21,29 +20,23 @@ from spark_zmq.spool.leases import load_lease
 from spark_zmq.spool.processes import DRIVER, EXECUTOR, ProcessRecord, load_records, save_record
 from spark_zmq.testing.standalone import StandaloneCluster
 from support.common import ROOT, wait_until
-from support.freezing import freeze_worker, pid_of, thaw
-from support.holders import holders_here
-from support.sequences import Sender, check_exactly_once, sequences, wait_for_all_sent
-
-
-def holders(spool: Path, keys) -> dict[str, tuple[int, str, int]]:
-    """key -> (epoch, executor, holder pid) of partitions with a live, unsealed holder."""
-    found = {}
-    for key in keys:
-        lease = load_lease(str(spool), key)
-        if lease is not None and lease.holder and not lease.sealed:
-            found[key] = (lease.epoch, lease.executor, int(lease.holder.rsplit("/", 1)[1]))
-    return found
-
-
-def executor_pid(executor: str) -> int:
-    return int(executor.rsplit("/", 1)[1])
+from support.freezing import freeze_worker, thaw
+from support.holders import held_partitions, holders_here, pid_of
+from support.sequences import (
+    Sender,
+    check_every_hole_has_a_gap_row,
+    check_exactly_once,
+    gap_ends,
+    offset_rows,
+    sequences,
+    wait_for_all_sent,
+)
 
 
 def worker_of(cluster: StandaloneCluster, executor: str) -> int | None:
     """The worker whose executor JVM ``executor`` (host/pid) is, if any."""
     for worker in range(len(cluster.workers)):
-        if executor_pid(executor) in cluster.executor_pids(worker):
+        if pid_of(executor) in cluster.executor_pids(worker):
             return worker
     return None
 
@@ -121,7 +114,7 @@ def test_a_frozen_worker_loses_its_partitions_within_the_lease_whatever_spark_wa
     sender, frozen = None, []
     try:
         held = wait_until(
-            lambda: len(h := holders(spool, keys)) == len(keys) and h,
+            lambda: len(h := held_partitions(spool, keys)) == len(keys) and h,
             timeout=240,
             what="a holder for each of the 60 partitions",
         )
@@ -137,8 +130,8 @@ def test_a_frozen_worker_loses_its_partitions_within_the_lease_whatever_spark_wa
         survivor = set(cluster.executor_pids(1))
         wait_until(
             lambda: (
-                len(h := holders(spool, keys)) == len(keys)
-                and all(executor_pid(e) in survivor for _, e, _ in h.values())
+                len(h := held_partitions(spool, keys)) == len(keys)
+                and all(pid_of(e) in survivor for _, e, _ in h.values())
             ),
             timeout=lease_timeout + 60,
             interval=0.1,
@@ -184,17 +177,6 @@ def test_a_frozen_worker_loses_its_partitions_within_the_lease_whatever_spark_wa
     assert re.search(r"capture process \S+ on executor \S+ has not beaten for 10 s", "".join(log))
 
 
-def gap_ends(rows, keys: set[str]) -> dict[str, float]:
-    """Partition -> when capture resumed (the end of its holder-change gap row), of ``keys``."""
-    ends = {}
-    for row in rows:
-        found = row.error and re.search(r"had no holder between \S+ and (\S+) ", row.error)
-        if found and row.partition in keys:
-            at = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
-            ends[row.partition] = at.replace(tzinfo=timezone.utc).timestamp()
-    return ends
-
-
 @pytest.mark.cluster
 def test_an_endpoint_only_the_drivers_host_reaches_is_captured_on_that_host(
     spark, cluster, tmp_path, publishers
@@ -215,7 +197,9 @@ def test_an_endpoint_only_the_drivers_host_reaches_is_captured_on_that_host(
     job, log = submit_capture_job(cluster, spool, sink, options, wrapper=DRIVER_ON_ITS_OWN)
     sender = None
     try:
-        wait_until(lambda: holders(spool, [key]), timeout=240, what="a holder of the partition")
+        wait_until(
+            lambda: held_partitions(spool, [key]), timeout=240, what="a holder of the partition"
+        )
         publisher.wait_for_subscribers()
         sender = Sender([publisher], rate=20)
         time.sleep(5)
@@ -260,14 +244,14 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
     sender = None
     try:
         held = wait_until(
-            lambda: len(h := holders(spool, keys)) == 4 and h,
+            lambda: len(h := held_partitions(spool, keys)) == 4 and h,
             timeout=240,
             what="a holder for each of the 4 partitions",
         )
         # every capture runs on an executor of the cluster (not the driver), on both of them
         by_worker = {w: set(cluster.executor_pids(w)) for w in (0, 1)}
         where = {
-            key: next(w for w, pids in by_worker.items() if executor_pid(executor) in pids)
+            key: next(w for w, pids in by_worker.items() if pid_of(executor) in pids)
             for key, (_, executor, _) in held.items()
         }
         assert set(where.values()) == {0, 1}, where
@@ -281,8 +265,8 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
         survivor = by_worker[1 - victim]
         wait_until(
             lambda: (
-                all(executor_pid(e) in survivor for _, e, _ in holders(spool, keys).values())
-                and len(holders(spool, keys)) == 4
+                all(pid_of(e) in survivor for _, e, _ in held_partitions(spool, keys).values())
+                and len(held_partitions(spool, keys)) == 4
             ),
             timeout=120,
             what="the lost executor's partitions to move to the surviving executor",
@@ -311,45 +295,6 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
         timeout=idle_timeout + 10,
         what="every capture process to end after the query stopped",
     )
-
-
-def offset_rows(spark, path: Path) -> list:
-    try:
-        return (
-            spark.read.parquet(str(path))
-            .select("partition", "offset", "payload", "error")
-            .collect()
-        )
-    except Exception:  # nothing committed yet
-        return []
-
-
-def check_every_hole_has_a_gap_row(rows, sent: dict[str, int]) -> dict[str, int]:
-    """In offset order each partition's sequence numbers rise by one, except across a gap row
-    (``error`` set, no payload); none is read twice. Returns the holes per partition."""
-    data: dict[str, list[tuple[int, int]]] = {}
-    gaps: dict[str, list[int]] = {}
-    for row in rows:
-        if row.error is None:
-            data.setdefault(row.partition, []).append((row.offset, int(row.payload)))
-        elif row.payload is None:
-            gaps.setdefault(row.partition, []).append(row.offset)
-    holes = {}
-    for key, n in sent.items():
-        got = sorted(data[key])
-        seqs = [seq for _, seq in got]
-        assert len(seqs) == len(set(seqs)), f"duplicates in {key}"
-        before = [(-1, -1), *got]
-        missing = [(a, b) for a, b in zip(before, got) if b[1] != a[1] + 1]
-        for (offset_a, seq_a), (offset_b, seq_b) in missing:
-            assert seq_b > seq_a, f"{key}: {seq_b} after {seq_a}"
-            assert any(offset_a < g < offset_b for g in gaps.get(key, ())), (
-                f"{key}: messages {seq_a + 1}..{seq_b - 1} missing between offsets {offset_a} "
-                f"and {offset_b} with no gap row (gap rows at {gaps.get(key)})"
-            )
-        assert seqs[-1] == n - 1, f"{key}: the last message {n - 1} is missing"
-        holes[key] = len(missing)
-    return holes
 
 
 @pytest.mark.cluster
@@ -390,7 +335,7 @@ def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path
     job, lines = submit(tmp_path / "control1", runs=2)
     try:
         first = wait_until(
-            lambda: len(h := holders(spool, keys)) == 3 and h,
+            lambda: len(h := held_partitions(spool, keys)) == 3 and h,
             timeout=240,
             what="a holder for each of the 3 partitions",
         )
@@ -410,13 +355,14 @@ def test_a_restarted_query_with_discovery_loses_nothing(spark, cluster, tmp_path
             timeout=120,
             what="the restarted query to write rows",
         )
-        assert holders(spool, keys) == first, "the restart replaced holders that were alive"
+        assert held_partitions(spool, keys) == first, "the restart replaced holders that were alive"
         (tmp_path / "control1" / "stop-1").touch()
         assert job.wait(120) == 0, "".join(lines)[-3000:]
         job, lines = submit(tmp_path / "control2", runs=1)
         wait_until(
             lambda: (
-                len(h := holders(spool, keys)) == 3 and all(h[k][0] > first[k][0] for k in keys)
+                len(h := held_partitions(spool, keys)) == 3
+                and all(h[k][0] > first[k][0] for k in keys)
             ),
             timeout=240,
             what="a new holder for each partition",
@@ -624,54 +570,6 @@ def test_a_spool_that_executors_do_not_see_fails_the_query_clearly(cluster, tmp_
     assert publisher.instance_name
 
 
-@pytest.mark.cluster
-def test_capture_on_the_driver_serves_its_spool_to_executors_that_do_not_see_it(
-    spark, cluster, tmp_path, publishers
-):
-    """Issue 45: capture=driver with a spool on the driver's own disk (here a folder that the
-    workers see as an empty tmpfs of their own): the read tasks get their ranges from the
-    driver's spool server (Arrow Flight), every message once."""
-    pubs = [publishers("served") for _ in range(2)]
-    spool = cluster.private / tmp_path.name / "spool"
-    job = cluster.submit(
-        str(ROOT / "spark_zmq" / "jobs" / "capture_to_parquet.py"),
-        "--format",
-        "zeroeq",
-        "--option",
-        "session=served",
-        "--option",
-        "discoveryInterfaces=127.0.0.1",
-        "--option",
-        f"spoolPath={spool}",
-        "--output",
-        str(tmp_path / "table"),
-        "--trigger",
-        "1",
-    )
-    log: list[str] = []
-    threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
-    sender = None
-    try:
-        for publisher in pubs:
-            publisher.wait_for_subscribers(timeout=240)
-        sender = Sender(pubs, rate=50)
-        time.sleep(6)
-        sent = sender.stop()
-        rows = wait_for_all_sent(spark, tmp_path / "table", sent)
-    finally:
-        if sender is not None:
-            sender.stop()
-        os.killpg(job.pid, signal.SIGTERM)
-        job.wait(60)
-    check_exactly_once(rows, sent, set())
-    text = "".join(log)
-    assert re.search(
-        rf"spool {re.escape(str(spool))} is served to read tasks on other hosts at "
-        rf"grpc\+tcp://127\.0\.0\.1:\d+",
-        text,
-    ), text[-3000:]
-
-
 def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publishers):
     """SIGSTOP a holder past its lease: a new holder takes over; after SIGCONT the old one
     finds itself fenced and ends, and the sink holds every message at most once."""
@@ -699,7 +597,9 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
     sender = None
     try:
         first = wait_until(
-            lambda: holders(spool, [key]).get(key), timeout=120, what="a holder of the partition"
+            lambda: held_partitions(spool, [key]).get(key),
+            timeout=120,
+            what="a holder of the partition",
         )
         publisher.wait_for_subscribers()
         sender = Sender([publisher], rate=50)
@@ -708,7 +608,7 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
         os.kill(old_pid, signal.SIGSTOP)
         try:
             second = wait_until(
-                lambda: (h := holders(spool, [key]).get(key)) and h[0] > first[0] and h,
+                lambda: (h := held_partitions(spool, [key]).get(key)) and h[0] > first[0] and h,
                 timeout=60,
                 what="a new holder with a higher epoch",
             )
@@ -721,7 +621,7 @@ def test_a_paused_holder_cannot_append_after_a_takeover(spark, tmp_path, publish
             timeout=20,
             what="the paused holder to find itself fenced and end",
         )
-        assert holders(spool, [key])[key][0] == second[0]
+        assert held_partitions(spool, [key])[key][0] == second[0]
         time.sleep(1)
         sent = sender.stop()
         rows = wait_for_all_sent(spark, sink, sent)

@@ -12,6 +12,7 @@ import psutil
 
 from spark_zmq.spool.processes import load_records
 from spark_zmq.testing.standalone import StandaloneCluster
+from support.holders import pid_of
 
 
 def children(pid: int) -> set[int]:
@@ -20,11 +21,6 @@ def children(pid: int) -> set[int]:
         return {child.pid for child in psutil.Process(pid).children(recursive=True)}
     except psutil.NoSuchProcess:
         return set()
-
-
-def pid_of(name: str) -> int:
-    """The pid in a host/pid name (leases, records)."""
-    return int(name.rsplit("/", 1)[1])
 
 
 def freeze_worker(cluster: StandaloneCluster, worker: int, spool: Path) -> list[int]:

@@ -5,7 +5,9 @@ their memory sees its own, never those of a test running beside it in another wo
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from spark_zmq.spool.leases import load_lease
 from spark_zmq.testing.processes import HOLDER_MARKER, network_namespace, running_processes
 
 
@@ -49,3 +51,18 @@ def _thread_state(pid: int, tid: str) -> str:
     except OSError:
         return "gone"
     return f"{name} {state} {wchan}"
+
+
+def held_partitions(spool: Path, keys) -> dict[str, tuple[int, str, int]]:
+    """key -> (epoch, executor, holder pid) of partitions with a live, unsealed holder."""
+    found = {}
+    for key in keys:
+        lease = load_lease(str(spool), key)
+        if lease is not None and lease.holder and not lease.sealed:
+            found[key] = (lease.epoch, lease.executor, int(lease.holder.rsplit("/", 1)[1]))
+    return found
+
+
+def pid_of(name: str) -> int:
+    """The pid in a ``host/pid`` name (of an executor, or a capture process: leases, records)."""
+    return int(name.rsplit("/", 1)[1])

@@ -4,7 +4,9 @@ capture job on a cluster and check that every message landed exactly once."""
 from __future__ import annotations
 
 import itertools
+import re
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 from support.common import wait_until
@@ -73,3 +75,54 @@ def check_exactly_once(rows, sent: dict[str, int], moved: set[str]) -> None:
         else:
             assert holes == [], f"{key} lost messages but never moved: {holes}"
         assert got[-1] == n - 1
+
+
+def offset_rows(spark, path: Path) -> list:
+    """(partition, offset, payload, error) of every row of the Parquet table at ``path``."""
+    try:
+        return (
+            spark.read.parquet(str(path))
+            .select("partition", "offset", "payload", "error")
+            .collect()
+        )
+    except Exception:  # nothing committed yet
+        return []
+
+
+def check_every_hole_has_a_gap_row(rows, sent: dict[str, int]) -> dict[str, int]:
+    """In offset order each partition's sequence numbers rise by one, except across a gap row
+    (``error`` set, no payload); none is read twice. Returns the holes per partition."""
+    data: dict[str, list[tuple[int, int]]] = {}
+    gaps: dict[str, list[int]] = {}
+    for row in rows:
+        if row.error is None:
+            data.setdefault(row.partition, []).append((row.offset, int(row.payload)))
+        elif row.payload is None:
+            gaps.setdefault(row.partition, []).append(row.offset)
+    holes = {}
+    for key, n in sent.items():
+        got = sorted(data[key])
+        seqs = [seq for _, seq in got]
+        assert len(seqs) == len(set(seqs)), f"duplicates in {key}"
+        before = [(-1, -1), *got]
+        missing = [(a, b) for a, b in zip(before, got) if b[1] != a[1] + 1]
+        for (offset_a, seq_a), (offset_b, seq_b) in missing:
+            assert seq_b > seq_a, f"{key}: {seq_b} after {seq_a}"
+            assert any(offset_a < g < offset_b for g in gaps.get(key, ())), (
+                f"{key}: messages {seq_a + 1}..{seq_b - 1} missing between offsets {offset_a} "
+                f"and {offset_b} with no gap row (gap rows at {gaps.get(key)})"
+            )
+        assert seqs[-1] == n - 1, f"{key}: the last message {n - 1} is missing"
+        holes[key] = len(missing)
+    return holes
+
+
+def gap_ends(rows, keys: set[str]) -> dict[str, float]:
+    """Partition -> when capture resumed (the end of its holder-change gap row), of ``keys``."""
+    ends = {}
+    for row in rows:
+        found = row.error and re.search(r"had no holder between \S+ and (\S+) ", row.error)
+        if found and row.partition in keys:
+            at = datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
+            ends[row.partition] = at.replace(tzinfo=timezone.utc).timestamp()
+    return ends
