@@ -13,9 +13,11 @@ under ``unshare``); ``Host.popen`` runs a command "on the host" with ``nsenter``
 - a private ``/tmp`` and ``/dev/shm`` (empty tmpfs): ``tempfile.gettempdir()`` paths are not
   shared between hosts, nor with the process that made the network;
 - the network's folder at its own path, so that ``Network.shared`` (the stand-in for NFS) and
-  each host's ``logs`` folder are seen by every host and by the test at the same path. The
-  folder usually lives under ``/tmp`` (a test's ``tmp_path``): the holder moves it aside, mounts
-  the tmpfs over ``/tmp`` and moves it back into place.
+  each host's ``logs`` folder are seen by every host and by the test at the same path; and the
+  code the hosts run (this Python's environment, the package's checkout, the working
+  directory: ``code_folders``), where it is under ``/tmp`` (a test's ``tmp_path``, a checkout
+  cloned there). The holder makes the host's tmpfs, binds those folders at their places in it,
+  and moves it over ``/tmp``.
 
 The process that makes a ``Network`` keeps its own namespace (only ``lo`` under the tests'
 ``scripts/netns.sh``): it reaches the hosts through the file system and through ``Host.run``,
@@ -66,17 +68,23 @@ HOST_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}")
 #: how long a holder may take to make its namespaces
 HOLDER_TIMEOUT = 30.0
 
-#: run by a host's holder inside its new namespaces: $0 host name, $1 the network's folder
+#: run by a host's holder inside its new namespaces: $0 host name, $1 the network's folder,
+#: then the other folders under /tmp that every host must still see (the code it runs). A
+#: tmpfs is made on /mnt, each of those folders bound at its place inside it, and the tmpfs
+#: with them moved onto /tmp: the rest of /tmp is private to the host
 HOST_HOLDER = r"""
 set -e
 hostname "$0"
-mount --bind "$1" "$1"
-mount --move "$1" /mnt
-mount -t tmpfs -o mode=1777,size=2g tmpfs /tmp
-mkdir -p "$1"
-mount --move /mnt "$1"
+folder=$1
+mount -t tmpfs -o mode=1777,size=2g tmpfs /mnt
+for path in "$@"; do
+  case "$path" in
+    /tmp/?*) inside="/mnt/${path#/tmp/}"; mkdir -p "$inside"; mount --bind "$path" "$inside" ;;
+  esac
+done
+mount --move /mnt /tmp
 mount -t tmpfs -o mode=1777,size=512m tmpfs /dev/shm
-mount --bind "$1/etc-hosts" /etc/hosts
+mount --bind "$folder/etc-hosts" /etc/hosts
 echo ready
 exec sleep infinity
 """
@@ -181,8 +189,7 @@ class Host:
 
     def command(self, args: Sequence[str], cwd: str | os.PathLike | None = None) -> list[str]:
         """``args`` as a command that runs on this host, in ``cwd`` (default: this process's
-        working directory, which must exist on the host: not under /tmp unless under the
-        network's folder)."""
+        working directory, which every host sees: ``code_folders``)."""
         where = os.fspath(cwd) if cwd is not None else os.getcwd()
         return [
             NSENTER,
@@ -274,6 +281,23 @@ class Host:
             self._holder.kill()
 
 
+def code_folders() -> list[Path]:
+    """The folders of the code that runs on the hosts, where they are under /tmp (whose other
+    contents each host has its own of): this Python's environment, the checkout or
+    site-packages that ``spark_zmq`` is imported from, and this process's working directory;
+    none inside another."""
+    import spark_zmq
+
+    tmp = Path("/tmp")
+    candidates = {
+        Path(sys.prefix).resolve(),
+        Path(spark_zmq.__file__).resolve().parents[1],
+        Path.cwd().resolve(),
+    }
+    under = sorted(path for path in candidates if tmp in path.parents)
+    return [path for path in under if not any(other in path.parents for other in under)]
+
+
 class Network:
     """Hosts joined by one bridge; ``folder`` (absolute) holds ``shared/`` (seen by every host
     at the same path), ``logs/<host>/`` and the hosts file. ``close`` kills everything it
@@ -281,6 +305,9 @@ class Network:
 
     def __init__(self, folder: Path, subnet: str = DEFAULT_SUBNET) -> None:
         self.folder = Path(folder).resolve()
+        #: folders under /tmp that hosts see as this process does besides the network's: the
+        #: code they run (a checkout and its venv cloned under /tmp, as CI may do)
+        self.code = code_folders()
         self.subnet = subnet
         #: the stand-in for NFS: the same folder, at the same path, on every host
         self.shared = self.folder / "shared"
@@ -348,6 +375,7 @@ class Network:
             HOST_HOLDER,
             name,
             str(self.folder),
+            *map(str, self.code),
         )
 
     def _link(self, hosts: Sequence[Host]) -> None:
