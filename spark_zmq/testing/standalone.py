@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pyspark
@@ -251,12 +251,9 @@ class StandaloneCluster:
         *args: str,
         conf: dict[str, str] | None = None,
         log_level: str = "INFO",
-        wrapper: Sequence[str] = (),
     ) -> subprocess.Popen:
-        """spark-submit ``script`` to the cluster (client mode: the driver runs here);
-        ``wrapper``: a command that runs spark-submit with the arguments that follow it (such
-        as ``unshare`` for a host name of the driver's own)."""
-        command = [*wrapper, *submit_command({**self.settings(), **(conf or {})}, script, *args)]
+        """spark-submit ``script`` to the cluster (client mode: the driver runs here)."""
+        command = submit_command({**self.settings(), **(conf or {})}, script, *args)
         env = dict(environment(), SPARK_ZMQ_LOG_LEVEL=log_level)
         return subprocess.Popen(
             command,

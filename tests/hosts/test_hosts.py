@@ -588,6 +588,11 @@ def test_capture_on_executors_takes_a_worker_hosts_partitions_over_within_the_le
         )
         hosts = {key: executor.split("/")[0] for key, (_, executor, _) in held.items()}
         assert hosts[local.names[0]] == "driver", hosts
+        processes = {
+            hosts[key]: {pid for k, (_, _, pid) in held.items() if hosts[k] == hosts[key]}
+            for key in keys
+        }
+        assert all(len(pids) == 1 for pids in processes.values()), f"one per host: {processes}"
         workers = {hosts[key] for key in remote.names}
         assert workers <= {"worker1", "worker2"}, hosts
         victim = network["worker1" if "worker1" in workers else "worker2"]

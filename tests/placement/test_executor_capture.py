@@ -16,17 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from spark_zmq.spool.leases import load_lease
-from spark_zmq.spool.processes import DRIVER, EXECUTOR, ProcessRecord, load_records, save_record
+from spark_zmq.spool.processes import EXECUTOR, ProcessRecord, save_record
 from spark_zmq.testing.standalone import StandaloneCluster
 from support.common import ROOT, wait_until
-from support.freezing import freeze_worker, thaw
 from support.holders import held_partitions, holders_here, pid_of
 from support.sequences import (
     Sender,
     check_every_hole_has_a_gap_row,
     check_exactly_once,
-    gap_ends,
     offset_rows,
     sequences,
     wait_for_all_sent,
@@ -41,21 +38,12 @@ def worker_of(cluster: StandaloneCluster, executor: str) -> int | None:
     return None
 
 
-#: the driver's host name in a test where it runs on a host of its own (``DRIVER_ON_ITS_OWN``)
-DRIVER_HOST = "driver-host"
-#: what runs spark-submit in a UTS namespace of its own, named DRIVER_HOST: the driver is then
-#: another host than the workers as capture tells hosts apart (its name and network namespace),
-#: on the workers' loopback
-DRIVER_ON_ITS_OWN = ("unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', DRIVER_HOST)
-
-
 def submit_capture_job(
     cluster: StandaloneCluster,
     spool: Path,
     sink: Path,
     options: dict[str, str],
     trigger: float = 1,
-    wrapper: tuple[str, ...] = (),
 ):
     """The capture job (zeroeq into Parquet at ``sink``) with capture=executors on the
     cluster: (the spark-submit process, the lines of its stderr as they come)."""
@@ -71,7 +59,6 @@ def submit_capture_job(
         str(sink),
         "--trigger",
         str(trigger),
-        wrapper=wrapper,
     )
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
@@ -89,141 +76,6 @@ def cluster(tmp_path_factory):
     instance = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, private_mounts=True)
     yield instance
     instance.stop()
-
-
-@pytest.mark.cluster
-def test_a_frozen_worker_loses_its_partitions_within_the_lease_whatever_spark_waits_on(
-    spark, cluster, tmp_path
-):
-    """Issue 45: a worker whose whole process tree is stopped (SIGSTOP: its JVM, its executor's
-    JVM, their Python workers, its capture process) is what a host that lost power looks like to
-    the others: nothing answers, nothing is closed. With Spark's default network timeouts a
-    micro-batch waits on the frozen executor's tasks for a minute or more; capture does not
-    wait: the other worker's capture process takes the frozen one's partitions over once its
-    heartbeat has not moved for leaseTimeout (the default, 10 s), without a task. 60 publishers,
-    one capture process per executor; every hole has a gap row, nothing is read twice, and the
-    frozen capture process, thawed, writes nothing more of what was taken over."""
-    from spark_zmq.protocols.zeroeq import Publisher
-
-    pubs = [Publisher("frozen", announce=False, vocabulary=False) for _ in range(60)]
-    keys = [p.instance_name for p in pubs]
-    spool, sink = tmp_path / "spool", tmp_path / "table"
-    lease_timeout = 10.0
-    options = {"publishers": ",".join(keys), "captureIdleTimeout": "20"}
-    job, log = submit_capture_job(cluster, spool, sink, options)
-    sender, frozen = None, []
-    try:
-        held = wait_until(
-            lambda: len(h := held_partitions(spool, keys)) == len(keys) and h,
-            timeout=240,
-            what="a holder for each of the 60 partitions",
-        )
-        where = {key: worker_of(cluster, executor) for key, (_, executor, _) in held.items()}
-        assert set(where.values()) == {0, 1}, where
-        assert len({pid for _, _, pid in held.values()}) == 2, "one capture process per executor"
-        moved = {key for key, worker in where.items() if worker == 0}
-        print(f"partitions per worker: {len(keys) - len(moved)} and {len(moved)}")
-        sender = Sender(pubs, rate=10)
-        time.sleep(4)
-        frozen = freeze_worker(cluster, 0, spool)
-        frozen_at, frozen_wall = time.monotonic(), time.time()
-        survivor = set(cluster.executor_pids(1))
-        wait_until(
-            lambda: (
-                len(h := held_partitions(spool, keys)) == len(keys)
-                and all(pid_of(e) in survivor for _, e, _ in h.values())
-            ),
-            timeout=lease_timeout + 60,
-            interval=0.1,
-            what="the frozen worker's partitions to move to the other worker",
-        )
-        took = time.monotonic() - frozen_at
-        time.sleep(3)
-        thaw(frozen)
-        frozen = []
-        old = {pid for key, (_, _, pid) in held.items() if key in moved}
-        wait_until(
-            lambda: all(
-                not r.partitions
-                for r in load_records(str(spool)).values()
-                if pid_of(r.process) in old
-            ),
-            timeout=20,
-            what="the thawed capture process to let go of what was taken over",
-        )
-        time.sleep(2)
-        sent = sender.stop()
-        wait_for_all_sent(spark, sink, sent, timeout=300)
-    finally:
-        thaw(frozen)
-        if sender is not None:
-            sender.stop()
-        stop_job(job)
-        for publisher in pubs:
-            publisher.close()
-    holes = check_every_hole_has_a_gap_row(offset_rows(spark, sink), sent)
-    assert {k: n for k, n in holes.items() if n and k not in moved} == {}, holes
-    assert all(holes[key] <= 1 for key in moved), holes
-    resumed = (
-        max(gap_ends(offset_rows(spark, sink), moved).values(), default=frozen_wall) - frozen_wall
-    )
-    print(
-        f"{len(moved)} partitions taken over {took:.1f} s after the freeze; capture of them "
-        f"resumed {resumed:.1f} s after it (leaseTimeout {lease_timeout:g}); "
-        f"sent {sum(sent.values())}"
-    )
-    assert took < lease_timeout + 10, took
-    assert resumed < lease_timeout + 10, resumed
-    assert re.search(r"capture process \S+ on executor \S+ has not beaten for 10 s", "".join(log))
-
-
-@pytest.mark.cluster
-def test_an_endpoint_only_the_drivers_host_reaches_is_captured_on_that_host(
-    spark, cluster, tmp_path, publishers
-):
-    """Issue 45: a publisher bound to loopback on the driver's host, found by discovery, is
-    captured there, by a capture process the driver starts itself (no claim task); it is never
-    handed to an executor's capture process on another host, which would connect to its own
-    loopback and hear nothing, without a word. The driver runs with a host name of its own
-    (``DRIVER_ON_ITS_OWN``): another host than the workers, as capture tells hosts apart."""
-    publisher = publishers("loopback")
-    key = publisher.instance_name
-    spool, sink = tmp_path / "spool", tmp_path / "table"
-    options = {
-        "session": "loopback",
-        "discoveryInterfaces": "127.0.0.1",
-        "captureIdleTimeout": "10",
-    }
-    job, log = submit_capture_job(cluster, spool, sink, options, wrapper=DRIVER_ON_ITS_OWN)
-    sender = None
-    try:
-        wait_until(
-            lambda: held_partitions(spool, [key]), timeout=240, what="a holder of the partition"
-        )
-        publisher.wait_for_subscribers()
-        sender = Sender([publisher], rate=20)
-        time.sleep(5)
-        sent = sender.stop()
-        rows = wait_for_all_sent(spark, sink, sent)
-        records = load_records(str(spool))
-    finally:
-        if sender is not None:
-            sender.stop()
-        stop_job(job)
-    check_exactly_once(rows, sent, set())
-    lease = load_lease(str(spool), key)
-    assert lease.epoch == 1, "claimed once"
-    holder = records[lease.holder]
-    assert holder.role == DRIVER and holder.host.startswith(f"{DRIVER_HOST} "), holder
-    executors = [r for r in records.values() if r.role == EXECUTOR]
-    assert executors and all(not r.host.startswith(DRIVER_HOST) for r in executors), records
-    assert all(key not in r.partitions for r in executors)
-    assert "is reachable from the driver's host only" in "".join(log)
-    wait_until(
-        lambda: not holders_here(),
-        timeout=10 + 20,
-        what="every capture process to end after the query stopped",
-    )
 
 
 @pytest.mark.cluster
