@@ -334,9 +334,16 @@ def submit_capture_job(cluster: HostCluster, session: str, out: Path, *options: 
 
 
 def end_job(job: Lines) -> None:
+    """Stop a job as a user does (SIGTERM); SIGKILL its process group if it has not ended
+    within 60 s (a driver whose executor's host is gone may wait on it)."""
     if job.process.poll() is None:
         os.killpg(job.process.pid, signal.SIGTERM)
-    job.wait(60)
+    try:
+        job.wait(60)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.process.pid, signal.SIGKILL)
+        job.wait(30)
+        print(f"the job did not end within 60 s of SIGTERM; killed:\n{job.errors()[-2000:]}")
 
 
 class CaptureRun(NamedTuple):
