@@ -35,7 +35,7 @@ from spark_zmq.spool.reader import read_range
 if TYPE_CHECKING:
     import pyarrow.flight
 
-#: the document in a spool folder that says where its writer serves it (``served_state``)
+#: the document in a spool folder that says where its writer serves it (``save_served``)
 SERVED_NAME = "served.json"
 #: the header a call carries its token in (gRPC metadata keys are lower-case)
 TOKEN_HEADER = b"authorization"
