@@ -125,7 +125,9 @@ def application_settings(
     master_url: str, cores: int, python: str = sys.executable
 ) -> dict[str, str]:
     """Spark settings of an application of a cluster of ``cores`` one-core workers, wherever
-    its driver runs (the caller adds the driver's address if it must pin one)."""
+    its driver runs (the caller adds the driver's address if it must pin one). Its first job
+    waits (up to Spark's 30 s) for every executor, as a user of ``capture=executors`` is told
+    to: a capture process that starts alone claims every partition and keeps them."""
     return {
         "spark.master": master_url,
         "spark.ui.enabled": "false",
@@ -134,6 +136,7 @@ def application_settings(
         "spark.executor.cores": "1",
         "spark.executor.memory": "1g",
         "spark.cores.max": str(cores),
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
     }
 
 
