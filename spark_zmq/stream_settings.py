@@ -7,6 +7,7 @@ reads ``Options``. A format's own settings are in ``protocols/<name>/options.py`
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -28,6 +29,7 @@ from spark_zmq.stream_options import (
     MAX_IN_FLIGHT,
     MAX_MESSAGE_BYTES,
     MAX_MESSAGE_PARTS,
+    MAX_PARTITIONS,
     MAX_RECORDS_PER_TRIGGER,
     MAX_SPOOL_BYTES,
     MAX_TRIGGER_DELAY,
@@ -80,6 +82,8 @@ class SourceSettings:
     max_endpoints: int
     #: minPartitions: the fewest read tasks a read is split into (None: one per partition)
     min_partitions: int | None
+    #: maxPartitions: the most read tasks ranges are grouped into (None: the driver's cores)
+    max_partitions: int | None
     #: the options the user gave but spoolPath, as text, in name order
     given: tuple[tuple[str, str], ...]
     #: spoolServer: where capture on the driver (or a service) serves the spool (None: off)
@@ -98,6 +102,7 @@ class SourceSettings:
             placement=options.get(CAPTURE),
             max_endpoints=options.get(MAX_ENDPOINTS),
             min_partitions=options.get(MIN_PARTITIONS),
+            max_partitions=options.get(MAX_PARTITIONS),
             given=tuple((k, str(v)) for k, v in given.items() if k != SPOOL_PATH.name),
             spool_server=_spool_server(options),
         )
@@ -105,6 +110,14 @@ class SourceSettings:
     @property
     def capture_on_executors(self) -> bool:
         return self.placement == "executors"
+
+    @property
+    def read_tasks(self) -> int:
+        """The most read tasks ranges are grouped into: maxPartitions, else the cores this
+        process may run on (planning runs on the driver's host; as Spark's ``local[*]``)."""
+        if self.max_partitions is not None:
+            return self.max_partitions
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
 def _spool_server(options: Options) -> ServerSettings | None:

@@ -1,12 +1,13 @@
 """Batch reads of a spool: ``spark.read.format(F).option("spoolPath", P).load()``.
 
 What a stream captured stays in its spool, committed or not, until retention deletes it
-(``spoolRetention``); a batch read plans one task per partition (at least ``minPartitions`` tasks
-when set) over [startingOffsets, endingOffsets) of what the spool holds when the read is planned
-(replay, debugging, a backfill into a table), and reads it with the stream's own rows: the same
-schema, ``mode``, ``failOnDataLoss`` and gap rows. It opens no socket and writes nothing: a live
-stream on the same spool goes on undisturbed (its retention may delete committed segments meanwhile,
-which the read gets as one gap row naming the offsets).
+(``spoolRetention``). A batch read (replay, debugging, a backfill into a table) plans the ranges
+[startingOffsets, endingOffsets) of what the spool holds when the read is planned as a stream
+plans a micro-batch's (grouped into at most ``maxPartitions`` read tasks, cut into at least
+``minPartitions``), and reads them with the stream's own rows: the same schema, ``mode``,
+``failOnDataLoss`` and gap rows. It opens no socket and writes nothing: a live stream on the
+same spool goes on undisturbed (its retention may delete committed segments meanwhile, which the
+read gets as one gap row naming the offsets).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from spark_zmq.errors import OptionError, SpoolError
 from spark_zmq.log import configure_spark_worker_logging
 from spark_zmq.options import Options
 from spark_zmq.protocols.contract import StreamProtocol
-from spark_zmq.spark.offsets import ranges, resolve, split_ranges
-from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spark.offsets import plan_tasks, ranges, resolve
+from spark_zmq.spark.rows import ReadTask, SpoolRange, read_rows
 from spark_zmq.spool.identity import spool_identity
 from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.spool.remote import load_served
@@ -67,14 +68,22 @@ class ZmqBatchReader(DataSourceReader):
                     f"{self.protocol.name}: partition {key}: endingOffsets ({stop[key]}) is "
                     f"before startingOffsets ({start[key]})"
                 )
-        planned = split_ranges(ranges(start, stop, {}), self.settings.min_partitions, first)
+        tasks = plan_tasks(
+            ranges(start, stop, {}), self.settings.min_partitions, self.settings.read_tasks, first
+        )
         spool_id, served = spool_identity(self.spool_path), load_served(self.spool_path)
         return [
-            SpoolRange(self.spool_path, r.key, r.start, r.end, spool_id, served) for r in planned
+            ReadTask(
+                tuple(
+                    SpoolRange(self.spool_path, r.key, r.start, r.end, spool_id, served)
+                    for r in task
+                )
+            )
+            for task in tasks
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         configure_spark_worker_logging()
-        if not isinstance(partition, SpoolRange):
+        if not isinstance(partition, ReadTask):
             return  # nothing to read: Spark still runs one task with a placeholder partition
         yield from read_rows(self.protocol, self.query.decoding, self.query.rows, partition)

@@ -3,10 +3,10 @@
 Driver side (one long-lived process per query run): on the first offset call the reader starts
 discovery and capture for the protocol where the option ``capture`` places them
 (``spark_zmq.placement``), then plans offsets from what capture has written to the spool.
-Executor side: ``read`` gets a ``SpoolRange`` and the options, reads that range from the spool,
-lets the protocol decode it and yields Arrow record batches in the exact Spark schema; or it
-gets a ``Claim`` and makes sure a capture process runs on its executor
-(``spark_zmq.placement.executors``).
+Executor side: ``read`` gets a ``ReadTask`` and the options, reads its ranges from the spool
+(several endpoints' in one task: ``maxPartitions``), lets the protocol decode them and yields
+Arrow record batches in the exact Spark schema; or it gets a ``Claim`` and makes sure a capture
+process runs on its executor (``spark_zmq.placement.executors``).
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ from spark_zmq.spark.offsets import (
     PartitionOffsets,
     StreamOffset,
     admit,
+    plan_tasks,
     ranges,
     resolve,
-    split_ranges,
 )
-from spark_zmq.spark.rows import SpoolRange, read_rows
+from spark_zmq.spark.rows import ReadTask, SpoolRange, read_rows
 from spark_zmq.spool.contract import register_executor
 from spark_zmq.spool.identity import other_spool_error, spool_identity
 from spark_zmq.stream_settings import ReaderSettings, SourceSettings
@@ -221,21 +221,26 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = {k: s.first_uncommitted for k, s in self._started().snapshot().items()}
         served = self._started().served()
         planned: list[InputPartition] = [
-            SpoolRange(self.spool_path, r.key, r.start, r.end, self._spool(), served)
-            for r in self._split(ranges(start.ends, end.ends, first))
+            ReadTask(
+                tuple(
+                    SpoolRange(self.spool_path, r.key, r.start, r.end, self._spool(), served)
+                    for r in task
+                )
+            )
+            for task in self._tasks(ranges(start.ends, end.ends, first))
         ]
         if end.claims_round is not None and end.claims_round != start.claims_round:
             planned += self._started().claims_of_round(end.claims_round)
         return planned
 
-    def _split(self, planned: list[OffsetRange]) -> list[OffsetRange]:
-        """minPartitions: the ranges cut into at least that many read tasks; no cut below a
-        partition's first retained offset (``split_ranges``)."""
+    def _tasks(self, planned: list[OffsetRange]) -> list[list[OffsetRange]]:
+        """The ranges as read tasks (``plan_tasks``): cut into at least minPartitions, no cut
+        below a partition's first retained offset; grouped into at most maxPartitions."""
         wanted = self.settings.min_partitions
-        if wanted is None or len(planned) >= wanted:
-            return planned
-        retained = {k: s.start for k, s in self._started().snapshot().items()}
-        return split_ranges(planned, wanted, retained)
+        retained = {}
+        if wanted is not None and len(planned) < wanted:
+            retained = {k: s.start for k, s in self._started().snapshot().items()}
+        return plan_tasks(planned, wanted, self.settings.read_tasks, retained)
 
     def commit(self, end: dict) -> None:
         if self._placement is not None:
@@ -250,16 +255,16 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Rows of a ``SpoolRange``; for a ``Claim``, a capture process on this executor, and
+        """Rows of a ``ReadTask``; for a ``Claim``, a capture process on this executor, and
         no rows."""
         configure_spark_worker_logging()
         if isinstance(partition, Claim):
             start_capture_here(partition)
             return
-        if not isinstance(partition, SpoolRange):
+        if not isinstance(partition, ReadTask):
             raise TypeError(f"{self.protocol.name}: cannot read a {type(partition).__name__}")
         if self.settings.capture_on_executors:
-            register_executor(partition.spool_path, executor_id())
+            register_executor(partition.ranges[0].spool_path, executor_id())
         yield from read_rows(self.protocol, self.query.decoding, self.query.rows, partition)
 
 

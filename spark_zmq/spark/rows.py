@@ -83,11 +83,23 @@ class SpoolRange(InputPartition):
     served: ServedSpool | None = None
 
 
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """One read task of several ranges (of one spool, each of its own partition or piece of
+    one: ``offsets.plan_tasks``), read one after the other into the same record batches."""
+
+    ranges: tuple[SpoolRange, ...]
+
+
 def read_rows(
-    protocol: StreamProtocol[S], decoding: S, settings: RowSettings, part: SpoolRange
+    protocol: StreamProtocol[S],
+    decoding: S,
+    settings: RowSettings,
+    task: SpoolRange | ReadTask,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``part`` in the format's schema, in batches Spark takes well: decoded with
-    the format's reader settings ``decoding``, shaped by ``settings``."""
+    """The rows of ``task``'s ranges in the format's schema, in batches Spark takes well:
+    decoded with the format's reader settings ``decoding``, shaped by ``settings``. Rows of
+    a range keep their order; ranges come in the task's order."""
     require(
         protocol.name, f"format({protocol.name!r})"
     )  # an executor without the format's libraries fails, not decodes
@@ -95,6 +107,26 @@ def read_rows(
     max_bytes = settings.max_bytes_per_batch
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
+    for part in task.ranges if isinstance(task, ReadTask) else (task,):
+        for batch in _range_rows(protocol, decoding, settings, part, schema):
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            pending_bytes += batch.nbytes
+            if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
+                yield from _rebatch(pending, schema, max_bytes)
+                pending, pending_rows, pending_bytes = [], 0, 0
+    yield from _rebatch(pending, schema, max_bytes)
+
+
+def _range_rows(
+    protocol: StreamProtocol[S],
+    decoding: S,
+    settings: RowSettings,
+    part: SpoolRange,
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches of one range, decoded and with the delivery contract applied,
+    as the spool's slices come; one log line per kind of trouble with them."""
     dropped = 0
     failures = DecodeFailures()
     try:
@@ -106,13 +138,7 @@ def read_rows(
             batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
             dropped += malformed
             if batch.num_rows:
-                pending.append(batch)
-                pending_rows += batch.num_rows
-                pending_bytes += batch.nbytes
-            if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
-                yield from _rebatch(pending, schema, max_bytes)
-                pending, pending_rows, pending_bytes = [], 0, 0
-        yield from _rebatch(pending, schema, max_bytes)
+                yield batch
     finally:
         _log_task(protocol.name, part, settings, failures, dropped)
 

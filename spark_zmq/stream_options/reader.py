@@ -116,6 +116,19 @@ MIN_PARTITIONS = Option(
     "task costs Spark a few milliseconds, so set it to about the number of cores the "
     "query's tasks get.",
 )
+MAX_PARTITIONS = Option(
+    "maxPartitions",
+    positive_int,
+    "a positive integer (read tasks)",
+    None,
+    "The most read tasks a micro-batch (or a batch read) is planned as when many partitions "
+    "have new messages: their offset ranges are grouped into this many tasks of about equal "
+    "work (whole ranges; offsets, gap rows and admission control stay per partition), so "
+    "that hundreds of endpoints cost a micro-batch what their rows cost, not a task each. "
+    "Default: the number of cores of the driver's host (a query in local mode gets one task "
+    "per core); on a cluster, set it to the cores the query's tasks get. `minPartitions` "
+    "still splits ranges when there are fewer than it asks for, and wins over this one.",
+)
 SPOOL_PATH = Option(
     "spoolPath",
     spool_folder,
@@ -351,6 +364,7 @@ READER_OPTIONS: tuple[Option[Any], ...] = (
     STARTING_OFFSETS,
     ENDING_OFFSETS,
     MIN_PARTITIONS,
+    MAX_PARTITIONS,
     SPOOL_PATH,
     SPOOL_SERVER,
     SPOOL_SERVER_CERTIFICATE,

@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from spark_zmq.spark import reader as reader_module
 from spark_zmq.spark.datasource import ZeroEQDataSource
 from spark_zmq.spark.offsets import StreamOffset
-from spark_zmq.spark.rows import SpoolRange
+from spark_zmq.spark.rows import ReadTask
 from spark_zmq.spool.index import PartitionState
 
 #: a retired partition's data of an earlier run, and the live one's
@@ -90,13 +90,18 @@ def planned(reader, start: dict, end: dict) -> dict[str, list[tuple[int, int]]]:
     """The ranges the tasks of a micro-batch from ``start`` to ``end`` read, per partition,
     merged (a large range may be split over several tasks)."""
     found: dict[str, list[tuple[int, int]]] = {}
-    for task in reader.partitions(start, end):
-        if isinstance(task, SpoolRange):
-            spans = found.setdefault(task.key, [])
-            if spans and spans[-1][1] == task.start:
-                spans[-1] = (spans[-1][0], task.end)
-            else:
-                spans.append((task.start, task.end))
+    pieces = sorted(
+        (part.key, part.start, part.end)
+        for task in reader.partitions(start, end)
+        if isinstance(task, ReadTask)
+        for part in task.ranges
+    )
+    for key, begin, stop in pieces:
+        spans = found.setdefault(key, [])
+        if spans and spans[-1][1] == begin:
+            spans[-1] = (spans[-1][0], stop)
+        else:
+            spans.append((begin, stop))
     return found
 
 
@@ -185,7 +190,7 @@ def test_a_claims_round_forces_a_micro_batch_that_carries_its_claims(tmp_path, p
     tasks = reader.partitions(start, end)
     claims = [t for t in tasks if isinstance(t, FakeClaim)]
     assert sorted((c.key, c.claims_round) for c in claims) == [(OLD, 1), (LIVE, 1)]
-    assert not [t for t in tasks if isinstance(t, SpoolRange)]
+    assert not [t for t in tasks if isinstance(t, ReadTask)]
     # the round is planned once: a batch within the same round runs no claim again
     placement.unheld = []
     placement.state[LIVE] = PartitionState(0, 6, False)
@@ -257,3 +262,24 @@ def test_commit_and_stop_reach_the_placement(tmp_path, placement):
     assert placement.committed == [{LIVE: 3}] and ends(start) == {LIVE: 0}
     reader.stop()
     assert placement.closed
+
+
+def test_many_partitions_are_read_by_max_partitions_tasks_each_range_once(tmp_path, placement):
+    """Issue 46: 300 endpoints with new messages are 4 read tasks (maxPartitions=4), not 300,
+    each range whole in exactly one of them and the tasks about equal in work; a busy one
+    stays whole unless minPartitions asks for more tasks than there are ranges."""
+    keys = [f"127.0.0.1:{6000 + n}" for n in range(300)]
+    reader = stream_reader(tmp_path, maxPartitions="4")
+    placement.state = {key: PartitionState(0, 0, False) for key in keys}
+    start = reader.initialOffset()
+    placement.state = {key: PartitionState(0, 10 + n % 7, False) for n, key in enumerate(keys)}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    tasks = reader.partitions(start, end)
+    assert len(tasks) == 4 and all(isinstance(t, ReadTask) for t in tasks)
+    read = sorted((p.key, p.start, p.end) for t in tasks for p in t.ranges)
+    assert read == sorted((key, 0, 10 + n % 7) for n, key in enumerate(keys))
+    rows = [sum(p.end - p.start for p in t.ranges) for t in tasks]
+    assert max(rows) - min(rows) <= 16, rows  # at most one range's rows apart
+    assert reader.partitions(start, end) == tasks  # the same offsets plan the same tasks
+    few = stream_reader(tmp_path, maxPartitions="4", minPartitions="8")
+    assert len(few.partitions(start, end)) == 8  # minPartitions wins over maxPartitions

@@ -1,6 +1,8 @@
-"""minPartitions: one partition's offset range read by several tasks, with exactly the rows of
-one task (gap and malformed rows included once). Range splitting first (no Spark), then real
-Spark reads of a spool, batch and stream."""
+"""How a read is cut into tasks: minPartitions (one partition's offset range read by several
+tasks, with exactly the rows of one task, gap and malformed rows included once) and
+maxPartitions (many partitions' ranges grouped into a few tasks, issue 46). Planning first (no
+Spark), then real Spark reads of a spool, batch and stream.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ import pytest
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.zeroeq import Publisher, ZeroEQ, event_id
-from spark_zmq.spark.offsets import OffsetRange, split_ranges
+from spark_zmq.spark.offsets import OffsetRange, group_ranges, plan_tasks, split_ranges
 from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
-from spark_zmq.stream_options import MIN_PARTITIONS, READER_OPTIONS
+from spark_zmq.stream_options import MAX_PARTITIONS, MIN_PARTITIONS, READER_OPTIONS
 from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
@@ -71,12 +73,42 @@ def test_no_cut_below_the_first_retained_offset():
     assert split_ranges([whole], 4, {"a": 100}) == [whole]  # all deleted: one piece
 
 
-def test_min_partitions_is_a_positive_integer_named_in_the_error():
+def test_min_and_max_partitions_are_positive_integers_named_in_the_error():
     specs = READER_OPTIONS + ZeroEQ.reader_options
-    assert parse_options("zeroeq", specs, {"minpartitions": "4"}).get(MIN_PARTITIONS) == 4
-    assert parse_options("zeroeq", specs, {}).get(MIN_PARTITIONS) is None
-    with pytest.raises(OptionError, match="minPartitions"):
-        parse_options("zeroeq", specs, {"minPartitions": "0"})
+    for option in (MIN_PARTITIONS, MAX_PARTITIONS):
+        given = {option.name.lower(): "4"}
+        assert parse_options("zeroeq", specs, given).get(option) == 4
+        assert parse_options("zeroeq", specs, {}).get(option) is None
+        with pytest.raises(OptionError, match=option.name):
+            parse_options("zeroeq", specs, {option.name: "0"})
+
+
+# -- range grouping, without Spark ---------------------------------------------------------------
+
+
+def test_ranges_are_grouped_whole_into_at_most_the_tasks_asked_for():
+    planned = [OffsetRange(f"k{n:03d}", 0, 1 + n % 5) for n in range(100)]
+    tasks = group_ranges(planned, 3)
+    assert len(tasks) == 3
+    assert sorted(r for task in tasks for r in task) == sorted(planned), "each range once, whole"
+    assert group_ranges(list(reversed(planned)), 3) == tasks, "the order given does not matter"
+    assert group_ranges(planned[:2], 3) == [[planned[0]], [planned[1]]], "fewer ranges: one each"
+
+
+def test_a_busy_range_gets_a_task_of_its_own_and_the_quiet_ones_share():
+    busy = OffsetRange("busy", 0, 100_000)
+    quiet = [OffsetRange(f"q{n}", 0, 10) for n in range(50)]
+    tasks = group_ranges([busy, *quiet], 2)
+    assert [busy] in tasks
+    assert len(next(task for task in tasks if task != [busy])) == 50
+
+
+def test_min_partitions_splits_first_and_then_wins_over_max_partitions():
+    whole = OffsetRange("a", 0, 100)
+    assert len(plan_tasks([whole], 4, 2, {})) == 4  # one range cut in 4: 4 tasks, not 2
+    many = [OffsetRange(f"k{n}", 0, 10) for n in range(20)]
+    assert len(plan_tasks(many, None, 2, {})) == 2
+    assert len(plan_tasks(many, 5, 2, {})) == 5
 
 
 # -- through Spark -------------------------------------------------------------------------------
@@ -155,3 +187,59 @@ def test_a_stream_reads_each_micro_batch_with_min_partitions_tasks(spark, tmp_pa
     assert sorted(payloads) == events
     assert seen and all(tasks == min(3, rows) for tasks, rows in seen), seen
     assert any(tasks == 3 for tasks, _ in seen)
+
+
+@pytest.mark.spark
+def test_hundreds_of_publishers_are_read_by_max_partitions_tasks_each_message_once(spark, tmp_path):
+    """Issue 46: 200 wire-level ZeroEQ publishers (an XPUB each, in this process) read with
+    maxPartitions=3: every micro-batch, however many endpoints it holds rows of, is 3 read
+    tasks at most (the plan Spark runs: the batch's RDD partitions), and the sink gets every
+    message once, each in its publisher's partition."""
+    import zmq
+
+    context = zmq.Context.instance()
+    sockets = []
+    for _ in range(200):
+        socket = context.socket(zmq.XPUB)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.bind("tcp://127.0.0.1:*")
+        sockets.append(socket)
+    addresses = [s.getsockopt_string(zmq.LAST_ENDPOINT).removeprefix("tcp://") for s in sockets]
+    seen: list[tuple[int, int, int]] = []  # (read tasks, rows, partitions) per micro-batch
+    rows: list[tuple[str, bytes]] = []
+
+    def sink(frame, batch_id):
+        got = frame.select("partition", "payload").collect()
+        seen.append((frame.rdd.getNumPartitions(), len(got), len({r.partition for r in got})))
+        rows.extend((r.partition, bytes(r.payload)) for r in got)
+
+    query = (
+        spark.readStream.format("zeroeq")
+        .option("publishers", ",".join(addresses))
+        .option("spoolPath", str(tmp_path / "spool"))
+        .option("maxPartitions", "3")
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
+    sent = []
+    try:
+        for socket in sockets:  # a subscription from the reader's SUB: it is connected
+            assert socket.poll(60_000), "the reader did not subscribe to every publisher"
+            socket.recv()
+        for round_ in range(5):
+            for address, socket in zip(addresses, sockets, strict=True):
+                payload = b"%s-%d" % (address.encode(), round_)
+                socket.send_multipart([event_id(ECHO), payload])
+                sent.append((address, payload))
+        wait_until(lambda: len(rows) >= len(sent), timeout=120, what="the 1,000 events")
+        query.processAllAvailable()
+    finally:
+        query.stop()
+        for socket in sockets:
+            socket.close()
+    assert sorted(rows) == sorted(sent), "each message once, in its publisher's partition"
+    assert all(tasks <= 3 for tasks, _, _ in seen), seen
+    assert max(partitions for _, _, partitions in seen) > 3, seen  # grouped, not one each
