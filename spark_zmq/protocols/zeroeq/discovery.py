@@ -24,6 +24,7 @@ import zmq
 from spark_zmq.log import logger
 from spark_zmq.protocols.contract import Discovery, Endpoint, EndpointListener, StateStore
 from spark_zmq.protocols.zeroeq.announce import PublisherRecord, Responders, make_zeroconf
+from spark_zmq.protocols.zeroeq.lookups import RecordLookups
 from spark_zmq.protocols.zeroeq.management import ManagementPort
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
 from spark_zmq.protocols.zeroeq.selection import Known, Selection, describe
@@ -125,6 +126,7 @@ class ZeroEQDiscovery(Discovery):
         if self._browser is not None:
             self._browser.cancel()
             self._browser = None
+        self.records.close()
         if self.subscriber is not None:
             self.subscriber.close()
             self.subscriber = None
@@ -215,8 +217,10 @@ class RecordReader:
     def __init__(self, curve: Curve, on_known: Callable[[str, Known | None], None]) -> None:
         self.curve = curve
         self.on_known = on_known
+        self.lookups = RecordLookups()
         #: record name -> the faults logged for it (each logged once)
         self._faulty: dict[str, set[str]] = {}
+        self._faulty_lock = threading.Lock()
 
     def on_change(
         self,
@@ -225,13 +229,29 @@ class RecordReader:
         name: str,
         state_change: ServiceStateChange,
     ) -> None:
-        """Runs on zeroconf's browser thread, which ends for good if this raises (and no
-        publisher is found after that). So nothing a record holds may escape: a failure with
-        one record is logged (once per record and reason) and the record skipped."""
+        """Runs on zeroconf's browser thread: hands the change to the lookups' pool and
+        returns, so that no record's lookup holds back the others (``lookups``)."""
+        self.lookups.submit(
+            name, lambda: self._handle_safely(zeroconf, service_type, name, state_change)
+        )
+
+    def _handle_safely(
+        self,
+        zeroconf: ZeroEQZeroconf,
+        service_type: str,
+        name: str,
+        state_change: ServiceStateChange,
+    ) -> None:
+        """Nothing a record holds may escape: a failure with one record is logged (once per
+        record and reason) and the record skipped."""
         try:
             self._handle_change(zeroconf, service_type, name, state_change)
-        except Exception as exc:  # the browser thread must live on, whatever the record
+        except Exception as exc:  # whatever the record, the others are read on
             self._fault(name, f"could not be handled ({type(exc).__name__}: {exc}); ignored")
+
+    def close(self) -> None:
+        """Drop the lookups that wait; running ones end by themselves."""
+        self.lookups.close()
 
     def _handle_change(
         self,
@@ -244,7 +264,8 @@ class RecordReader:
 
         key = name[: -len(PUBLISHER_SERVICE) - 1]
         if state_change is ServiceStateChange.Removed:
-            self._faulty.pop(name, None)  # a record that comes back is a new episode
+            with self._faulty_lock:
+                self._faulty.pop(name, None)  # a record that comes back is a new episode
             self.on_known(key, None)
             return
         try:  # the name alone first: it must be host:port before we ask about it
@@ -262,17 +283,20 @@ class RecordReader:
         if fault:
             self._fault(name, fault)
         else:
-            self._faulty.pop(name, None)  # a fault logged before is over: log it if it comes back
+            with self._faulty_lock:  # a fault logged before is over: log it if it comes back
+                self._faulty.pop(name, None)
         self.on_known(key, Known(record, vocabulary))
 
     def _fault(self, name: str, why: str) -> None:
         """One line per faulty record and reason, however often its publisher announces it."""
-        reasons = self._faulty.setdefault(name, set())
-        if why not in reasons:
+        with self._faulty_lock:
+            reasons = self._faulty.setdefault(name, set())
+            new = why not in reasons
             reasons.add(why)
+            while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
+                del self._faulty[next(iter(self._faulty))]
+        if new:
             logger.warning("zeroeq: publisher record %r: %s", name, why)
-        while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
-            del self._faulty[next(iter(self._faulty))]
 
     def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
         """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import threading
 from typing import TYPE_CHECKING, Any
 
 from zeroconf import Zeroconf
@@ -73,6 +74,7 @@ class ZeroEQZeroconf(Zeroconf):
 
     def __init__(self, *args: Any, link: Link | None = None, **kwargs: Any) -> None:
         self._one_labels: dict[bytes, bytes] = {}
+        self._one_labels_lock = threading.Lock()
         #: the one link this instance sends on, when it is a per-link responder (see the
         #: module docstring); None for one that browses several links
         self.link = link
@@ -84,10 +86,11 @@ class ZeroEQZeroconf(Zeroconf):
         about going first (discovery calls this again before each question it asks)."""
         if "." in instance_name:
             labels = split_labels(instance_name)
-            self._one_labels.pop(labels, None)  # the newest last: the oldest goes first
-            self._one_labels[labels] = one_label(instance_name)
-            while len(self._one_labels) > MAX_ONE_LABEL_NAMES:
-                del self._one_labels[next(iter(self._one_labels))]
+            with self._one_labels_lock:  # lookups run on several threads (``lookups``)
+                self._one_labels.pop(labels, None)  # the newest last: the oldest goes first
+                self._one_labels[labels] = one_label(instance_name)
+                while len(self._one_labels) > MAX_ONE_LABEL_NAMES:
+                    del self._one_labels[next(iter(self._one_labels))]
 
     def async_send(
         self,
@@ -101,7 +104,9 @@ class ZeroEQZeroconf(Zeroconf):
             logger.debug("zeroeq: no unicast mDNS reply to %s, which is not on %s", addr, self.link)
             return
         if self._one_labels:
-            out = _Relabelled(out, dict(self._one_labels))
+            with self._one_labels_lock:
+                relabel = dict(self._one_labels)
+            out = _Relabelled(out, relabel)
         super().async_send(out, addr, port, v6_flow_scope, transport)
 
 

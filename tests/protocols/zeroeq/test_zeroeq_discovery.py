@@ -194,3 +194,99 @@ def test_what_discovery_remembers_of_record_names_is_bounded(zeroconf):
         zeroconf.keep_one_label(f"h.{n}:5555")
     assert len(discovery.records._faulty) == MAX_FAULTY_RECORDS
     assert len(zeroconf._one_labels) == MAX_ONE_LABEL_NAMES
+
+
+def test_a_silent_record_does_not_hold_the_others_back(caplog):
+    """Issue 46: records are looked up off ZeroConf's browser thread, several at once. Six
+    publisher records announced by a PTR alone, whose owner never answers the question for
+    their SRV and TXT (3 s each), then a real publisher of the session: it joins before the
+    first silent record is given up on; one lookup at a time, it waited 18 s behind them."""
+    import asyncio
+    import logging
+    import time
+
+    from zeroconf import DNSOutgoing, DNSPointer
+    from zeroconf.const import _CLASS_IN, _FLAGS_AA, _FLAGS_QR_RESPONSE, _TYPE_PTR
+
+    from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
+    from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
+    from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
+    from support.common import MemoryState
+
+    joined: dict[str, float] = {}
+
+    class Listener:
+        def endpoint_joined(self, endpoint) -> None:
+            joined.setdefault(endpoint.key, time.time())
+
+        def endpoint_left(self, key: str) -> None:
+            pass
+
+    async def announce(zeroconf, out) -> None:
+        zeroconf.async_send(out)
+
+    discovery = ZeroEQDiscovery(
+        session="silent-records",
+        events={},
+        interfaces=("127.0.0.1",),
+        static=(),
+        compatible_only=False,
+        management_bind=None,
+        application="test",
+        state=MemoryState(),
+    )
+    sender = make_zeroconf(("127.0.0.1",))
+    publisher = None
+    caplog.set_level(logging.WARNING, logger="spark_zmq")
+    try:
+        discovery.start(Listener())
+        out = DNSOutgoing(_FLAGS_QR_RESPONSE | _FLAGS_AA)
+        for n in range(6):
+            name = f"127.0.0.1:{n + 1}.{PUBLISHER_SERVICE}"
+            out.add_answer_at_time(
+                DNSPointer(PUBLISHER_SERVICE, _TYPE_PTR, _CLASS_IN, 120, name), 0
+            )
+        assert sender.loop is not None
+        asyncio.run_coroutine_threadsafe(announce(sender, out), sender.loop).result(5)
+        time.sleep(0.5)  # the browser has reported them: their lookups wait for an answer
+        publisher = Publisher("silent-records", interfaces=("127.0.0.1",))
+        key = publisher.instance_name
+        wait_until(lambda: key in joined, timeout=60, what="the real publisher to join")
+        wait_until(
+            lambda: "no answer when asked for its record" in caplog.text,
+            timeout=60,
+            what="a silent record to be given up on",
+        )
+    finally:
+        if publisher is not None:
+            publisher.close()
+        discovery.close()
+        sender.close()
+    given_up = min(
+        r.created for r in caplog.records if "no answer when asked for its record" in r.message
+    )
+    assert set(joined) == {key}, joined
+    assert joined[key] < given_up, "the real publisher waited for the silent records"
+
+
+def test_a_record_s_changes_run_in_order_and_only_its_newest_waits():
+    """``RecordLookups``: another record's lookup runs while one waits; changes of one record
+    that come during its running lookup are not run twice over: only the newest runs next."""
+    import threading
+
+    from spark_zmq.protocols.zeroeq.lookups import RecordLookups
+
+    lookups = RecordLookups(threads=4)
+    gate, ran = threading.Event(), []
+    try:
+        lookups.submit("a", lambda: (gate.wait(30), ran.append("a1")))
+        lookups.submit("a", lambda: ran.append("a2"))
+        lookups.submit("a", lambda: ran.append("a3"))
+        lookups.submit("b", lambda: ran.append("b1"))
+        wait_until(lambda: "b1" in ran, timeout=30, what="b's lookup beside a's")
+        gate.set()
+        wait_until(lookups.idle, timeout=30, what="every lookup to end")
+    finally:
+        gate.set()
+        lookups.close()
+    assert ran == ["b1", "a1", "a3"]
