@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
+import threading
+import time
 
 from pyspark.sql.streaming import StreamingQuery
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, trigger: float) -> None:
     """``--trigger`` (the micro-batch interval, default ``trigger`` seconds) and ``--seconds``
-    (how long the job runs; 0 until it is stopped)."""
+    (how long the job runs; 0 until it is stopped: SIGTERM or SIGINT, ``run``)."""
     parser.add_argument(
         "--trigger",
         type=float,
@@ -25,7 +28,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, trigger: float) -> None:
         "--seconds",
         type=float,
         default=0.0,
-        help="stop after this long (default 0: run until stopped)",
+        help="stop after this long (default 0: run until stopped by SIGTERM or SIGINT)",
     )
 
 
@@ -40,11 +43,25 @@ def with_spool_beside(checkpoint: str, options: dict[str, str]) -> dict[str, str
     return {"spoolPath": checkpoint.rstrip("/") + "_spool", **options}
 
 
+#: seconds between two checks of the job's end (its time, a signal, the query's own end): a
+#: job stops at most this long after its ``--seconds``
+RUN_CHECK_SECONDS = 1
+
+
 def run(query: StreamingQuery, seconds: float, what: str) -> int:
-    """Let ``query`` run for ``seconds`` (0: until it ends or is stopped), stop it, and return
-    the job's exit status: 1, with ``what failed: ...`` on stderr, if the query failed."""
+    """Let ``query`` run for ``seconds`` (0: until it ends), or until SIGTERM or SIGINT reaches
+    the job's Python process (a supervisor's or a user's stop), stop it, and return the job's
+    exit status: 1, with ``what failed: ...`` on stderr, if the query failed. A stop by signal
+    is a clean stop: the query ends its micro-batch, capture writes what it received into the
+    spool (the next run with the same checkpoint reads it), and the status is 0."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    deadline = time.monotonic() + seconds if seconds else math.inf
     try:
-        query.awaitTermination(math.ceil(seconds) if seconds else None)
+        while not stop.is_set() and time.monotonic() < deadline:
+            if query.awaitTermination(RUN_CHECK_SECONDS):
+                break  # the query ended by itself (AvailableNow, or it failed: that raised)
     finally:
         query.stop()
     if query.exception() is not None:

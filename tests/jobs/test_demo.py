@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from support.jobs import JOB_SECONDS, Lines, spark_submit
+from support.common import wait_until
+from support.jobs import JOB_SECONDS, Lines, spark_submit, stop_job
 
 RUN = [sys.executable, "-m", "spark_zmq"]
 
@@ -58,6 +59,7 @@ def test_discover_finds_the_demo_peers(format_name):
 def test_capture_job_reads_the_goby_demo(spark, tmp_path):
     demo, options = start_demo("goby")
     output = tmp_path / "table"
+    job = None
     try:
         job = spark_submit(
             "capture_to_parquet.py",
@@ -74,8 +76,15 @@ def test_capture_job_reads_the_goby_demo(spark, tmp_path):
             str(JOB_SECONDS),
         )
         lines = Lines(job)
-        code = lines.wait(240)
+        wait_until(
+            lambda: sum(rows for rows, _, _ in lines.progress()) >= 25,
+            timeout=180,
+            what="25 readings written",
+        )
+        code = stop_job(lines)
     finally:
+        if job is not None and job.poll() is None:
+            job.kill()
         stop(demo)
     assert code == 0, lines.errors()
     assert any(rows for rows, _, _ in lines.progress())

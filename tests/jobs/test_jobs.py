@@ -10,10 +10,11 @@ import subprocess
 
 import pytest
 import zmq
+from pyspark.errors import AnalysisException
 
 from spark_zmq.protocols.ebus import Broker, pack
 from support.common import wait_until
-from support.jobs import JOB_SECONDS, Lines, spark_submit
+from support.jobs import JOB_SECONDS, Lines, spark_submit, stop_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvms]
 
@@ -60,7 +61,18 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
         warm_until_read(pub, lines, job)
         for n in range(100):
             pub.send_multipart([b"demo/data", pack({"n": n})])
-        out_code = lines.wait(240)
+
+        def data_rows():
+            try:  # what the job's committed micro-batches wrote (the sink's metadata log)
+                table = spark.read.parquet(str(output))
+            except AnalysisException:  # no batch written yet: no table, or none to infer from
+                return []
+            return table.where("channel = 'demo/data'").select("data", "date", "endpoint").collect()
+
+        wait_until(
+            lambda: len(data_rows()) >= 100, timeout=180, interval=2, what="100 rows in the table"
+        )
+        out_code = stop_job(lines)
     finally:
         if job.poll() is None:
             job.kill()
@@ -68,8 +80,7 @@ def test_capture_job_writes_parquet_partitioned_by_date_and_endpoint(spark, tmp_
         broker.close()
     assert out_code == 0, lines.errors()
     assert f"stopped; the table is {output}" in lines.lines
-    table = spark.read.parquet(str(output))
-    data = table.where("channel = 'demo/data'").select("data", "date", "endpoint").collect()
+    data = data_rows()
     assert sorted(json.loads(r.data)["n"] for r in data) == list(range(100))
     assert {r.endpoint for r in data} == {f"tcp://127.0.0.1:{broker.sub_port}"}
     dates = [p.name for p in output.iterdir() if p.name.startswith("date=")]
@@ -105,7 +116,7 @@ def test_monitor_job_prints_a_progress_line_per_batch(tmp_path):
             timeout=60,
             what="progress lines counting the broadcasts",
         )
-        code = lines.wait(120)
+        code = stop_job(lines)
     finally:
         if job.poll() is None:
             job.kill()
@@ -205,7 +216,7 @@ def test_republish_job_turns_ebus_broadcasts_into_goby_messages(tmp_path):
     lines = Lines(job)
     try:
         received = relay(job, lines, pub, sub, range(20))
-        code = lines.wait(240)
+        code = stop_job(lines)
     finally:
         if job.poll() is None:
             job.kill()
@@ -259,7 +270,7 @@ def test_republish_restarted_after_the_temporary_folder_is_gone_sends_each_messa
         lines = Lines(job)
         try:
             received += relay(job, lines, pub, sub, range(100_000, 100_010))
-            codes.append((lines.wait(240), lines.errors()))
+            codes.append((stop_job(lines), lines.errors()))
         finally:
             if job.poll() is None:
                 job.kill()

@@ -7,17 +7,19 @@ import collections
 import importlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-#: how long (``--seconds``) a test's streaming job runs, counted from its query's start: enough
-#: for its first micro-batches and the test's messages after them when the job starts while the
-#: suite's heaviest tests start too (a monitor job given 40 s and a capture job given 60 s read
-#: nothing in that time in a CI run whose first minutes loaded 2 cores with several JVMs each)
-JOB_SECONDS = 90
+#: the longest (``--seconds``) a test's streaming job runs, counted from its query's start, if
+#: the test does not stop it first once it saw what it waits for (``stop_job``): enough for its
+#: first micro-batches and the test's messages after them when the job starts while the suite's
+#: heaviest tests start too (a monitor job given 40 s and a capture job given 60 s read nothing
+#: in that time in a CI run whose first minutes loaded 2 cores with several JVMs each)
+JOB_SECONDS = 240
 LOOPBACK_CONF = (
     "spark.driver.host=127.0.0.1",
     "spark.driver.bindAddress=127.0.0.1",
@@ -56,6 +58,28 @@ def spark_submit(job: str, *args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def stop_job(lines: Lines, timeout: float = 120) -> int:
+    """Stop a job as a supervisor does, SIGTERM to its Python driver program (the child of
+    spark-submit's JVM that runs the job's file), and return its exit code once it ended."""
+    import psutil
+
+    try:
+        children = psutil.Process(lines.process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []  # it ended already
+    drivers = []
+    for child in children:
+        try:
+            if any(part.endswith(".py") and "/spark_zmq/jobs/" in part for part in child.cmdline()):
+                drivers.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    assert len(drivers) <= 1, f"one Python driver program: {drivers}"
+    for driver in drivers:
+        driver.send_signal(signal.SIGTERM)
+    return lines.wait(timeout)
 
 
 class Lines:
