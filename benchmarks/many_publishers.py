@@ -1,0 +1,608 @@
+"""Many publishers in one ZeroEQ session at a fixed total rate: what a micro-batch, capture and
+the spool cost as the number of endpoints grows (issue 46).
+
+For each N of ``--counts`` (10, 100, 300, 1,000), in a fresh process of its own (a fresh JVM, so
+that each N's memory is its own): N wire-level ZeroEQ publishers (``Publisher``: each its own
+XPUB socket, vocabulary server and ``_zeroeq_pub._tcp`` record, all in one session), spread over
+``--processes`` publisher processes (4) that each announce through one ZeroConf responder bound
+to 127.0.0.1. Together they send 100-byte events at ``--rate`` msg/s in all (3,000; each
+publisher ``rate / N``), paced in the process's ticks, for ``--seconds`` (40). A publisher
+behaves as a real one: send high-water mark 1000, and a message that finds its queue full is
+dropped at once and counted (XPUB_NODROP's EAGAIN), never waited on. Each payload starts with a
+sequence number unique to its publisher (publisher i sends ``i * count + k``) and its send time.
+
+The reader is a new user's query: ``format("zeroeq")`` with ``session`` (discovery on
+127.0.0.1), ``capture=driver``, ``local[2]``, a 1-s processing-time trigger (``--trigger-ms``)
+and a ``foreachBatch`` sink that takes each batch's payloads into the driver and records its
+rows, its read tasks (the tasks of the batch's jobs, from Spark's status tracker), its time and
+every row's latency (arrival in the sink minus the send time in the payload). The publishers
+start sending only once every one of them has seen the query's subscription. Printed per N:
+
+- *connected*: from the query's start until every publisher saw capture's subscription;
+- *delivered / sent*: distinct (publisher, sequence) pairs in the sink over messages handed to
+  zmq; *dropped* at the publishers' high-water mark; *duplicates*;
+- *micro-batch p50 / p95*: Spark's ``triggerExecution`` of batches with rows; *read tasks* a
+  batch (mean); *latency p50 / p95*;
+- *drain*: from the last publisher's last send until every message sent and not dropped was in
+  the sink;
+- *capture CPU / msg*: CPU time (user + system, ``/proc/PID/stat``) of the driver-side reader
+  process that holds the spool's LOCK (capture, discovery and the reader's answers to Spark),
+  from the first send until the drain ended, over the messages delivered;
+- *spool files / s*: files of the spool closed after writing while the publishers sent
+  (inotify, ``harness.files.WrittenFiles``), and messages per such file;
+- *peak RSS*: sampled every 0.5 s: the JVM, the reader process, the other Python processes the
+  JVM started (daemon and workers, summed: pages that forked workers share count once each),
+  this process (the driver's Python), and the publisher processes (summed).
+
+Read tasks are counted from the status tracker (the tasks of the batch's new jobs in the
+query's job group); a batch for which it has none is counted with ``rdd.getNumPartitions()``,
+which plans the batch's read once more, and the table says how many batches were.
+
+``--max-partitions K`` passes the reader option ``maxPartitions`` (default: the reader's, the
+driver host's cores); ``--max-partitions 100000`` gives one read task per endpoint, as before
+grouping, so a run can compare the two. Only ``capture=driver`` is measured: ``capture=
+executors`` needs a standalone cluster (``placement_rate.py`` starts one) and holder processes
+per executor, left out here to keep this script one scenario; ``placement_rate.py`` compares
+the placements.
+
+Run it as ``python benchmarks/many_publishers.py [--counts 10,100,300,1000] [--seconds 40]
+[--rate 3000] [--processes 4] [--max-partitions K] [--trigger-ms 1000]`` (about 2 minutes per N
+at the defaults, more where the drain is slow); it re-executes itself in a private network
+namespace, as every benchmark does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from harness.children import Child, reap_children, report_errors
+from harness.files import WrittenFiles
+from harness.hermetic import ensure_private_network
+from harness.publisher import HEAD, PAYLOAD_BYTES, SEND_HWM, TICK_EVENT
+from harness.report import print_environment
+from harness.spark import BatchCollector, error_text, stop_query
+from harness.trees import CHECKOUT, run_in_tree
+
+from spark_zmq.spark.session import LOOPBACK
+
+#: how long publishers may take to announce themselves, and capture to subscribe to all
+CONNECT_TIMEOUT = 300.0
+#: the publisher processes' pacing tick
+TICK_SECONDS = 0.002
+#: how often the memory of the trial's processes is sampled
+SAMPLE_SECONDS = 0.5
+#: threads that announce (and withdraw) a process's publishers side by side: each
+#: registration waits about a second for its probes
+ANNOUNCE_THREADS = 32
+MIB = 1024.0
+
+
+# -- the publisher processes -------------------------------------------------------------------
+
+
+def publishers_main(
+    session: str,
+    first: int,
+    members: int,
+    count: int,
+    rate: float,
+    conn: multiprocessing.connection.Connection,
+) -> None:
+    """Publishers ``first .. first + members - 1`` of the session, one ZeroConf responder for
+    all: report them ready, then connected (every one has a subscriber), send on "go", report
+    what was sent, and close once released."""
+
+    def body() -> None:
+        import zmq
+
+        from spark_zmq.protocols.zeroeq import Publisher, event_id, make_zeroconf
+
+        wire = event_id(TICK_EVENT)
+        zeroconf = make_zeroconf((LOOPBACK,))
+        context: zmq.Context = zmq.Context.instance()  # (the vocabulary servers' too)
+        context.set(zmq.MAX_SOCKETS, 4 * members + 64)
+
+        def make(_: int) -> Any:
+            return Publisher(
+                session,
+                interfaces=(LOOPBACK,),
+                zeroconf=zeroconf,
+                send_hwm=SEND_HWM,
+                nodrop=True,  # a full queue is EAGAIN: the message is dropped here, and counted
+                registered={wire: TICK_EVENT},
+                context=context,
+            )
+
+        with ThreadPoolExecutor(ANNOUNCE_THREADS) as pool:
+            publishers = list(pool.map(make, range(members)))
+            try:
+                conn.send(("ready", members))
+                wait_for_subscribers(publishers, wire)
+                conn.send(("connected", time.time()))
+                kind, start = conn.recv()
+                if kind == "go":
+                    sockets = [p.socket for p in publishers]
+                    conn.send(("sent", send_paced(sockets, wire, first, count, rate, start)))
+                    conn.poll(CONNECT_TIMEOUT + 600.0)  # released once everything is read
+            finally:
+                list(pool.map(lambda p: p.close(), publishers))
+        zeroconf.close()
+
+    report_errors(conn, body)
+
+
+def wait_for_subscribers(publishers: list[Any], wire: bytes) -> None:
+    """Until each publisher has a subscription that covers ``wire`` (capture's)."""
+    waiting = list(publishers)
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while waiting:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(waiting)} publishers got no subscriber")
+        waiting = [p for p in waiting if not p.count_subscribers(wire)]
+        time.sleep(0.02)
+
+
+def send_paced(
+    sockets: list[Any], wire: bytes, first: int, count: int, rate: float, start: float
+) -> dict[str, float]:
+    """``count`` events from every socket at ``rate`` each, from wall-clock time ``start``:
+    the sockets take turns, so the process sends ``len(sockets) * rate`` msg/s evenly."""
+    import zmq
+
+    members = len(sockets)
+    total, pace = members * count, members * rate
+    padding = bytes(PAYLOAD_BYTES - HEAD.size)
+    time.sleep(max(0.0, start - time.time()))
+    began = time.perf_counter()
+    sent = dropped = 0
+    late = 0.0
+    while sent < total:
+        elapsed = time.perf_counter() - began
+        due = min(total, int(elapsed * pace) + 1)
+        late = max(late, elapsed - sent / pace)
+        for number in range(sent, due):
+            member, k = number % members, number // members
+            payload = HEAD.pack((first + member) * count + k, time.time_ns()) + padding
+            try:
+                sockets[member].send_multipart([wire, payload], flags=zmq.NOBLOCK)
+            except zmq.Again:
+                dropped += 1
+        sent = due
+        time.sleep(TICK_SECONDS)
+    seconds = time.perf_counter() - began
+    return {
+        "sent": sent,
+        "dropped": dropped,
+        "seconds": seconds,
+        "late_ms": late * 1e3,
+        "ended": time.time(),
+    }
+
+
+class Publishers:
+    """The trial's publisher processes: N publishers spread over at most ``processes``."""
+
+    def __init__(self, session: str, n: int, processes: int, count: int, rate: float) -> None:
+        context = multiprocessing.get_context("spawn")
+        shares = np.array_split(np.arange(n), min(processes, n))
+        self.children: list[Child] = []
+        try:
+            for share in shares:
+                self.children.append(
+                    Child(context, publishers_main, session, int(share[0]), len(share), count, rate)
+                )
+            for child in self.children:
+                child.expect("ready", CONNECT_TIMEOUT)
+        except BaseException:
+            self.stop()
+            raise
+
+    def connected(self) -> float:
+        """Wall-clock time at which the last publisher saw its subscriber."""
+        return max(child.expect("connected", CONNECT_TIMEOUT) for child in self.children)
+
+    def go(self, start: float, seconds: float) -> dict[str, float]:
+        """Send from ``start`` on; every process's counts summed, the latest end and delay."""
+        for child in self.children:
+            child.conn.send(("go", start))
+        results = [child.expect("sent", seconds * 3 + 120.0) for child in self.children]
+        summed = {key: sum(r[key] for r in results) for key in ("sent", "dropped")}
+        latest = {key: max(r[key] for r in results) for key in ("seconds", "late_ms", "ended")}
+        return {**summed, **latest}
+
+    @property
+    def pids(self) -> list[int]:
+        return [child.process.pid for child in self.children if child.process.pid]
+
+    def stop(self) -> None:
+        for child in self.children:
+            child.stop(60.0)
+
+
+# -- the sink and the trial's processes --------------------------------------------------------
+
+
+class BatchRecorder(BatchCollector):
+    """``BatchCollector`` (every sequence number, every row's latency) plus, per batch, its
+    rows, its read tasks and the sink's time."""
+
+    def __init__(self, count: int, spark: Any) -> None:
+        super().__init__(count)
+        self.context = spark.sparkContext
+        self.tracker = self.context.statusTracker()
+        self.jobs_seen: set[int] = set()
+        self.batches: list[dict[str, float]] = []
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        began, rows_before = time.monotonic(), self.rows
+        group = self.context.getLocalProperty("spark.jobGroup.id")
+        super().__call__(batch_df, batch_id)
+        tasks = self.read_tasks(group)
+        tracked = tasks > 0  # else the DataFrame's partitions (plans the batch's read again)
+        self.batches.append(
+            {
+                "id": batch_id,
+                "rows": self.rows - rows_before,
+                "tasks": tasks or batch_df.rdd.getNumPartitions(),
+                "tracked": tracked,
+                "seconds": time.monotonic() - began,
+            }
+        )
+
+    def read_tasks(self, group: str | None) -> int:
+        """Tasks of the jobs of the query's job group not seen before: this batch's read."""
+        if not group:
+            return 0
+        jobs = set(self.tracker.getJobIdsForGroup(group)) - self.jobs_seen
+        self.jobs_seen |= jobs
+        tasks = 0
+        for job in jobs:
+            info = self.tracker.getJobInfo(job)
+            for stage in info.stageIds if info else ():
+                stage_info = self.tracker.getStageInfo(stage)
+                tasks += stage_info.numTasks if stage_info else 0
+        return tasks
+
+
+def proc_children() -> dict[int, list[int]]:
+    """{pid: its children's pids} of every process visible."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = Path(f"/proc/{name}/stat").read_text()
+                parent = int(text[text.rindex(")") + 2 :].split()[1])
+                children.setdefault(parent, []).append(int(name))
+    return children
+
+
+def descendants(pid: int, children: dict[int, list[int]]) -> list[int]:
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def comm(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    return ""
+
+
+def rss_of(pid: int) -> float:
+    """VmRSS of ``pid``, MiB (0 once it is gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / MIB
+    return 0.0
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid``, all its threads."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def lock_holder(spool: Path, timeout: float = 60.0) -> int:
+    """The process that holds the spool's LOCK open: the driver-side reader, which captures."""
+    lock = str((spool / "LOCK").resolve())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in descendants(os.getpid(), proc_children()):
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    with contextlib.suppress(OSError):
+                        if os.readlink(f"/proc/{pid}/fd/{fd}") == lock:
+                            return pid
+        time.sleep(0.5)
+    raise TimeoutError(f"no process holds {lock}")
+
+
+class MemorySampler:
+    """Peak RSS, MiB, by kind of process, sampled every ``SAMPLE_SECONDS`` until closed."""
+
+    KINDS = ("JVM", "reader", "workers", "driver", "publishers")
+
+    def __init__(self, publishers: list[int]) -> None:
+        self.publishers = publishers
+        self.reader = 0
+        self.peak = dict.fromkeys(self.KINDS, 0.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            for kind, mib in self.sample().items():
+                self.peak[kind] = max(self.peak[kind], mib)
+
+    def sample(self) -> dict[str, float]:
+        children = proc_children()
+        jvms = [p for p in descendants(os.getpid(), children) if comm(p) == "java"]
+        started = [p for jvm in jvms for p in descendants(jvm, children)]
+        workers = [p for p in started if p != self.reader and comm(p).startswith("python")]
+        return {
+            "JVM": sum(map(rss_of, jvms)),
+            "reader": rss_of(self.reader) if self.reader else 0.0,
+            "workers": sum(map(rss_of, workers)),
+            "driver": rss_of(os.getpid()),
+            "publishers": sum(map(rss_of, self.publishers)),
+        }
+
+    def close(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+# -- one trial (a process of its own: ``--role trial``) ----------------------------------------
+
+
+def start_query(spark: Any, session: str, folder: Path, sink: BatchRecorder, args: Any) -> Any:
+    reader = (
+        spark.readStream.format("zeroeq")
+        .option("session", session)
+        .option("discoveryInterfaces", LOOPBACK)
+        .option("capture", "driver")
+        .option("spoolPath", str(folder / "spool"))
+    )
+    if args.max_partitions:
+        reader = reader.option("maxPartitions", str(args.max_partitions))
+    return (
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(folder / "checkpoint"))
+        .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        .start()
+    )
+
+
+def wait_for_delivery(sink: BatchRecorder, target: int, timeout: float) -> float | None:
+    """When (monotonic) the sink held ``target`` distinct messages; None: not within time."""
+    deadline = time.monotonic() + timeout
+    while sink.unique < target:
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    return time.monotonic()
+
+
+def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """N publishers at ``args.rate`` in all into one query; the figures of the result table."""
+    os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
+    from spark_zmq.spark.session import loopback_session
+
+    count = max(1, round(args.rate / n * args.seconds))
+    session = f"many-{n}-{uuid.uuid4().hex[:8]}"
+    folder = Path(tempfile.mkdtemp(prefix="many_publishers-"))
+    (folder / "spool").mkdir()
+    publishers = Publishers(session, n, args.processes, count, args.rate / n)
+    spark = query = files = sampler = None
+    try:
+        conf = {"spark.sql.streaming.numRecentProgressUpdates": "100000"}
+        spark = loopback_session("many_publishers benchmark", conf, log_level="ERROR")
+        sampler = MemorySampler(publishers.pids)
+        files = WrittenFiles(str(folder / "spool"))
+        sink = BatchRecorder(n * count, spark)
+        started = time.time()
+        query = start_query(spark, session, folder, sink, args)
+        connected = publishers.connected() - started
+        sampler.reader = reader = lock_holder(folder / "spool")
+        cpu_before, files.counting = process_cpu(reader), True
+        sent = publishers.go(time.time() + 0.5, args.seconds)
+        files.counting = False  # (per second of the publishers' sending: ``seconds``)
+        stopped = time.monotonic() - (time.time() - sent["ended"])
+        done = wait_for_delivery(sink, int(sent["sent"] - sent["dropped"]), args.drain_timeout)
+        cpu = process_cpu(reader) - cpu_before
+        progress = [json.loads(p.json) for p in query.recentProgress]
+        return figures(n, sent, sink, progress, files, sampler.close(), connected, cpu) | {
+            "drain": None if done is None else done - stopped,
+        }
+    finally:
+        if query is not None:
+            stop_query(query)
+        if files is not None:
+            files.close()
+        if spark is not None:
+            spark.stop()
+        publishers.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def figures(
+    n: int,
+    sent: dict[str, float],
+    sink: BatchRecorder,
+    progress: list[dict[str, Any]],
+    files: WrittenFiles,
+    peak_rss: dict[str, float],
+    connected: float,
+    cpu: float,
+) -> dict[str, Any]:
+    """What the parent prints of one trial, as JSON."""
+    durations = [
+        p["durationMs"].get("triggerExecution", 0) / 1e3 for p in progress if p["numInputRows"]
+    ]
+    batches = [b for b in sink.batches if b["rows"]]
+    latencies = np.concatenate(sink.latencies) / 1e9 if sink.latencies else np.empty(0)
+    written = sum(files.counts.values())
+    return {
+        "n": n,
+        "connected": connected,
+        **sent,
+        "delivered": sink.unique,
+        "duplicates": sink.duplicates,
+        "invalid": sink.invalid + sink.out_of_range,
+        "batches": len(batches),
+        "batch_s": percentiles(durations),
+        "sink_s": percentiles([b["seconds"] for b in batches]),
+        "tasks": float(np.mean([b["tasks"] for b in batches])) if batches else 0.0,
+        "untracked": sum(not b["tracked"] for b in batches),
+        "latency_s": percentiles(latencies),
+        "cpu_us": cpu / sink.unique * 1e6 if sink.unique else 0.0,
+        "files": written,
+        "rss": peak_rss,
+    }
+
+
+def percentiles(values: Any) -> list[float]:
+    """p50 and p95 of ``values``; empty: none."""
+    if not len(values):
+        return []
+    return [float(v) for v in np.percentile(values, [50, 95])]
+
+
+# -- the parent: a trial per N, then the table ------------------------------------------------
+
+
+def failure(exc: Exception) -> str:
+    """A failed trial's error: the last line of its process's output (``run_in_tree`` gives
+    the tail of its stderr), else the exception's first line."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1].strip() if lines else error_text(exc)
+
+
+def trial_arguments(n: int, args: argparse.Namespace) -> list[str]:
+    arguments = ["--role", "trial", "--counts", str(n), "--seconds", str(args.seconds)]
+    arguments += ["--rate", str(args.rate), "--processes", str(args.processes)]
+    arguments += ["--trigger-ms", str(args.trigger_ms), "--drain-timeout", str(args.drain_timeout)]
+    if args.max_partitions:
+        arguments += ["--max-partitions", str(args.max_partitions)]
+    return arguments
+
+
+def pair(values: list[float], unit: str = "s") -> str:
+    return f"{values[0]:.2f} / {values[1]:.2f} {unit}" if values else "-"
+
+
+def rows_of(result: dict[str, Any]) -> dict[str, str]:
+    """One column of the table: each figure of one N, as text."""
+    if "error" in result:
+        return {"error": result["error"][:40]}
+    sent, files = int(result["sent"]), result["files"]
+    rss = result["rss"]
+    drain = result["drain"]
+    return {
+        "all endpoints connected": f"{result['connected']:.1f} s",
+        "sent (dropped at HWM)": f"{sent:,} ({int(result['dropped']):,})",
+        "delivered / sent": f"{result['delivered'] / sent:.4f}" if sent else "-",
+        "duplicates (bad rows)": f"{result['duplicates']} ({result['invalid']})",
+        "micro-batches with rows": str(result["batches"]),
+        "micro-batch p50 / p95": pair(result["batch_s"]),
+        "sink time p50 / p95": pair(result["sink_s"]),
+        "read tasks a batch (mean)": f"{result['tasks']:.1f}"
+        + (f" ({result['untracked']} from rdd)" if result["untracked"] else ""),
+        "latency p50 / p95": pair(result["latency_s"]),
+        "drain after the stop": "not drained" if drain is None else f"{drain:.1f} s",
+        "capture CPU a message": f"{result['cpu_us']:.1f} us",
+        "spool files a second": f"{files / result['seconds']:,.0f}",
+        "messages a spool file": f"{sent / files:.1f}" if files else "-",
+        "publishers late (max)": f"{result['late_ms']:.0f} ms",
+        **{f"peak RSS {kind}": f"{rss[kind]:,.0f} MiB" for kind in MemorySampler.KINDS},
+    }
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    columns = [rows_of(result) for result in results]
+    names = list(dict.fromkeys(name for column in columns for name in column))
+    print(f"\n{'':<28}" + "".join(f"{'N=' + str(r['n']):>22}" for r in results))
+    for name in names:
+        print(f"{name:<28}" + "".join(f"{column.get(name, ''):>22}" for column in columns))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--counts", default="10,100,300,1000", help="publisher counts N (default 10,100,300,1000)"
+    )
+    parser.add_argument("--seconds", type=float, default=40.0, help="sending per N (default 40)")
+    parser.add_argument("--rate", type=float, default=3000.0, help="msg/s in all (default 3000)")
+    parser.add_argument("--processes", type=int, default=4, help="publisher processes (default 4)")
+    parser.add_argument(
+        "--max-partitions",
+        type=int,
+        default=0,
+        help="the reader option maxPartitions (default: the reader's own; 100000: a task per "
+        "endpoint)",
+    )
+    parser.add_argument("--trigger-ms", type=int, default=1000, help="trigger (default 1000)")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=300.0,
+        help="longest wait for the sink to hold every message after the stop (default 300 s)",
+    )
+    parser.add_argument("--role", default="", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    counts = [int(n) for n in args.counts.split(",")]
+    if args.role:
+        print(json.dumps(run_trial(counts[0], args)))
+        return 0
+    ensure_private_network(__file__)
+    print_environment("many_publishers benchmark: N ZeroEQ publishers, one session")
+    grouping = args.max_partitions or "the reader's default"
+    print(
+        f"  settings  : {args.rate:,.0f} msg/s in all, {PAYLOAD_BYTES} B, {args.seconds:g} s per "
+        f"N, {args.processes} publisher processes, capture=driver, trigger "
+        f"{args.trigger_ms} ms, maxPartitions {grouping}, load {os.getloadavg()[0]:.1f}\n",
+        flush=True,
+    )
+    results = []
+    for n in counts:
+        try:
+            result = run_in_tree(str(CHECKOUT), __file__, trial_arguments(n, args))
+        except (RuntimeError, ValueError) as exc:
+            result = {"n": n, "error": failure(exc)}
+        results.append(result)
+        print(f"  N={n}: " + "; ".join(f"{k} {v}" for k, v in rows_of(result).items()), flush=True)
+    reap_children()
+    print_table(results)
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
