@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from spark_zmq.capture.connections import Connection
+from spark_zmq.capture.limits import no_room_for_endpoint
 from spark_zmq.capture.sockets import Sockets
 from spark_zmq.errors import brief
 from spark_zmq.log import logger
@@ -93,7 +94,7 @@ class Membership:
         alone (one log line naming it and why), so that the others keep flowing. A partition
         this process does not hold (a newer holder took it over before it joined) is not
         read: another capture process writes it now."""
-        problem = endpoint.problem()
+        problem = endpoint.problem() or no_room_for_endpoint()
         if problem is None:
             try:
                 self._spool.open_partition(endpoint.key)

@@ -1,5 +1,6 @@
 """The zmq side of capture: opens and closes one socket and one monitor per endpoint, which
-the receive core (``receiving``: compiled or Python) watches.
+the receive core (``receiving``: compiled or Python) watches, in a context sized for many
+endpoints (``limits``).
 
 zmq sockets belong to one thread: only the capture thread calls these. Other threads reach it
 through the mailbox, which the core watches too.
@@ -12,6 +13,7 @@ import zmq
 from spark_zmq.capture.connections import Connection
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.health import HANDSHAKE_SECONDS, MONITORED, Health
+from spark_zmq.capture.limits import capture_context
 from spark_zmq.capture.pushback import PushBack
 from spark_zmq.capture.receiving import Core
 from spark_zmq.capture.refusals import ReceiveFailures, Refusals
@@ -87,7 +89,7 @@ class Sockets:
 
     def _own_context(self) -> zmq.Context:
         if self._context is None:
-            self._context = zmq.Context()
+            self._context = capture_context()
         return self._context
 
     @staticmethod
@@ -112,7 +114,11 @@ class Sockets:
         if endpoint.socket_type == zmq.SUB:
             for prefix in endpoint.subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
-        monitor = sock.get_monitor_socket(MONITORED)
+        try:
+            monitor = sock.get_monitor_socket(MONITORED)
+        except Exception:
+            sock.close(0)
+            raise
         try:
             sock.connect(endpoint.address)
         except Exception:  # zmq refused the address (a name that does not resolve, ...)

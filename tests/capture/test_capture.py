@@ -66,6 +66,80 @@ def test_close_writes_what_was_received(tmp_path):
     assert f"test: capture stopped; 100 messages received from 1 endpoint ({key} 100)" in lines
 
 
+def test_capture_reads_more_endpoints_than_zmq_s_default_socket_limit(tmp_path):
+    """400 endpoints: three zmq sockets each (its own and its monitor's pair) are 1,200, over
+    the 1,023 a zmq context allows by default (capture refused the 342nd endpoint with 'Too
+    many open files'). Each publisher's one message is in its partition."""
+    context = zmq.Context()
+    context.set(zmq.MAX_SOCKETS, 1000)
+    pubs = []
+    for _ in range(400):
+        pub = context.socket(zmq.XPUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.bind("tcp://127.0.0.1:*")
+        pubs.append(pub)
+    keys = [p.getsockopt_string(zmq.LAST_ENDPOINT).removeprefix("tcp://") for p in pubs]
+    spool = Spool(str(tmp_path / "spool"), 1 << 30)
+    capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=0.1, name="test")
+    capture.start()
+    try:
+        with logged_warnings() as warnings:
+            StaticDiscovery([Endpoint(k, f"tcp://{k}", {}, (b"",)) for k in keys]).start(capture)
+            for pub in pubs:
+                assert pub.poll(60_000), f"no subscription from capture: {warnings[:3]}"
+                pub.recv()
+        for key, pub in zip(keys, pubs, strict=True):
+            pub.send(key.encode())
+        wait_until(
+            lambda: all(load_index(spool.root, k).end == 1 for k in keys),
+            timeout=60,
+            what="a message in each partition",
+        )
+    finally:
+        capture.close()
+        spool.close()
+        context.destroy(linger=0)
+    assert all(spooled(spool.root, k) == [([k.encode()], None)] for k in keys)
+
+
+def test_an_endpoint_over_the_process_s_open_file_limit_is_refused_naming_it(tmp_path):
+    """With a hard limit of 160 open files (which capture cannot raise), the endpoints beyond
+    it are refused, each with a message that names the limit and how to raise it, before zmq
+    runs out (where it may abort the process); capture goes on with the others (before, the
+    refusal's own spool write failed too and stopped capture for every endpoint)."""
+    script = textwrap.dedent(
+        f"""
+        import resource, sys, time, zmq
+        resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160))
+        from spark_zmq.capture.loop import Capture
+        from spark_zmq.protocols.contract import Endpoint, StaticDiscovery
+        from spark_zmq.spool.writer import Spool
+        from spark_zmq.testing.logs import logged_warnings
+        spool = Spool({str(tmp_path / "spool")!r}, 1 << 30)
+        capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=0.1, name="test")
+        capture.start()
+        keys = [f"127.0.0.1:{{port}}" for port in range(20001, 20061)]
+        with logged_warnings() as warnings:
+            StaticDiscovery([Endpoint(k, f"tcp://{{k}}", {{}}, (b"",)) for k in keys]).start(
+                capture
+            )
+            time.sleep(3)
+        capture.close()
+        spool.close()
+        print("\\n".join(warnings))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    refused = [line for line in done.stdout.splitlines() if "refused" in line]
+    assert refused, done.stdout
+    assert "its limit of 160 open files" in refused[0] and "ulimit -Hn" in refused[0], refused[0]
+    assert len(refused) < 60, "the endpoints within the limit are read"
+    assert "stopped by an error" not in done.stdout, done.stdout
+
+
 def test_close_takes_what_its_peer_sent_before_it(tmp_path, core):
     """A stop right after a burst: the messages zmq had not yet handed over (still in the I/O
     threads or the kernel) are taken before the socket closes (``loop.STOP_QUIET_SECONDS``),

@@ -209,6 +209,8 @@ FIXED_BOUNDS = {
         ("spark_zmq.protocols.ebus.discovery", "MAX_MESSAGE_BYTES"),
     ),
     "a gobyd Manager answer": ("spark_zmq.protocols.goby.manager", "MAX_MANAGER_MESSAGE_BYTES"),
+    "open files of the process that captures, up to its hard limit (`ulimit -Hn`; capture "
+    "raises its soft limit to it)": ("spark_zmq.capture.limits", "RESERVED_FILES"),
     "a request to a reader's vocabulary or management port": (
         "spark_zmq.protocols.zeroeq.reqrep",
         "MAX_REQUEST_BYTES",
