@@ -19,14 +19,14 @@ import zmq
 from zeroconf import ServiceInfo
 
 from spark_zmq.protocols.zeroeq import event_id
-from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
 from spark_zmq.spool.contract import HOLDER_LOGS
 from spark_zmq.testing.logs import logged_warnings
 from spark_zmq.testing.processes import rss_bytes
 from spark_zmq.testing.standalone import free_port
-from support.common import MemoryState, wait_until
+from support.common import wait_until
 from support.holders import holders_here
+from support.zeroeq import Joined, session_discovery
 
 ECHO = event_id("zeroeq::test::Echo")
 FLOOD_SECONDS = 12
@@ -291,31 +291,11 @@ def test_a_flood_of_1_mib_messages_next_to_a_good_publisher(spark, tmp_path, cor
     assert max(python.values()) < PYTHON_PEAK_BOUND, shown
 
 
-class Joined:
-    def __init__(self) -> None:
-        self.keys: list[str] = []
-
-    def endpoint_joined(self, endpoint) -> None:
-        self.keys.append(endpoint.key)
-
-    def endpoint_left(self, key: str) -> None:
-        pass
-
-
 def test_a_garbage_zeroconf_record_is_logged_once_however_often_it_is_announced(zeroconf):
     """A record whose instance name is not host:port, announced anew with other garbage TXT
     five times, is one warning; a record with garbage TXT values but a usable address is read."""
     port = free_port()
-    discovery = ZeroEQDiscovery(
-        session="hostile",
-        events={},
-        interfaces=("127.0.0.1",),
-        static=(),
-        compatible_only=False,
-        management_bind=None,
-        application="test",
-        state=MemoryState(),
-    )
+    discovery = session_discovery("hostile")
     joined = Joined()
 
     def record(instance: str, properties: dict) -> ServiceInfo:

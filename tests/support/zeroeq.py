@@ -113,3 +113,37 @@ def announced(
     finally:
         browser.cancel()
     return found
+
+
+def session_discovery(session: str, interfaces: tuple[str, ...] | None = ("127.0.0.1",)):
+    """The reader's ZeroEQ discovery of ``session`` alone (no capture, no Spark), started by
+    the test with a listener such as ``Joined``."""
+    from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
+    from support.common import MemoryState
+
+    return ZeroEQDiscovery(
+        session=session,
+        events={},
+        interfaces=interfaces,
+        static=(),
+        compatible_only=False,
+        management_bind=None,
+        application="test",
+        state=MemoryState(),
+    )
+
+
+class Joined:
+    """A discovery listener: the keys of the endpoints that joined, in order, and when each
+    first joined (wall clock)."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.at: dict[str, float] = {}
+
+    def endpoint_joined(self, endpoint) -> None:
+        self.keys.append(endpoint.key)
+        self.at.setdefault(endpoint.key, time.time())
+
+    def endpoint_left(self, key: str) -> None:
+        pass

@@ -17,7 +17,7 @@ from spark_zmq.protocols.zeroeq import (
 from spark_zmq.protocols.zeroeq.reqrep import RequestError, request
 from support.common import wait_until
 from support.queries import rows_of, wait_for_rows
-from support.zeroeq import announced, start_query
+from support.zeroeq import Joined, announced, session_discovery, start_query
 
 ECHO, OTHER = "zeroeq::test::Echo", "zeroeq::test::Other"
 
@@ -175,20 +175,10 @@ def test_a_publisher_announces_from_a_thread_that_runs_an_event_loop():
 def test_what_discovery_remembers_of_record_names_is_bounded(zeroconf):
     """Peers choose record names: a flood of distinct faulty names, or of names asked about,
     does not grow what discovery keeps without end."""
-    from spark_zmq.protocols.zeroeq.discovery import MAX_FAULTY_RECORDS, ZeroEQDiscovery
+    from spark_zmq.protocols.zeroeq.discovery import MAX_FAULTY_RECORDS
     from spark_zmq.protocols.zeroeq.mdns import MAX_ONE_LABEL_NAMES
-    from support.common import MemoryState
 
-    discovery = ZeroEQDiscovery(
-        session="s",
-        events={},
-        interfaces=None,
-        static=(),
-        compatible_only=False,
-        management_bind=None,
-        application="test",
-        state=MemoryState(),
-    )
+    discovery = session_discovery("s", interfaces=None)
     for n in range(MAX_FAULTY_RECORDS + 100):
         discovery.records._fault(f"bad{n}._zeroeq_pub._tcp.local.", "a reason")
         zeroconf.keep_one_label(f"h.{n}:5555")
@@ -209,37 +199,18 @@ def test_a_silent_record_does_not_hold_the_others_back(caplog):
     from zeroconf.const import _CLASS_IN, _FLAGS_AA, _FLAGS_QR_RESPONSE, _TYPE_PTR
 
     from spark_zmq.protocols.zeroeq import Publisher, make_zeroconf
-    from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
     from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
-    from support.common import MemoryState
-
-    joined: dict[str, float] = {}
-
-    class Listener:
-        def endpoint_joined(self, endpoint) -> None:
-            joined.setdefault(endpoint.key, time.time())
-
-        def endpoint_left(self, key: str) -> None:
-            pass
 
     async def announce(zeroconf, out) -> None:
         zeroconf.async_send(out)
 
-    discovery = ZeroEQDiscovery(
-        session="silent-records",
-        events={},
-        interfaces=("127.0.0.1",),
-        static=(),
-        compatible_only=False,
-        management_bind=None,
-        application="test",
-        state=MemoryState(),
-    )
+    joined = Joined()
+    discovery = session_discovery("silent-records")
     sender = make_zeroconf(("127.0.0.1",))
     publisher = None
     caplog.set_level(logging.WARNING, logger="spark_zmq")
     try:
-        discovery.start(Listener())
+        discovery.start(joined)
         out = DNSOutgoing(_FLAGS_QR_RESPONSE | _FLAGS_AA)
         for n in range(6):
             name = f"127.0.0.1:{n + 1}.{PUBLISHER_SERVICE}"
@@ -251,7 +222,7 @@ def test_a_silent_record_does_not_hold_the_others_back(caplog):
         time.sleep(0.5)  # the browser has reported them: their lookups wait for an answer
         publisher = Publisher("silent-records", interfaces=("127.0.0.1",))
         key = publisher.instance_name
-        wait_until(lambda: key in joined, timeout=60, what="the real publisher to join")
+        wait_until(lambda: key in joined.at, timeout=60, what="the real publisher to join")
         wait_until(
             lambda: "no answer when asked for its record" in caplog.text,
             timeout=60,
@@ -265,8 +236,8 @@ def test_a_silent_record_does_not_hold_the_others_back(caplog):
     given_up = min(
         r.created for r in caplog.records if "no answer when asked for its record" in r.message
     )
-    assert set(joined) == {key}, joined
-    assert joined[key] < given_up, "the real publisher waited for the silent records"
+    assert set(joined.at) == {key}, joined.keys
+    assert joined.at[key] < given_up, "the real publisher waited for the silent records"
 
 
 def test_a_record_s_changes_run_in_order_and_only_its_newest_waits():
