@@ -77,6 +77,8 @@ def stop_job(lines: Lines, timeout: float = 120) -> int:
         except psutil.NoSuchProcess:
             pass
     assert len(drivers) <= 1, f"one Python driver program: {drivers}"
+    # a running job whose driver is not found would only end at its --seconds, minutes on
+    assert drivers or lines.process.poll() is not None, f"no job driver among {children}"
     for driver in drivers:
         driver.send_signal(signal.SIGTERM)
     return lines.wait(timeout)
