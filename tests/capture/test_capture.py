@@ -22,7 +22,7 @@ from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
 from spark_zmq.testing.logs import logged, logged_warnings
-from support.common import wait_until
+from support.common import bound_xpubs, wait_until
 
 ECHO = "zeroeq::test::Echo"
 SUBSCRIPTIONS = (b"", event_id(MEERKAT))
@@ -72,13 +72,7 @@ def test_capture_reads_more_endpoints_than_zmq_s_default_socket_limit(tmp_path):
     many open files'). Each publisher's one message is in its partition."""
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, 1000)
-    pubs = []
-    for _ in range(400):
-        pub = context.socket(zmq.XPUB)
-        pub.setsockopt(zmq.LINGER, 0)
-        pub.bind("tcp://127.0.0.1:*")
-        pubs.append(pub)
-    keys = [p.getsockopt_string(zmq.LAST_ENDPOINT).removeprefix("tcp://") for p in pubs]
+    pubs, keys = bound_xpubs(context, 400)
     spool = Spool(str(tmp_path / "spool"), 1 << 30)
     capture = Capture(spool, max_message_bytes=1 << 20, flush_interval=0.1, name="test")
     capture.start()

@@ -15,7 +15,7 @@ from spark_zmq.spark.offsets import OffsetRange, group_ranges, plan_tasks, split
 from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import MAX_PARTITIONS, MIN_PARTITIONS, READER_OPTIONS
-from support.common import wait_until
+from support.common import bound_xpubs, wait_until
 
 ECHO = "zeroeq::test::Echo"
 KEY = "10.9.9.9:1"
@@ -197,14 +197,7 @@ def test_hundreds_of_publishers_are_read_by_max_partitions_tasks_each_message_on
     message once, each in its publisher's partition."""
     import zmq
 
-    context = zmq.Context.instance()
-    sockets = []
-    for _ in range(200):
-        socket = context.socket(zmq.XPUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.bind("tcp://127.0.0.1:*")
-        sockets.append(socket)
-    addresses = [s.getsockopt_string(zmq.LAST_ENDPOINT).removeprefix("tcp://") for s in sockets]
+    sockets, addresses = bound_xpubs(zmq.Context.instance(), 200)
     seen: list[tuple[int, int, int]] = []  # (read tasks, rows, partitions) per micro-batch
     rows: list[tuple[str, bytes]] = []
 

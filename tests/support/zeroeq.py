@@ -115,19 +115,25 @@ def announced(
     return found
 
 
-def session_discovery(session: str, interfaces: tuple[str, ...] | None = ("127.0.0.1",)):
+def session_discovery(
+    session: str,
+    interfaces: tuple[str, ...] | None = ("127.0.0.1",),
+    *,
+    events: dict[bytes, str | None] | None = None,
+    management_bind: str | None = None,
+):
     """The reader's ZeroEQ discovery of ``session`` alone (no capture, no Spark), started by
-    the test with a listener such as ``Joined``."""
+    the test with a listener such as ``Joined``; ``events`` asked for (None: every event)."""
     from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
     from support.common import MemoryState
 
     return ZeroEQDiscovery(
         session=session,
-        events={},
+        events=events or {},
         interfaces=interfaces,
         static=(),
         compatible_only=False,
-        management_bind=None,
+        management_bind=management_bind,
         application="test",
         state=MemoryState(),
     )

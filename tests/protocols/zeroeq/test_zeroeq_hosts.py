@@ -28,11 +28,11 @@ from spark_zmq.protocols.zeroeq import (
 )
 from spark_zmq.protocols.zeroeq.discovery import ZeroEQDiscovery
 from spark_zmq.protocols.zeroeq.management import REPLY
-from support.common import MemoryState, wait_until
+from support.common import wait_until
 from support.hosts import OtherHost
 from support.queries import wait_for_rows
 from support.sequences import ECHO
-from support.zeroeq import announced, start_query, start_writer, write_rows
+from support.zeroeq import announced, session_discovery, start_query, start_writer, write_rows
 
 #: the test's end of the pair and the other host's (name, address)
 LOCAL, REMOTE = ("szmqzh0", "10.83.0.1"), ("szmqzh1", "10.83.0.2")
@@ -94,15 +94,8 @@ def assert_only_the_links_address(seen: dict, ports: dict[str, int | None]) -> N
 def discovery(management_bind: str | None) -> ZeroEQDiscovery:
     """A reader's discovery as ``format("zeroeq")`` makes it with the default
     ``discoveryInterfaces`` (every interface)."""
-    return ZeroEQDiscovery(
-        session="two-hosts",
-        events={event_id(ECHO): ECHO},
-        interfaces=None,
-        static=(),
-        compatible_only=False,
-        management_bind=management_bind,
-        application="two-hosts",
-        state=MemoryState(),
+    return session_discovery(
+        "two-hosts", None, events={event_id(ECHO): ECHO}, management_bind=management_bind
     )
 
 
