@@ -10,7 +10,7 @@ the tree has one capture process per executor, one per partition where it has a 
 partition (release 0.2; mind its memory: about 75 MiB per process). Once every partition is
 held it counts, for ``--seconds``, every file of the spool closed after writing (inotify
 ``IN_CLOSE_WRITE``: an atomic replace counts once, for its temporary file; an append once), by
-kind: the capture processes' records, the partitions' leases, segments and indexes, the
+kind: the capture processes' records, the partitions' leases, segment files, index writes, the
 driver's documents. ``--rate`` messages per second per publisher (0: none, what the control
 files alone cost).
 

@@ -29,7 +29,9 @@ start sending only once every one of them has seen the query's subscription. Pri
   process that holds the spool's LOCK (capture, discovery and the reader's answers to Spark),
   from the first send until the drain ended, over the messages delivered;
 - *spool files / s*: files of the spool closed after writing while the publishers sent
-  (inotify, ``harness.files.WrittenFiles``), and messages per such file;
+  (inotify, ``harness.files.WrittenFiles``); of them, segment files (the flush files) and index
+  writes (a line appended to an appended-segments file counts as one), and messages per
+  segment file;
 - *peak RSS*: sampled every 0.5 s: the JVM, the reader process, the other Python processes the
   JVM started (daemon and workers, summed: pages that forked workers share count once each),
   this process (the driver's Python), and the publisher processes (summed).
@@ -480,6 +482,8 @@ def figures(
         "latency_s": percentiles(latencies),
         "cpu_us": cpu / sink.unique * 1e6 if sink.unique else 0.0,
         "files": written,
+        "segment_files": files.counts["segment files"],
+        "index_writes": files.counts["index writes"],
         "rss": peak_rss,
     }
 
@@ -535,7 +539,11 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
         "drain after the stop": "not drained" if drain is None else f"{drain:.1f} s",
         "capture CPU a message": f"{result['cpu_us']:.1f} us",
         "spool files a second": f"{files / result['seconds']:,.0f}",
-        "messages a spool file": f"{sent / files:.1f}" if files else "-",
+        "of which segment files": f"{result['segment_files'] / result['seconds']:,.0f}",
+        "of which index writes": f"{result['index_writes'] / result['seconds']:,.0f}",
+        "messages a segment file": (
+            f"{sent / result['segment_files']:.1f}" if result["segment_files"] else "-"
+        ),
         "publishers late (max)": f"{result['late_ms']:.0f} ms",
         **{f"peak RSS {kind}": f"{rss[kind]:,.0f} MiB" for kind in MemorySampler.KINDS},
     }

@@ -12,7 +12,14 @@ from collections import Counter
 
 IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_ISDIR = 0x8, 0x80, 0x100, 0x40000000
 #: the kinds of file counted, by what a written file's name is (its temporary name's stem)
-KINDS = ("process records", "leases", "segments and indexes", "driver's documents", "other")
+KINDS = (
+    "process records",
+    "leases",
+    "segment files",
+    "index writes",
+    "driver's documents",
+    "other",
+)
 
 
 def kind_of(relative: str) -> str:
@@ -22,12 +29,10 @@ def kind_of(relative: str) -> str:
         return "process records"
     if name == "lease.json":
         return "leases"
-    if (
-        name.endswith(".arrow")
-        or name in ("index.json", "history.jsonl")
-        or name.startswith("appended.")
-    ):
-        return "segments and indexes"
+    if name.endswith(".arrow"):  # a flush file (one per flush), or a partition's own file
+        return "segment files"
+    if name in ("index.json", "history.jsonl") or name.startswith("appended."):
+        return "index writes"  # an appended-segments line is a write of its own
     if name in ("assignment.json", "commits.json") or relative.startswith("@executors/"):
         return "driver's documents"
     return "other"

@@ -360,8 +360,11 @@ class CaptureThread:
 
     def _flush_all(self) -> None:
         tickets = self.flushes.start_flush()
-        for conn in self.members:
-            self._drain(conn)
+        members = list(self.members)
+        for conn in members:
+            self._receive(conn)
+        for lost in self._writer.flush_all(members):
+            self._let_go(lost)
         self.spool.expire()  # retention by age runs with nothing new written, too
         self.flushes.served(tickets)
 

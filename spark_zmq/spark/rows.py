@@ -34,6 +34,7 @@ from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.decoding import DecodeFailures, bounded_errors, decode_isolating
 from spark_zmq.spool.index import Source
 from spark_zmq.spool.remote import ServedSpool, open_range
+from spark_zmq.spool.segments import SegmentFiles
 from spark_zmq.stream_settings import RowSettings
 
 #: the format's reader settings
@@ -107,8 +108,9 @@ def read_rows(
     max_bytes = settings.max_bytes_per_batch
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
+    files = SegmentFiles()  # the ranges of a task read the same flush files
     for part in task.ranges if isinstance(task, ReadTask) else (task,):
-        for batch in _range_rows(protocol, decoding, settings, part, schema):
+        for batch in _range_rows(protocol, decoding, settings, part, schema, files):
             pending.append(batch)
             pending_rows += batch.num_rows
             pending_bytes += batch.nbytes
@@ -124,6 +126,7 @@ def _range_rows(
     settings: RowSettings,
     part: SpoolRange,
     schema: pa.Schema,
+    files: SegmentFiles,
 ) -> Iterator[pa.RecordBatch]:
     """The non-empty batches of one range, decoded and with the delivery contract applied,
     as the spool's slices come; one log line per kind of trouble with them."""
@@ -131,7 +134,7 @@ def _range_rows(
     failures = DecodeFailures()
     try:
         slices = open_range(
-            part.spool_path, part.key, part.start, part.end, part.spool_id, part.served
+            part.spool_path, part.key, part.start, part.end, part.spool_id, part.served, files
         )
         for first, source, table in slices:
             batch = _decode(protocol, decoding, part.key, first, source, table, schema, failures)

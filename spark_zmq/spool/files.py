@@ -1,6 +1,7 @@
-"""The files a ``Spool`` writes in the epoch folders of the partitions it holds: segments,
-index.json, the appended-segments file, the history file and lease.json, each whole or not at
-all (a line of the appended-segments file counts once its newline is written).
+"""The files a ``Spool`` writes in the epoch folders of the partitions it holds: segments
+(links to flush files, ``segments``), index.json, the appended-segments file, the history
+file and lease.json, each whole or not at all (a line of the appended-segments file counts
+once its newline is written).
 
 A write that fails because the epoch folder was sealed (a newer holder claimed the partition)
 is LeaseLost, and the partition is no longer held (``on_lost``); any other failure is a
@@ -13,16 +14,12 @@ import errno
 import os
 from collections.abc import Callable, Mapping
 
-import pyarrow as pa
-
 from spark_zmq.errors import SpoolError
 from spark_zmq.spool.epochs import remove_unused_epochs
-from spark_zmq.spool.index import PartitionIndex, Segment, Source
+from spark_zmq.spool.index import PartitionIndex, Segment
 from spark_zmq.spool.layout import (
-    BATCH_ROWS,
     HISTORY_NAME,
     INDEX_NAME,
-    SPOOL_SCHEMA,
     LeaseLost,
     SpoolWriteError,
     appended_name,
@@ -34,7 +31,11 @@ from spark_zmq.spool.layout import (
     segment_paths,
     write_atomically,
 )
+from spark_zmq.spool.segments import Part, write_flush_file
 
+#: what ``os.link`` fails with where the storage has no hard links (or no more for the file):
+#: each partition's part is then written to a file of its own
+NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
 #: dead lines (segments deleted since) a history file may hold beyond its live ones before it is
 #: written anew
 HISTORY_SLACK = 1024
@@ -66,11 +67,19 @@ class EpochFiles:
     def path(self, key: str, name: str) -> str:
         return os.path.join(partition_dir(self.root, key), epoch_name(self.held[key]), name)
 
-    def segment(self, key: str, segment: Segment, source: Source, table: pa.Table) -> None:
-        """Write ``segment``'s rows (SPOOL_SCHEMA) and set its size."""
+    def segment(self, key: str, segment: Segment, flush_file: str, part: Part) -> None:
+        """Name the flush file ``flush_file`` as ``segment``'s file (its part ``segment.part``)
+        in ``key``'s epoch folder: a hard link, or, on storage that has none, a file of the
+        part alone (which becomes part 0, and sets the segment's size)."""
         path = self.path(key, segment.file_name)
         try:
-            segment.nbytes = _write_segment_file(path, source, table)
+            try:
+                _link(flush_file, path)
+            except OSError as exc:
+                if exc.errno not in NO_LINKS:
+                    raise
+                segment.part = 0
+                segment.nbytes = write_flush_file(path, [part])[0]
         except OSError as exc:
             raise self.failed(key, path, exc) from None
 
@@ -183,19 +192,14 @@ class EpochFiles:
         remove_unused_epochs(partition_dir(self.root, key), used, epoch)
 
 
-def _write_segment_file(path: str, source: Source, table: pa.Table) -> int:
-    """Write ``table`` as an Arrow IPC file at ``path`` (whole or not at all); its size."""
-    schema = SPOOL_SCHEMA.with_metadata({"source": source.to_json()})
-    tmp = path + ".tmp"
+def _link(target: str, path: str) -> None:
+    """``path`` names the file ``target``; a file left there by an append that was not
+    published (a failed write, a crash) is replaced: nothing reads it."""
     try:
-        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
-            writer.write_table(table.replace_schema_metadata(schema.metadata), BATCH_ROWS)
-        os.replace(tmp, path)
-        return os.path.getsize(path)
-    except OSError:
-        remove_quietly(tmp)
-        raise
+        os.link(target, path)
+    except FileExistsError:
+        os.remove(path)
+        os.link(target, path)
 
 
 def _write_error(root: str, key: str, path: str, exc: OSError, mine: int) -> SpoolError:

@@ -18,8 +18,10 @@ from spark_zmq.errors import SpoolError
 #: this release writes and reads; a file without one predates versions (the same layout)
 FORMAT_VERSION = 1
 #: index.json's own layout: 2 names a file of segments appended since (``appended``), which a
-#: release that reads only version 1 would not see; this release reads both
-INDEX_FORMAT_VERSION = 2
+#: release that reads only version 1 would not see; 3 (0.3) lists segments that are parts of
+#: flush files (``Segment.part``), which a release that reads only versions 1 and 2 would read as
+#: the whole file; this release reads all three
+INDEX_FORMAT_VERSION = 3
 VERSION_KEY = "format_version"
 
 
@@ -71,6 +73,14 @@ class Segment:
     #: when it was written (wall-clock seconds), for retention by age; 0: not known (written by
     #: an earlier release, see ``PartitionIndex.from_json``)
     at: float = 0.0
+    #: which part of its flush file holds its rows (``segments``); None: the file holds this
+    #: segment alone (written before 0.3)
+    part: int | None = None
+
+    def fields(self) -> list:
+        """The segment as an index, history or appended-segments line lists it."""
+        listed: list = [self.first, self.count, self.nbytes, self.epoch, self.at]
+        return listed if self.part is None else [*listed, self.part]
 
     @property
     def end(self) -> int:
@@ -118,9 +128,7 @@ class PartitionIndex:
                     "dropped": self.dropped,
                     "retired": self.retired,
                     "committed": self.committed,
-                    "segments": [[s.first, s.count, s.nbytes, s.epoch] for s in listed],
-                    # beside the segments, not in them: an earlier release reads this index too
-                    "written_at": [s.at for s in listed],
+                    "segments": [s.fields() for s in listed],
                     "appended": self.appended,
                 },
                 INDEX_FORMAT_VERSION,
@@ -133,7 +141,7 @@ class PartitionIndex:
     ) -> PartitionIndex:
         """An index as written by this release or an earlier one: without ``committed`` (an
         earlier release deleted what was committed at once: everything it kept is uncommitted)
-        and without ``written_at`` (ages not known: 0).
+        and, before version 3, the segments' ages in ``written_at`` or nowhere (not known: 0).
 
         ``history`` (the history file's text) adds the committed segments the index does not
         list; without it, ``segments`` may start after ``start``. Segments the history lacks
@@ -163,7 +171,8 @@ class PartitionIndex:
         """The line that publishes ``segment``, just appended (it ends at ``end``), with the
         count of dropped messages as it now is."""
         s = segment
-        return json.dumps([s.first, s.count, s.nbytes, s.epoch, s.at, self.dropped]) + "\n"
+        line = [*s.fields()[:5], self.dropped]
+        return json.dumps(line if s.part is None else [*line, s.part]) + "\n"
 
     def add_appended(self, text: str) -> None:
         """Add the segments of an appended-segments file's ``text``, each in its own line that
@@ -171,20 +180,17 @@ class PartitionIndex:
         one that does not go on from ``end`` ends them: the writer appends nothing after it."""
         for line in text.split("\n")[:-1]:
             try:
-                first, count, nbytes, epoch, at, dropped = json.loads(line)
+                first, count, nbytes, epoch, at, dropped, *part = json.loads(line)
             except (ValueError, TypeError):
                 return
-            if first != self.end:
+            if first != self.end or len(part) > 1:
                 return
-            self.segments.append(Segment(first, count, nbytes, epoch, at))
+            self.segments.append(Segment(first, count, nbytes, epoch, at, *part))
             self.end, self.dropped = first + count, dropped
 
     def history_lines(self, begin: int, stop: int) -> str:
         """History file lines of segments ``begin`` to ``stop`` (committed ones)."""
-        return "".join(
-            json.dumps([s.first, s.count, s.nbytes, s.epoch, s.at]) + "\n"
-            for s in self.segments[begin:stop]
-        )
+        return "".join(json.dumps(s.fields()) + "\n" for s in self.segments[begin:stop])
 
     @property
     def nbytes(self) -> int:

@@ -15,6 +15,8 @@ Layout of a spool folder::
                                  noted by tasks, the capture processes' logs (``contract``)
     @capture/                    capture=executors: one record per capture process, its
                                  heartbeat and the partitions it holds (``processes``)
+    @flushes/                    a flush file while it is written, until the segments link
+                                 it (``segments``)
     <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
         KEY                      the key, where the folder's name is a digest of it
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
@@ -26,7 +28,9 @@ Layout of a spool folder::
                                  index, deleted once a newer one names another
             history.jsonl        committed segments that index.json no longer lists
             lease.json           its holder, written when it claimed the partition
-            00000000000000000000.arrow   one Arrow IPC file per flush, named by its first offset
+            00000000000000000000.arrow   a segment, named by its first offset: a hard link to
+                                 the flush file that holds its rows among those of the other
+                                 partitions of that flush (``segments``)
 
 Offsets are per-partition sequence numbers: a message's offset never changes, so a micro-batch
 replayed after a failure reads the same rows. A segment records the endpoint it came from and that

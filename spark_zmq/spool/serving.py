@@ -42,6 +42,7 @@ from spark_zmq.spool.remote import (
     forget_served,
     save_served,
 )
+from spark_zmq.spool.segments import SegmentFiles
 
 
 def _location(scheme: str, host: str, port: int) -> str:
@@ -102,6 +103,8 @@ class SpoolServer(flight.FlightServerBase):
                 f"Give spoolServer an address of this host (and a free port), or off"
             ) from None
         self.root = root
+        #: the flush files read last, shared by the calls (a task's ranges read the same files)
+        self._files = SegmentFiles()
         self.served = ServedSpool(_location(scheme, host, self.port), token, spool_id, certificate)
 
     def start(self) -> None:
@@ -140,7 +143,7 @@ class SpoolServer(flight.FlightServerBase):
 
     def _slices(self, key: str, start: int, end: int) -> Iterator[tuple[pa.RecordBatch, bytes]]:
         try:
-            for first, source, table in read_range(self.root, key, start, end):
+            for first, source, table in read_range(self.root, key, start, end, self._files):
                 offset = first
                 for batch in table.replace_schema_metadata(None).to_batches():
                     slice_ = {"first": offset, "source": source.to_json()}

@@ -15,8 +15,9 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
-from typing import Concatenate, ParamSpec, TypeVar
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -38,15 +39,24 @@ from spark_zmq.spool.layout import (
     SpoolWriteError,
     load_index,
     load_indexes,
+    os_cause,
     partition_dir,
+    remove_quietly,
 )
 from spark_zmq.spool.leases import Lease, process_id
 from spark_zmq.spool.reserve import Reserve
 from spark_zmq.spool.retention import RetentionLedger
+from spark_zmq.spool.segments import Part, write_flush_file
 
 P = ParamSpec("P")
 R = TypeVar("R")
 SP = TypeVar("SP", bound="SpoolPartitions")
+
+#: the folder of a spool where a flush file is written before the segments link it
+#: (``segments``); "@" is quoted in partition folder names: no clash
+FLUSHES = "@flushes"
+#: a flush file older than this was left by a writer that stopped before deleting it
+STALE_FLUSH_SECONDS = 600.0
 
 
 def _locked(method: Callable[Concatenate[SP, P], R]) -> Callable[Concatenate[SP, P], R]:
@@ -87,6 +97,7 @@ class SpoolPartitions:
         self.exclusive = exclusive
         self.executor = executor or process_id()
         _make_folder(root)
+        _clear_flushes(root)
         self._lock_file = lock_folder(root, lock_wait, role) if exclusive else None
         self._mutex = threading.RLock()  # capture thread appends while the reader truncates
         self.partitions: dict[str, PartitionIndex] = {}
@@ -215,28 +226,86 @@ class SpoolPartitions:
         *,
         into_reserve: bool = False,
     ) -> None:
-        """Write one segment of rows (SPOOL_SCHEMA) and publish it in the index; ``dropped``
-        adds to the partition's count of dropped messages in the same index update. With
-        ``into_reserve`` (for the gap rows that report drops), a write the storage refuses is
-        tried once more after deleting the spool's reserve (``reserve``).
+        """``append_all`` of one append: the error, if any, raised."""
+        failure = self.append_all([Append(key, source, table, dropped, into_reserve)]).get(key)
+        if failure is not None:
+            raise failure
 
-        SpoolWriteError if the storage refuses; the spool is then as it was before the call.
-        """
-        try:
-            self._append(key, source, table, dropped)
-        except SpoolWriteError:
-            if not (into_reserve and self._reserve.release()):
-                raise
-            self._append(key, source, table, dropped)
+    @_locked
+    def append_all(self, appends: Sequence[Append]) -> dict[str, SpoolError]:
+        """Write the rows of ``appends`` (SPOOL_SCHEMA) in one flush file (``segments``), a
+        segment per partition and source (the appends of one partition, in their order), and
+        publish each in its partition's index with its count of dropped messages. A partition
+        whose storage refuses an append with ``into_reserve`` (the gap rows that report drops)
+        is tried once more after deleting the spool's reserve (``reserve``).
+
+        The partitions that could not be written, with why: LeaseLost (taken over, no longer
+        held), SpoolWriteError (the storage refused). Such a partition is as it was before
+        the call; the others are written."""
+        failures = self._append_all(appends)
+        reserve = {a.key for a in appends if a.into_reserve}
+        retry = {k for k, e in failures.items() if k in reserve and isinstance(e, SpoolWriteError)}
+        if retry and self._reserve.release():
+            for key in retry:
+                del failures[key]
+            failures.update(self._append_all([a for a in appends if a.key in retry]))
         self._reserve.keep()
+        return failures
 
-    def _append(self, key: str, source: Source, table: pa.Table, dropped: int) -> None:
-        index = self.open_partition(key)
-        if table.num_rows == 0:
-            return
-        segment = Segment(index.end, table.num_rows, 0, self.epochs[key])
-        self._files.segment(key, segment, source, table)
-        segment.at = time.time()
+    def _append_all(self, appends: Sequence[Append]) -> dict[str, SpoolError]:
+        failures: dict[str, SpoolError] = {}
+        parts: list[tuple[str, Part, int]] = []
+        for key, part, dropped in _merged(appends):
+            if key in failures:
+                continue
+            try:
+                self.open_partition(key)
+            except SpoolError as exc:
+                failures[key] = exc
+                continue
+            if part.table.num_rows:
+                parts.append((key, part, dropped))
+        if not parts:
+            return failures
+        flush_file = os.path.join(self.root, FLUSHES, f"{uuid.uuid4().hex}.arrow")
+        try:
+            shares = write_flush_file(flush_file, [part for _, part, _ in parts])
+        except OSError as exc:
+            keys = sorted({key for key, _, _ in parts})
+            error = SpoolWriteError(
+                f"cannot write {flush_file} (spool {self.root}, {_named(keys)}): {os_cause(exc)}"
+            )
+            return failures | {key: error for key, _, _ in parts}
+        try:
+            written_at = time.time()
+            for number, ((key, part, dropped), nbytes) in enumerate(
+                zip(parts, shares, strict=True)
+            ):
+                if key in failures:
+                    continue  # an earlier part of it failed: offsets would not go on
+                index = self.partitions[key]
+                segment = Segment(
+                    index.end, part.table.num_rows, nbytes, self.epochs[key], written_at, number
+                )
+                try:
+                    self._publish_segment(index, segment, flush_file, part, dropped)
+                except SpoolError as exc:
+                    failures[key] = exc
+        finally:
+            remove_quietly(flush_file)  # the segments link it
+        return failures
+
+    def _publish_segment(
+        self,
+        index: PartitionIndex,
+        segment: Segment,
+        flush_file: str,
+        part: Part,
+        dropped: int,
+    ) -> None:
+        """Link ``segment``'s file and publish it at the end of ``index``, with ``dropped``
+        more messages dropped."""
+        self._files.segment(index.key, segment, flush_file, part)
         before = (index.end, index.dropped)
         index.segments.append(segment)  # in place: retention may keep many segments
         index.end, index.dropped = segment.end, index.dropped + dropped
@@ -359,6 +428,62 @@ class Spool(SpoolPartitions):
             # A full disk cannot take the new index, and only deleting frees space: delete
             # anyway (only committed segments go); the next write of the index publishes it.
             logger.warning("spool: %s; the next write of the index publishes this change", exc)
+
+
+class Append(NamedTuple):
+    """Rows for one partition (``SpoolPartitions.append_all``)."""
+
+    key: str
+    source: Source
+    table: pa.Table  # SPOOL_SCHEMA
+    dropped: int = 0  # messages dropped before these rows, which they report
+    into_reserve: bool = False  # gap rows that report drops: into the reserve if need be
+
+
+def _merged(appends: Sequence[Append]) -> Iterator[tuple[str, Part, int]]:
+    """(partition, rows, messages dropped) of ``appends``, partition by partition in the order
+    they first come, the rows of consecutive appends of one partition and source together."""
+    by_key: dict[str, list[Append]] = {}
+    for append in appends:
+        by_key.setdefault(append.key, []).append(append)
+    for key, mine in by_key.items():
+        runs = [[mine[0]]]
+        for append in mine[1:]:
+            if append.source == runs[-1][0].source:
+                runs[-1].append(append)
+            else:
+                runs.append([append])
+        for run in runs:
+            tables = [a.table for a in run]
+            rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            yield key, Part(run[0].source, rows), sum(a.dropped for a in run)
+
+
+#: partitions a message names (the others are counted)
+NAMED_PARTITIONS = 3
+
+
+def _named(keys: list[str]) -> str:
+    """``partition K``, or ``partitions K1, K2, K3 and 7 more``."""
+    if len(keys) == 1:
+        return f"partition {keys[0]}"
+    more = len(keys) - NAMED_PARTITIONS
+    return f"partitions {', '.join(keys[:NAMED_PARTITIONS])}" + (f" and {more} more" * (more > 0))
+
+
+def _clear_flushes(root: str) -> None:
+    """The folder of flush files, made, without what was left there by a writer that stopped
+    between writing one and deleting it (older than STALE_FLUSH_SECONDS: writers of other
+    processes share the folder)."""
+    folder = os.path.join(root, FLUSHES)
+    _make_folder(folder)
+    now = time.time()
+    for entry in os.scandir(folder):
+        try:
+            if now - entry.stat().st_mtime > STALE_FLUSH_SECONDS:
+                os.remove(entry.path)
+        except OSError:
+            continue
 
 
 def _make_folder(root: str) -> None:

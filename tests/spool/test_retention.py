@@ -153,7 +153,8 @@ def test_an_index_written_before_retention_existed_still_loads(tmp_path):
         doc = json.load(f)
     # as that release left it: the committed segment deleted, no history file
     assert doc["start"] == 1 and [s[0] for s in doc["segments"]] == [1, 2]
-    del doc["committed"], doc["written_at"], doc["retained_from"]
+    del doc["committed"], doc["retained_from"]
+    doc["segments"] = [segment[:4] for segment in doc["segments"]]  # no age, no part
     os.remove(os.path.join(os.path.dirname(path), HISTORY_NAME))
     os.remove(os.path.join(os.path.dirname(path), f"{0:020d}.arrow"))
     with open(path, "w", encoding="utf-8") as f:
