@@ -63,9 +63,18 @@ class EpochFiles:
         #: (``layout.appended_name``); none: the next append writes index.json whole
         self.appended: dict[str, int] = {}
         self._numbers = 0  # the last file number given, in any partition
+        #: per held partition, its epoch folder (the epoch it was made for, the path)
+        self._folders: dict[str, tuple[int, str]] = {}
 
     def path(self, key: str, name: str) -> str:
-        return os.path.join(partition_dir(self.root, key), epoch_name(self.held[key]), name)
+        epoch = self.held[key]
+        folder = self._folders.get(key)
+        if folder is None or folder[0] != epoch:  # a key's folder name costs a quote
+            folder = self._folders[key] = (
+                epoch,
+                os.path.join(partition_dir(self.root, key), epoch_name(epoch)),
+            )
+        return os.path.join(folder[1], name)
 
     def segment(self, key: str, segment: Segment, flush_file: str, part: Part) -> None:
         """Name the flush file ``flush_file`` as ``segment``'s file (its part ``segment.part``)
@@ -88,6 +97,7 @@ class EpochFiles:
         history and appended-segments files no longer applies."""
         self.history.pop(key, None)
         self.appended.pop(key, None)
+        self._folders.pop(key, None)
 
     def save(self, index: PartitionIndex) -> None:
         """Publish ``index``: its committed segments in the history file first, then

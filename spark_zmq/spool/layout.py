@@ -255,9 +255,10 @@ def load_indexes(root: str, history: bool = True) -> dict[str, PartitionIndex]:
     return {key: index for key, index in indexes.items() if index is not None}
 
 
-def segment_paths(root: str, key: str, segment: Segment) -> tuple[str, str]:
-    """Where a segment's file is: in its epoch folder, or in that folder once sealed."""
-    base = os.path.join(partition_dir(root, key), epoch_name(segment.epoch))
+def segment_paths(root: str, key: str, segment: Segment, folder: str = "") -> tuple[str, str]:
+    """Where a segment's file is: in its epoch folder, or in that folder once sealed
+    (``folder``: the partition's, if known)."""
+    base = os.path.join(folder or partition_dir(root, key), epoch_name(segment.epoch))
     return os.path.join(base, segment.file_name), os.path.join(base + SEALED, segment.file_name)
 
 

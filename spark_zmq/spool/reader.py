@@ -15,15 +15,22 @@ import pyarrow as pa
 
 from spark_zmq.log import logger
 from spark_zmq.spool.index import PartitionState, Segment, Source
-from spark_zmq.spool.layout import SpoolError, load_index, load_indexes, segment_paths
+from spark_zmq.spool.layout import (
+    SpoolError,
+    load_index,
+    load_indexes,
+    partition_dir,
+    segment_paths,
+)
 from spark_zmq.spool.segments import SegmentFiles, fault_rows
 
 
 def _read_segment(
-    root: str, key: str, segment: Segment, files: SegmentFiles
+    root: str, key: str, segment: Segment, files: SegmentFiles, folder: str
 ) -> tuple[Source, pa.Table] | None:
-    """A segment's source and rows (``segments``); None if its file is gone, sealed or not."""
-    for path in segment_paths(root, key, segment):
+    """A segment's source and rows (``segments``; ``folder``: its partition's); None if its
+    file is gone, sealed or not."""
+    for path in segment_paths(root, key, segment, folder):
         try:
             return files.read(path, segment)
         except FileNotFoundError:
@@ -77,6 +84,7 @@ def read_range(
             f"the query with a new checkpoint"
         )
     files = files or SegmentFiles()
+    folder = partition_dir(root, key)
     if start < index.start:
         yield _deleted(key, start, min(end, index.start))
     for segment in index.segments:
@@ -84,7 +92,7 @@ def read_range(
             continue
         lo = max(start, segment.first)
         hi = min(end, segment.end)
-        found = _read_segment(root, key, segment, files)
+        found = _read_segment(root, key, segment, files, folder)
         if found is None:
             yield _gone(root, key, segment, lo, hi)
             continue

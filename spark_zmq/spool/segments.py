@@ -53,10 +53,11 @@ def write_flush_file(path: str, parts: Sequence[Part]) -> list[int]:
     schema = SPOOL_SCHEMA.with_metadata({"parts": json.dumps(listing)})
     tmp = path + ".tmp"
     try:
+        rows = pa.concat_tables([part.table.replace_schema_metadata(None) for part in parts])
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for part in parts:
-                # batches of BATCH_ROWS: a file cut short keeps its earlier batches readable
-                writer.write_table(part.table.replace_schema_metadata(None), BATCH_ROWS)
+            # batches of BATCH_ROWS (not one per part: a batch costs its own metadata to write
+            # and read): a file cut short keeps its earlier batches readable
+            writer.write_table(rows.combine_chunks(), BATCH_ROWS)
         os.replace(tmp, path)
         size = os.path.getsize(path)
     except OSError:

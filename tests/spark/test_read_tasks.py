@@ -129,6 +129,43 @@ def spool_with_faults(root: str) -> None:
     spool.close()
 
 
+def test_a_task_decodes_runs_of_small_segments_at_once_and_keeps_offsets_sources_and_gaps(
+    tmp_path,
+):
+    """A read task joins a range's segments (one message each, as a session of many quiet
+    publishers leaves them) before decoding, only where they go on from each other under one
+    source: the offsets, the endpoint of each row and retention's gap row come out as they
+    were written."""
+    from spark_zmq.spark.rows import SpoolRange, read_rows
+    from spark_zmq.spool.index import Retention
+    from spark_zmq.stream_settings import ReaderSettings
+
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30, retention=Retention(seconds=0))
+    first, second = Source("tcp://10.9.9.9:1", {}), Source("tcp://10.9.9.9:2", {})
+    for n in range(30):
+        frames = [[event_id(ECHO), b"m-%02d" % n]]
+        spool.append(KEY, first if n < 20 else second, spool_table(frames, [n], {}))
+    spool.truncate(KEY, 5)  # retention deletes [0, 5) at the commit
+    protocol = ZeroEQ()
+    options = protocol.parse_reader_options({})
+    settings = ReaderSettings.of(options, protocol.read_settings(options))
+    rows = [
+        row
+        for batch in read_rows(
+            protocol, settings.decoding, settings.rows, SpoolRange(root, KEY, 0, 30)
+        )
+        for row in batch.to_pylist()
+    ]
+    spool.close()
+    assert [r["offset"] for r in rows] == [0, *range(5, 30)]
+    assert rows[0]["error"].startswith("gap: 5 messages at offsets [0, 5)")
+    assert [r["payload"] for r in rows[1:]] == [b"m-%02d" % n for n in range(5, 30)]
+    assert [r["endpoint"] for r in rows[1:]] == ["tcp://10.9.9.9:1"] * 15 + [
+        "tcp://10.9.9.9:2"
+    ] * 10
+
+
 @pytest.mark.spark
 def test_a_batch_read_split_into_tasks_gives_the_same_rows_gap_row_once(spark, tmp_path):
     root = str(tmp_path / "spool")
