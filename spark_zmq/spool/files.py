@@ -36,6 +36,8 @@ from spark_zmq.spool.segments import Part, write_flush_file
 #: what ``os.link`` fails with where the storage has no hard links (or no more for the file):
 #: each partition's part is then written to a file of its own
 NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
+#: lines an appended-segments file takes before a commit writes index.json whole instead
+LINES_BEFORE_SAVE = 1024
 #: dead lines (segments deleted since) a history file may hold beyond its live ones before it is
 #: written anew
 HISTORY_SLACK = 1024
@@ -63,6 +65,8 @@ class EpochFiles:
         #: (``layout.appended_name``); none: the next append writes index.json whole
         self.appended: dict[str, int] = {}
         self._numbers = 0  # the last file number given, in any partition
+        #: per held partition, the lines in the appended-segments file its index.json names
+        self.lines: dict[str, int] = {}
         #: per held partition, its epoch folder (the epoch it was made for, the path)
         self._folders: dict[str, tuple[int, str]] = {}
 
@@ -98,6 +102,7 @@ class EpochFiles:
         self.history.pop(key, None)
         self.appended.pop(key, None)
         self._folders.pop(key, None)
+        self.lines.pop(key, None)
 
     def save(self, index: PartitionIndex) -> None:
         """Publish ``index``: its committed segments in the history file first, then
@@ -116,20 +121,35 @@ class EpochFiles:
             remove_quietly(fresh)
             raise
         self.appended[key] = self._numbers
+        self.lines[key] = 0
         if old is not None:
             remove_quietly(self.path(key, appended_name(old)))
 
     def append(self, index: PartitionIndex, segment: Segment) -> None:
         """Publish ``segment``, just added to ``index`` at its end: a line in the
-        appended-segments file its index.json names (index.json whole if there is none). One
-        ``write`` of the line, newline last: a line cut short is never read, and after a
-        failed write the next append writes index.json whole."""
+        appended-segments file its index.json names (index.json whole if there is none)."""
+        if not self._append_line(index, index.appended_line(segment)):
+            self.save(index)
+
+    def commit(self, index: PartitionIndex) -> None:
+        """Publish ``index.committed``, just raised: a line in the appended-segments file, as
+        long as it holds fewer than LINES_BEFORE_SAVE lines (a commit costs one small write per
+        partition, not a new index and history); index.json whole otherwise, which starts a new,
+        empty file (so that a read, which reads the file whole, stays cheap)."""
+        if self.lines.get(index.key, LINES_BEFORE_SAVE) >= LINES_BEFORE_SAVE or not (
+            self._append_line(index, index.commit_line())
+        ):
+            self.save(index)
+
+    def _append_line(self, index: PartitionIndex, text: str) -> bool:
+        """Append ``text`` to the appended-segments file of ``index``; False if its index.json
+        names none yet. One ``write`` of the line, newline last: a line cut short is never
+        read, and after a failed write the next one writes index.json whole."""
         number = self.appended.get(index.key)
         if number is None:
-            self.save(index)
-            return
+            return False
         path = self.path(index.key, appended_name(number))
-        line = index.appended_line(segment).encode("utf-8")
+        line = text.encode("utf-8")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             try:
@@ -140,6 +160,8 @@ class EpochFiles:
         except OSError as exc:
             self.appended.pop(index.key, None)
             raise self.failed(index.key, path, exc) from None
+        self.lines[index.key] = self.lines.get(index.key, 0) + 1
+        return True
 
     def _save_history(self, index: PartitionIndex) -> None:
         """Add the newly committed segments to the epoch's history file: appended, so a commit

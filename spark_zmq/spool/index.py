@@ -20,7 +20,7 @@ FORMAT_VERSION = 1
 #: index.json's own layout: 2 names a file of segments appended since (``appended``), which a
 #: release that reads only version 1 would not see; 3 (0.3) lists segments that are parts of
 #: flush files (``Segment.part``), which a release that reads only versions 1 and 2 would read as
-#: the whole file; this release reads all three
+#: the whole file, and its appended file has commit lines too; this release reads all three
 INDEX_FORMAT_VERSION = 3
 VERSION_KEY = "format_version"
 
@@ -174,14 +174,26 @@ class PartitionIndex:
         line = [*s.fields()[:5], self.dropped]
         return json.dumps(line if s.part is None else [*line, s.part]) + "\n"
 
+    def commit_line(self) -> str:
+        """The line that publishes ``committed``, just raised (format version 3)."""
+        return json.dumps({"committed": self.committed}) + "\n"
+
     def add_appended(self, text: str) -> None:
-        """Add the segments of an appended-segments file's ``text``, each in its own line that
-        goes on from ``end``. A line cut short (no newline: a write that failed or a crash) or
-        one that does not go on from ``end`` ends them: the writer appends nothing after it."""
+        """Add what an appended-segments file's ``text`` publishes, a line each: segments, each
+        going on from ``end``, and commits (``commit_line``). A line cut short (no newline: a
+        write that failed or a crash), or one that does not go on from ``end``, ends them: the
+        writer appends nothing after it."""
         for line in text.split("\n")[:-1]:
             try:
-                first, count, nbytes, epoch, at, dropped, *part = json.loads(line)
-            except (ValueError, TypeError):
+                published = json.loads(line)
+                if isinstance(published, dict):
+                    committed = int(published["committed"])
+                    if not self.committed <= committed <= self.end:
+                        return
+                    self.committed = committed
+                    continue
+                first, count, nbytes, epoch, at, dropped, *part = published
+            except (ValueError, TypeError, KeyError):
                 return
             if first != self.end or len(part) > 1:
                 return

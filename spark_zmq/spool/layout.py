@@ -22,10 +22,11 @@ Layout of a spool folder::
         e00000003.sealed/        an earlier holder's folder: index.json, lease.json, segments
         e00000004/               the current holder's folder
             index.json           the segments not committed; replaced atomically at every
-                                 change but appends
-            appended.00000007.jsonl   the segments appended since index.json (which names
-                                 it) was written, a JSON line each; made empty before that
-                                 index, deleted once a newer one names another
+                                 change but appends and commits
+            appended.00000007.jsonl   the segments appended and the commits made since
+                                 index.json (which names it) was written, a JSON line each;
+                                 made empty before that index, deleted once a newer one
+                                 names another
             history.jsonl        committed segments that index.json no longer lists
             lease.json           its holder, written when it claimed the partition
             00000000000000000000.arrow   a segment, named by its first offset: a hard link to
@@ -40,9 +41,10 @@ are kept for replay, batch reads and backfills until retention deletes them (``R
 age, by bytes, and first whenever a write needs room at the spool's bound). A segment that is not
 committed is never deleted.
 
-An append costs the same however many segments are not committed yet: it writes its segment
-and one line; index.json, which lists them all, is written when something else changes (a commit,
-retention, a claim), not at every flush of a spool that nobody reads.
+An append costs the same however many segments are not committed yet: it links its segment
+and writes one line; a commit writes one line too. index.json, which lists them all, is written
+when something else changes (retention, a claim) or once the appended file holds
+``files.LINES_BEFORE_SAVE`` lines, not at every flush or commit.
 
 This module: the folders and files; ``index``: what index.json and the history file hold.
 """

@@ -53,7 +53,7 @@ def write_flush_file(path: str, parts: Sequence[Part]) -> list[int]:
     schema = SPOOL_SCHEMA.with_metadata({"parts": json.dumps(listing)})
     tmp = path + ".tmp"
     try:
-        rows = pa.concat_tables([part.table.replace_schema_metadata(None) for part in parts])
+        rows = pa.concat_tables([part.table for part in parts])  # (SPOOL_SCHEMA each)
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             # batches of BATCH_ROWS (not one per part: a batch costs its own metadata to write
             # and read): a file cut short keeps its earlier batches readable

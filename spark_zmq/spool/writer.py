@@ -371,7 +371,7 @@ class Spool(SpoolPartitions):
                 index.committed = min(end, index.end)
                 self._ledger.committed(index.segments[before : index.committed_count()])
                 if not (self._ledger.due() and self._apply_retention(time.time()).get(key)):
-                    self._publish(index)  # the commit alone: retention deleted nothing of it
+                    self._publish(index, commit=True)  # retention deleted nothing of it
                 return
         self.expire()
 
@@ -421,9 +421,13 @@ class Spool(SpoolPartitions):
         self._ledger.freed(freed)
         self._files.delete(key, gone, index.segments)
 
-    def _publish(self, index: PartitionIndex) -> None:
+    def _publish(self, index: PartitionIndex, commit: bool = False) -> None:
+        """Publish ``index`` (``commit``: only its ``committed`` changed)."""
         try:
-            self._save(index)
+            if commit:
+                self._files.commit(index)
+            else:
+                self._save(index)
         except SpoolWriteError as exc:
             # A full disk cannot take the new index, and only deleting frees space: delete
             # anyway (only committed segments go); the next write of the index publishes it.

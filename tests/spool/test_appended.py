@@ -1,6 +1,7 @@
 """An append writes its segment and one line of the appended-segments file that index.json
-names; index.json itself is written only when something else changes (a commit, retention, a
-claim). Readers, restarts and claims find every segment either way."""
+names, and so does a commit; index.json itself is written only when something else changes
+(retention, a claim, a file of LINES_BEFORE_SAVE lines). Readers, restarts and claims find
+every segment either way."""
 
 from __future__ import annotations
 
@@ -56,33 +57,42 @@ def messages(root: str, key: str, start: int, end: int) -> list[bytes]:
     ]
 
 
-def test_appends_leave_index_json_alone_and_readers_restarts_and_commits_see_them(tmp_path):
+def test_appends_and_commits_leave_index_json_alone_and_readers_and_restarts_see_them(
+    tmp_path, monkeypatch
+):
     root = str(tmp_path)
     spool = Spool(root, 1 << 30)
-    append(spool, "k", 3)
-    spool.truncate("k", 1)  # a commit writes index.json whole
+    append(spool, "k", 3)  # lines: the claim wrote index.json, which names an empty file
     before = index_doc(root, "k")
+    spool.truncate("k", 1)
     append(spool, "k", 5)
     append(spool, "k", dropped=4)
-    assert index_doc(root, "k") == before, "an append does not write index.json"
-    assert [line[0] for line in appended_lines(root, "k")] == [3, 4, 5, 6, 7, 8]
-    assert appended_lines(root, "k")[-1][5] == 4, "the count of drops goes with the line"
+    assert index_doc(root, "k") == before, "neither an append nor a commit writes index.json"
+    lines = appended_lines(root, "k")
+    assert lines[3] == {"committed": 1}, "a commit is a line"
+    assert [line[0] for line in lines if isinstance(line, list)] == list(range(9))
+    assert lines[-1][5] == 4, "the count of drops goes with the line"
     assert read_snapshot(root)["k"] == (0, 9, False, 1)
     assert load_index(root, "k").dropped == 4
     assert messages(root, "k", 0, 9) == [b"m%d" % i for i in range(9)]
 
+    # a file of LINES_BEFORE_SAVE lines: the next commit writes index.json whole
+    monkeypatch.setattr(files, "LINES_BEFORE_SAVE", len(lines))
     old = os.path.join(epoch_folder(root, "k"), before["appended"])
     spool.truncate("k", 6)
     after = index_doc(root, "k")
     assert [s[0] for s in after["segments"]] == [6, 7, 8] and after["dropped"] == 4
+    assert after["committed"] == 6
     assert after["appended"] != before["appended"] and not os.path.exists(old)
     assert appended_lines(root, "k") == [], "a new index names a new, empty file"
     append(spool, "k")
+    spool.truncate("k", 7)
+    assert appended_lines(root, "k")[-1] == {"committed": 7}
     spool.close()
 
     again = Spool(root, 1 << 30)  # a restart claims the partition: a new epoch folder
     index = again.partitions["k"]
-    assert (index.end, index.committed, index.dropped) == (10, 6, 4)
+    assert (index.end, index.committed, index.dropped) == (10, 7, 4)
     assert [s.first for s in index.segments] == list(range(10))
     append(again, "k")
     assert messages(root, "k", 0, 11) == [b"m%d" % i for i in range(11)]
@@ -124,6 +134,7 @@ def test_a_line_cut_short_is_never_read_and_the_next_append_writes_the_index(tmp
 def test_a_reader_whose_appended_file_was_replaced_reads_the_index_again(tmp_path, monkeypatch):
     """A commit writes a new index.json, then deletes the file the old one named: a reader that
     read the old index in between reads the new one, and sees every segment."""
+    monkeypatch.setattr(files, "LINES_BEFORE_SAVE", 0)  # every commit writes index.json
     root = str(tmp_path)
     spool = Spool(root, 1 << 30)
     append(spool, "k", 4)

@@ -8,6 +8,7 @@ import os
 import time
 
 from spark_zmq.capture.buffer import spool_table
+from spark_zmq.spool import files as spool_files
 from spark_zmq.spool.index import Retention, Source
 from spark_zmq.spool.layout import (
     HISTORY_NAME,
@@ -138,10 +139,11 @@ def test_at_the_bound_committed_segments_go_before_any_message_is_dropped(tmp_pa
     spool.close()
 
 
-def test_an_index_written_before_retention_existed_still_loads(tmp_path):
+def test_an_index_written_before_retention_existed_still_loads(tmp_path, monkeypatch):
     """An index of the previous release has neither ``committed`` nor ``written_at``: all it
     lists is uncommitted (that release deleted at commit); its segments' age counts from the
     load, and retention works on them once committed."""
+    monkeypatch.setattr(spool_files, "LINES_BEFORE_SAVE", 0)  # every commit writes index.json
     root = str(tmp_path)
     spool = Spool(root, 1 << 30)
     fill(spool, "k", 3)
@@ -193,10 +195,13 @@ def history_file(root: str, key: str) -> str:
     return os.path.join(partition_dir(root, key), f"e{epoch:08d}", HISTORY_NAME)
 
 
-def test_committed_segments_go_to_an_append_only_history_so_the_index_stays_small(tmp_path):
+def test_committed_segments_go_to_an_append_only_history_so_the_index_stays_small(
+    tmp_path, monkeypatch
+):
     """index.json is written at every append: it lists only what is not committed; the
     committed segments are appended to the history file at commit, which is written anew only
     once mostly dead. A restart, and readers, find them all again."""
+    monkeypatch.setattr(spool_files, "LINES_BEFORE_SAVE", 0)  # every commit writes index.json
     root = str(tmp_path)
     spool = Spool(root, 1 << 30)
     fill(spool, "k", 50)
@@ -224,7 +229,8 @@ def test_committed_segments_go_to_an_append_only_history_so_the_index_stays_smal
     assert kept(root, "k") == list(range(1146, 1151))
 
 
-def test_a_history_cut_short_counts_its_lost_lines_as_deleted(tmp_path):
+def test_a_history_cut_short_counts_its_lost_lines_as_deleted(tmp_path, monkeypatch):
+    monkeypatch.setattr(spool_files, "LINES_BEFORE_SAVE", 0)  # every commit writes index.json
     root = str(tmp_path)
     spool = Spool(root, 1 << 30)
     fill(spool, "k", 6)
