@@ -12,9 +12,12 @@ dropped at once and counted (XPUB_NODROP's EAGAIN), never waited on. Each payloa
 sequence number unique to its publisher (publisher i sends ``i * count + k``) and its send time.
 
 The reader is a new user's query: ``format("zeroeq")`` with ``session`` (discovery on
-127.0.0.1), ``capture=driver``, ``local[2]``, a 1-s processing-time trigger (``--trigger-ms``)
-and a ``foreachBatch`` sink that takes each batch's payloads into the driver and records its
-rows, its read tasks (the tasks of the batch's jobs, from Spark's status tracker), its time and
+127.0.0.1), a 1-s processing-time trigger (``--trigger-ms``), each N in each placement of
+``--placements``: ``capture=driver`` on ``local[2]``, and ``capture=executors`` on a standalone
+cluster of 2 workers of one core each (``spark_zmq.testing.standalone``, the driver here), where
+each executor's capture process captures its share of the endpoints; and a
+``foreachBatch`` sink that takes each batch's payloads into the driver and records its rows,
+its read tasks (the tasks of the batch's jobs, from Spark's status tracker), its time and
 every row's latency (arrival in the sink minus the send time in the payload). The publishers
 start sending only once every one of them has seen the query's subscription. Printed per N:
 
@@ -26,15 +29,17 @@ start sending only once every one of them has seen the query's subscription. Pri
 - *drain*: from the last publisher's last send until every message sent and not dropped was in
   the sink;
 - *capture CPU / msg*: CPU time (user + system, ``/proc/PID/stat``) of the driver-side reader
-  process that holds the spool's LOCK (capture, discovery and the reader's answers to Spark),
-  from the first send until the drain ended, over the messages delivered;
+  process (with ``capture=driver`` the one that holds the spool's LOCK: capture, discovery and
+  the reader's answers to Spark) and of the capture processes (``capture=executors``), from the
+  first send until the drain ended, over the messages delivered;
 - *spool files / s*: files of the spool closed after writing while the publishers sent
   (inotify, ``harness.files.WrittenFiles``); of them, segment files (the flush files) and index
   writes (a line appended to an appended-segments file counts as one), and messages per
   segment file;
-- *peak RSS*: sampled every 0.5 s: the JVM, the reader process, the other Python processes the
-  JVM started (daemon and workers, summed: pages that forked workers share count once each),
-  this process (the driver's Python), and the publisher processes (summed).
+- *peak RSS*: sampled every 0.5 s: the JVMs, the reader process, the capture processes, the
+  other Python processes the JVMs started (daemon and workers, summed: pages that forked
+  workers share count once each), this process (the driver's Python), and the publisher
+  processes (summed).
 
 Read tasks are counted from the status tracker (the tasks of the batch's new jobs in the
 query's job group); a batch for which it has none is counted with ``rdd.getNumPartitions()``,
@@ -42,14 +47,12 @@ which plans the batch's read once more, and the table says how many batches were
 
 ``--max-partitions K`` passes the reader option ``maxPartitions`` (default: the reader's, the
 driver host's cores); ``--max-partitions 100000`` gives one read task per endpoint, as before
-grouping, so a run can compare the two. Only ``capture=driver`` is measured: ``capture=
-executors`` needs a standalone cluster (``placement_rate.py`` starts one) and holder processes
-per executor, left out here to keep this script one scenario; ``placement_rate.py`` compares
-the placements.
+grouping, so a run can compare the two.
 
 Run it as ``python benchmarks/many_publishers.py [--counts 10,100,300,1000] [--seconds 40]
-[--rate 3000] [--processes 4] [--max-partitions K] [--trigger-ms 1000]`` (about 2 minutes per N
-at the defaults, more where the drain is slow); it re-executes itself in a private network
+[--rate 3000] [--processes 4] [--max-partitions K] [--trigger-ms 1000] [--placements
+driver,executors]`` (about 2 minutes per N and placement at the defaults, more where the
+drain is slow); it re-executes itself in a private network
 namespace, as every benchmark does.
 """
 
@@ -82,6 +85,10 @@ from harness.trees import CHECKOUT, run_in_tree
 
 from spark_zmq.spark.session import LOOPBACK
 
+#: the standalone cluster's workers (one core each) with capture=executors
+WORKERS = 2
+#: what the driver-side reader's command line holds (a Python streaming source's runner)
+SOURCE_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 #: how long publishers may take to announce themselves, and capture to subscribe to all
 CONNECT_TIMEOUT = 300.0
 #: the publisher processes' pacing tick
@@ -339,10 +346,50 @@ def lock_holder(spool: Path, timeout: float = 60.0) -> int:
     raise TimeoutError(f"no process holds {lock}")
 
 
+def reader_process(placement: str, spool: Path) -> int:
+    """The driver-side reader process: with ``capture=driver`` the one that holds the spool's
+    LOCK (it captures), else the streaming source's runner (discovery and planning)."""
+    if placement == "driver":
+        return lock_holder(spool)
+    from spark_zmq.testing.processes import running_processes
+
+    mine = set(descendants(os.getpid(), proc_children()))
+    runners = [pid for pid in running_processes(SOURCE_RUNNER) if pid in mine]
+    if len(runners) != 1:
+        raise RuntimeError(f"expected one {SOURCE_RUNNER} process, found {runners}")
+    return runners[0]
+
+
+def capture_cpu(reader: int) -> dict[int, float]:
+    """CPU seconds of the driver-side reader and of every capture process (capture=executors)
+    running now, by pid."""
+    from spark_zmq.testing.processes import running_holders
+
+    seconds = {}
+    for pid in (reader, *running_holders()):
+        with contextlib.suppress(OSError):
+            seconds[pid] = process_cpu(pid)
+    return seconds
+
+
+def cluster_session(cluster: Any, conf: dict[str, str]) -> Any:
+    """A session on the standalone ``cluster`` (its driver here, on loopback)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = LOOPBACK
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("many_publishers benchmark")
+    for key, value in {**cluster.settings(), **conf}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 class MemorySampler:
     """Peak RSS, MiB, by kind of process, sampled every ``SAMPLE_SECONDS`` until closed."""
 
-    KINDS = ("JVM", "reader", "workers", "driver", "publishers")
+    KINDS = ("JVM", "reader", "capture processes", "workers", "driver", "publishers")
 
     def __init__(self, publishers: list[int]) -> None:
         self.publishers = publishers
@@ -358,13 +405,21 @@ class MemorySampler:
                 self.peak[kind] = max(self.peak[kind], mib)
 
     def sample(self) -> dict[str, float]:
+        from spark_zmq.testing.processes import running_holders
+
         children = proc_children()
         jvms = [p for p in descendants(os.getpid(), children) if comm(p) == "java"]
         started = [p for jvm in jvms for p in descendants(jvm, children)]
-        workers = [p for p in started if p != self.reader and comm(p).startswith("python")]
+        holders = set(running_holders())
+        workers = [
+            p
+            for p in started
+            if p != self.reader and p not in holders and comm(p).startswith("python")
+        ]
         return {
             "JVM": sum(map(rss_of, jvms)),
             "reader": rss_of(self.reader) if self.reader else 0.0,
+            "capture processes": sum(map(rss_of, holders)),
             "workers": sum(map(rss_of, workers)),
             "driver": rss_of(os.getpid()),
             "publishers": sum(map(rss_of, self.publishers)),
@@ -384,7 +439,7 @@ def start_query(spark: Any, session: str, folder: Path, sink: BatchRecorder, arg
         spark.readStream.format("zeroeq")
         .option("session", session)
         .option("discoveryInterfaces", LOOPBACK)
-        .option("capture", "driver")
+        .option("capture", args.placement)
         .option("spoolPath", str(folder / "spool"))
     )
     if args.max_partitions:
@@ -418,23 +473,30 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="many_publishers-"))
     (folder / "spool").mkdir()
     publishers = Publishers(session, n, args.processes, count, args.rate / n)
-    spark = query = files = sampler = None
+    spark = query = files = sampler = cluster = None
     try:
         conf = {"spark.sql.streaming.numRecentProgressUpdates": "100000"}
-        spark = loopback_session("many_publishers benchmark", conf, log_level="ERROR")
+        if args.placement == "executors":
+            from spark_zmq.testing.standalone import StandaloneCluster
+
+            cluster = StandaloneCluster(folder / "cluster", workers=WORKERS)
+            spark = cluster_session(cluster, conf)
+        else:
+            spark = loopback_session("many_publishers benchmark", conf, log_level="ERROR")
         sampler = MemorySampler(publishers.pids)
         files = WrittenFiles(str(folder / "spool"))
         sink = BatchRecorder(n * count, spark)
         started = time.time()
         query = start_query(spark, session, folder, sink, args)
         connected = publishers.connected() - started
-        sampler.reader = reader = lock_holder(folder / "spool")
-        cpu_before, files.counting = process_cpu(reader), True
+        sampler.reader = reader = reader_process(args.placement, folder / "spool")
+        cpu_before, files.counting = capture_cpu(reader), True
         sent = publishers.go(time.time() + 0.5, args.seconds)
         files.counting = False  # (per second of the publishers' sending: ``seconds``)
         stopped = time.monotonic() - (time.time() - sent["ended"])
         done = wait_for_delivery(sink, int(sent["sent"] - sent["dropped"]), args.drain_timeout)
-        cpu = process_cpu(reader) - cpu_before
+        after = capture_cpu(reader)
+        cpu = sum(seconds - cpu_before.get(pid, 0.0) for pid, seconds in after.items())
         progress = [json.loads(p.json) for p in query.recentProgress]
         return figures(n, sent, sink, progress, files, sampler.close(), connected, cpu) | {
             "drain": None if done is None else done - stopped,
@@ -446,6 +508,8 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
             files.close()
         if spark is not None:
             spark.stop()
+        if cluster is not None:
+            cluster.stop()
         publishers.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -505,10 +569,11 @@ def failure(exc: Exception) -> str:
     return lines[-1].strip() if lines else error_text(exc)
 
 
-def trial_arguments(n: int, args: argparse.Namespace) -> list[str]:
+def trial_arguments(n: int, placement: str, args: argparse.Namespace) -> list[str]:
     arguments = ["--role", "trial", "--counts", str(n), "--seconds", str(args.seconds)]
     arguments += ["--rate", str(args.rate), "--processes", str(args.processes)]
     arguments += ["--trigger-ms", str(args.trigger_ms), "--drain-timeout", str(args.drain_timeout)]
+    arguments += ["--placement", placement]
     if args.max_partitions:
         arguments += ["--max-partitions", str(args.max_partitions)]
     return arguments
@@ -552,7 +617,8 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
 def print_table(results: list[dict[str, Any]]) -> None:
     columns = [rows_of(result) for result in results]
     names = list(dict.fromkeys(name for column in columns for name in column))
-    print(f"\n{'':<28}" + "".join(f"{'N=' + str(r['n']):>22}" for r in results))
+    heads = [f"N={r['n']} {r['placement'][:4]}" for r in results]
+    print(f"\n{'':<28}" + "".join(f"{head:>22}" for head in heads))
     for name in names:
         print(f"{name:<28}" + "".join(f"{column.get(name, ''):>22}" for column in columns))
 
@@ -574,6 +640,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--trigger-ms", type=int, default=1000, help="trigger (default 1000)")
     parser.add_argument(
+        "--placements",
+        default="driver,executors",
+        help="capture placements, each N in each (default driver,executors)",
+    )
+    parser.add_argument("--placement", default="driver", help=argparse.SUPPRESS)
+    parser.add_argument(
         "--drain-timeout",
         type=float,
         default=300.0,
@@ -594,18 +666,22 @@ def main() -> int:
     grouping = args.max_partitions or "the reader's default"
     print(
         f"  settings  : {args.rate:,.0f} msg/s in all, {PAYLOAD_BYTES} B, {args.seconds:g} s per "
-        f"N, {args.processes} publisher processes, capture=driver, trigger "
+        f"N, {args.processes} publisher processes, capture={args.placements}, trigger "
         f"{args.trigger_ms} ms, maxPartitions {grouping}, load {os.getloadavg()[0]:.1f}\n",
         flush=True,
     )
     results = []
     for n in counts:
-        try:
-            result = run_in_tree(str(CHECKOUT), __file__, trial_arguments(n, args))
-        except (RuntimeError, ValueError) as exc:
-            result = {"n": n, "error": failure(exc)}
-        results.append(result)
-        print(f"  N={n}: " + "; ".join(f"{k} {v}" for k, v in rows_of(result).items()), flush=True)
+        for placement in args.placements.split(","):
+            try:
+                arguments = trial_arguments(n, placement, args)
+                result = run_in_tree(str(CHECKOUT), __file__, arguments)
+            except (RuntimeError, ValueError) as exc:
+                result = {"n": n, "error": failure(exc)}
+            result["placement"] = placement
+            results.append(result)
+            row = "; ".join(f"{k} {v}" for k, v in rows_of(result).items())
+            print(f"  N={n}, capture={placement}: {row}", flush=True)
     reap_children()
     print_table(results)
     print(f"(load average at the end: {os.getloadavg()[0]:.1f})")

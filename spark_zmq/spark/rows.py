@@ -42,6 +42,9 @@ S = TypeVar("S")
 
 #: rows per record batch handed to Spark (Arrow batches of ~64K rows are at the JVM's floor)
 BATCH_ROWS = 65536
+#: the most bytes of small spool slices a read task joins to decode at once (``_joined``):
+#: enough to make a slice's fixed cost vanish, small beside a segment's bound
+JOINED_BYTES = 8 << 20
 #: how every gap row's ``error`` starts (a stable prefix: queries filter on it)
 GAP_PREFIX = "gap:"
 
@@ -136,7 +139,8 @@ def _range_rows(
         slices = open_range(
             part.spool_path, part.key, part.start, part.end, part.spool_id, part.served, files
         )
-        for first, source, table in _joined(slices):
+        joined = min(settings.max_bytes_per_batch, JOINED_BYTES)
+        for first, source, table in _joined(slices, joined):
             batch = _decode(protocol, decoding, part.key, first, source, table, schema, failures)
             batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
             dropped += malformed
@@ -147,21 +151,26 @@ def _range_rows(
 
 
 def _joined(
-    slices: Iterable[tuple[int, Source, pa.Table]],
+    slices: Iterable[tuple[int, Source, pa.Table]], max_bytes: int
 ) -> Iterator[tuple[int, Source, pa.Table]]:
     """``slices`` with those that go on from each other under one source joined, up to
-    BATCH_ROWS rows: decoding costs about a millisecond a slice whatever it holds, and a busy
-    session's flushes leave a segment of one or two messages per endpoint."""
+    BATCH_ROWS rows or ``max_bytes`` (a joined slice is decoded at once, whole): decoding
+    costs about a millisecond a slice whatever it holds, and a busy session's flushes leave a
+    segment of one or two messages per endpoint."""
     pending: list[tuple[int, Source, pa.Table]] = []
-    rows = 0
+    rows = nbytes = 0
     for first, source, table in slices:
         if pending and (
-            source != pending[0][1] or first != pending[0][0] + rows or rows >= BATCH_ROWS
+            source != pending[0][1]
+            or first != pending[0][0] + rows
+            or rows >= BATCH_ROWS
+            or nbytes >= max_bytes
         ):
             yield pending[0][0], pending[0][1], pa.concat_tables([t for *_, t in pending])
-            pending, rows = [], 0
+            pending, rows, nbytes = [], 0, 0
         pending.append((first, source, table))
         rows += table.num_rows
+        nbytes += table.nbytes
     if pending:
         yield pending[0][0], pending[0][1], pa.concat_tables([t for *_, t in pending])
 
