@@ -395,6 +395,7 @@ class MemorySampler:
         self.publishers = publishers
         self.reader = 0
         self.peak = dict.fromkeys(self.KINDS, 0.0)
+        self.most_holders = 0  # capture processes running at once, at most
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss sampler", daemon=True)
         self._thread.start()
@@ -411,6 +412,7 @@ class MemorySampler:
         jvms = [p for p in descendants(os.getpid(), children) if comm(p) == "java"]
         started = [p for jvm in jvms for p in descendants(jvm, children)]
         holders = set(running_holders())
+        self.most_holders = max(self.most_holders, len(holders))
         workers = [
             p
             for p in started
@@ -499,6 +501,7 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
         cpu = sum(seconds - cpu_before.get(pid, 0.0) for pid, seconds in after.items())
         progress = [json.loads(p.json) for p in query.recentProgress]
         return figures(n, sent, sink, progress, files, sampler.close(), connected, cpu) | {
+            "capture_processes": sampler.most_holders,
             "drain": None if done is None else done - stopped,
         }
     finally:
@@ -603,6 +606,7 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
         "latency p50 / p95": pair(result["latency_s"]),
         "drain after the stop": "not drained" if drain is None else f"{drain:.1f} s",
         "capture CPU a message": f"{result['cpu_us']:.1f} us",
+        "capture processes": str(result.get("capture_processes", 0)),
         "spool files a second": f"{files / result['seconds']:,.0f}",
         "of which segment files": f"{result['segment_files'] / result['seconds']:,.0f}",
         "of which index writes": f"{result['index_writes'] / result['seconds']:,.0f}",
