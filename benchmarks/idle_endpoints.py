@@ -36,15 +36,12 @@ def publishers_main(
     """Bind ``count`` XPUB sockets, report their keys, take the subscriptions, and idle."""
     import zmq
 
+    from spark_zmq.testing.wire import bound_xpubs
+
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, count + 64)
-    sockets = []
-    for _ in range(count):
-        socket = context.socket(zmq.XPUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.bind("tcp://127.0.0.1:*")
-        sockets.append(socket)
-    keys.put([s.getsockopt_string(zmq.LAST_ENDPOINT).removeprefix("tcp://") for s in sockets])
+    sockets, bound = bound_xpubs(context, count)
+    keys.put(bound)
     for socket in sockets:
         if not socket.poll(int(SUBSCRIBE_TIMEOUT * 1000)):
             raise TimeoutError("no subscription from capture")

@@ -32,13 +32,19 @@ class Source:
     endpoint: str
     metadata: Mapping[str, str] = field(default_factory=dict)
 
+    def to_dict(self) -> dict:
+        return {"endpoint": self.endpoint, "metadata": dict(self.metadata)}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping) -> Source:
+        return cls(obj["endpoint"], obj["metadata"])
+
     def to_json(self) -> str:
-        return json.dumps({"endpoint": self.endpoint, "metadata": dict(self.metadata)})
+        return json.dumps(self.to_dict())
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Source:
-        obj = json.loads(data)
-        return cls(obj["endpoint"], obj["metadata"])
+        return cls.from_dict(json.loads(data))
 
 
 @dataclass(frozen=True)

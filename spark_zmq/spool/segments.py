@@ -48,7 +48,7 @@ def write_flush_file(path: str, parts: Sequence[Part]) -> list[int]:
     retention counts as its segment's size."""
     listing, row = [], 0
     for part in parts:
-        listing.append([row, part.table.num_rows, json.loads(part.source.to_json())])
+        listing.append([row, part.table.num_rows, part.source.to_dict()])
         row += part.table.num_rows
     schema = SPOOL_SCHEMA.with_metadata({"parts": json.dumps(listing)})
     tmp = path + ".tmp"
@@ -125,7 +125,7 @@ def _open_flush_file(path: str) -> _FlushFile | None:
             reader = pa.ipc.open_file(mapped)
             table = reader.read_all()
             parts = [
-                (int(row), int(count), Source.from_json(json.dumps(source)))
+                (int(row), int(count), Source.from_dict(source))
                 for row, count, source in json.loads(reader.schema.metadata[b"parts"])
             ]
     except (pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError):
@@ -170,7 +170,7 @@ def _recover(path: str, segment: Segment) -> tuple[Source, pa.Table]:
             source = Source.from_json(metadata[b"source"])
         else:
             row, _, found = json.loads(metadata[b"parts"])[segment.part]
-            source = Source.from_json(json.dumps(found))
+            source = Source.from_dict(found)
         while True:
             batches.append(reader.read_next_batch())
     except (StopIteration, pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError, IndexError):

@@ -22,7 +22,8 @@ from spark_zmq.spool.layout import load_index
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.writer import Spool
 from spark_zmq.testing.logs import logged, logged_warnings
-from support.common import bound_xpubs, wait_until
+from spark_zmq.testing.wire import bound_xpubs
+from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
 SUBSCRIPTIONS = (b"", event_id(MEERKAT))

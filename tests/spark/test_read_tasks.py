@@ -15,7 +15,8 @@ from spark_zmq.spark.offsets import OffsetRange, group_ranges, plan_tasks, split
 from spark_zmq.spool.index import Source
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import MAX_PARTITIONS, MIN_PARTITIONS, READER_OPTIONS
-from support.common import bound_xpubs, wait_until
+from spark_zmq.testing.wire import bound_xpubs
+from support.common import wait_until
 
 ECHO = "zeroeq::test::Echo"
 KEY = "10.9.9.9:1"
