@@ -24,8 +24,9 @@ start sending only once every one of them has seen the query's subscription. Pri
 - *connected*: from the query's start until every publisher saw capture's subscription;
 - *delivered / sent*: distinct (publisher, sequence) pairs in the sink over messages handed to
   zmq; *dropped* at the publishers' high-water mark; *duplicates*;
-- *micro-batch p50 / p95*: Spark's ``triggerExecution`` of batches with rows; *read tasks* a
-  batch (mean); *latency p50 / p95*;
+- *micro-batch p50 / p95*: Spark's ``triggerExecution`` of batches with rows, and the p50 of
+  its parts (``BATCH_PARTS``: offsets asked of the reader, the batch's jobs, the commit);
+  *read tasks* a batch (mean); *latency p50 / p95*;
 - *drain*: from the last publisher's last send until every message sent and not dropped was in
   the sink;
 - *capture CPU / msg*: CPU time (user + system, ``/proc/PID/stat``) of the driver-side reader
@@ -528,9 +529,8 @@ def figures(
     cpu: float,
 ) -> dict[str, Any]:
     """What the parent prints of one trial, as JSON."""
-    durations = [
-        p["durationMs"].get("triggerExecution", 0) / 1e3 for p in progress if p["numInputRows"]
-    ]
+    with_rows = [p for p in progress if p["numInputRows"]]
+    durations = [p["durationMs"].get("triggerExecution", 0) / 1e3 for p in with_rows]
     batches = [b for b in sink.batches if b["rows"]]
     latencies = np.concatenate(sink.latencies) / 1e9 if sink.latencies else np.empty(0)
     written = sum(files.counts.values())
@@ -544,6 +544,12 @@ def figures(
         "batches": len(batches),
         "batch_s": percentiles(durations),
         "sink_s": percentiles([b["seconds"] for b in batches]),
+        "parts_s": {
+            part: float(np.median([p["durationMs"].get(part, 0) / 1e3 for p in with_rows]))
+            for part in BATCH_PARTS
+        }
+        if with_rows
+        else {},
         "tasks": float(np.mean([b["tasks"] for b in batches])) if batches else 0.0,
         "untracked": sum(not b["tracked"] for b in batches),
         "latency_s": percentiles(latencies),
@@ -553,6 +559,11 @@ def figures(
         "index_writes": files.counts["index writes"],
         "rss": peak_rss,
     }
+
+
+#: the parts of a micro-batch's time in Spark's progress (``durationMs``), printed apart: where
+#: a batch's time goes (offsets asked of the reader, the batch's jobs, the commit)
+BATCH_PARTS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
 
 
 def percentiles(values: Any) -> list[float]:
@@ -601,6 +612,10 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
         "micro-batches with rows": str(result["batches"]),
         "micro-batch p50 / p95": pair(result["batch_s"]),
         "sink time p50 / p95": pair(result["sink_s"]),
+        **{
+            f"  {part} p50": f"{seconds:.2f} s"
+            for part, seconds in result.get("parts_s", {}).items()
+        },
         "read tasks a batch (mean)": f"{result['tasks']:.1f}"
         + (f" ({result['untracked']} from rdd)" if result["untracked"] else ""),
         "latency p50 / p95": pair(result["latency_s"]),

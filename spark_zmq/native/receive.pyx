@@ -255,6 +255,11 @@ cdef class Poller:
         """Poll the mailbox and these (owner, socket, buffer, monitor) entries from now on."""
         self._build(entries)
 
+    def set_longest_pause(self, double seconds):
+        """The longest pause after a round from now on (see the class): a round costs more
+        the more sockets it polls, so capture lengthens it with the endpoints it watches."""
+        self.longest_pause_ns = <int64_t>(max(seconds, 0.0) * 1e9)
+
     cdef void _build(self, list entries) except *:
         cdef Buffer buffer
         for _, _, buffer, _ in entries:

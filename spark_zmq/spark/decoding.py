@@ -23,6 +23,7 @@ whatever a protocol or the spool put there.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 
 from spark_zmq.errors import OptionError, SparkZmqError
 from spark_zmq.protocols.arrow import joined_frames
-from spark_zmq.protocols.contract import Decoded, StreamProtocol
+from spark_zmq.protocols.contract import Decoded, StreamProtocol, concatenated
 from spark_zmq.spool.index import Source
 
 #: the format's reader settings
@@ -97,6 +98,36 @@ def decode_isolating(
     return decoded, failed
 
 
+def decode_runs_isolating(
+    protocol: StreamProtocol[S],
+    frames: pa.ListArray,
+    runs: Sequence[tuple[Source, int]],
+    settings: S,
+    gaps: np.ndarray,
+) -> tuple[Decoded, dict[int, str]]:
+    """``decode_isolating`` of messages of several sources (``runs``, as ``decode_runs`` takes
+    them): one call of ``decode_runs`` when it returns a decoding of the right shape, else
+    each run isolated on its own, so that one source's bad message costs that source's run a
+    search, not the others' rows."""
+    if len(runs) == 1:
+        return decode_isolating(protocol, frames, runs[0][0], settings, gaps)
+    try:
+        return _checked(protocol, protocol.decode_runs(frames, runs, settings), len(frames)), {}
+    except (OptionError, ImportError):
+        raise
+    except Exception:  # not BaseException: see the module docstring
+        pass
+    parts, failed, at = [], {}, 0
+    for source, count in runs:
+        part, part_failed = decode_isolating(
+            protocol, frames.slice(at, count), source, settings, gaps[at : at + count]
+        )
+        parts.append(part)
+        failed.update({at + index: text for index, text in part_failed.items()})
+        at += count
+    return concatenated(protocol.columns.names, parts), failed
+
+
 def _isolate(
     protocol: StreamProtocol[S],
     frames: pa.ListArray,
@@ -119,7 +150,7 @@ def _isolate(
         half = len(frames) // 2
         first = _isolate(protocol, frames.slice(0, half), start, source, settings, gaps, failed)
         rest = _isolate(protocol, frames.slice(half), start + half, source, settings, gaps, failed)
-        return _concatenated(protocol, [first, rest])
+        return concatenated(protocol.columns.names, [first, rest])
     text = bounded_text(f"{protocol.name}: decoding failed: {failure}")
     return _failed(protocol, frames, start, gaps, text, failed)
 
@@ -186,24 +217,3 @@ def _expect(what: str, array: object, kind: pa.DataType, n: int) -> None:
             f"decode returned {what} of {len(array)} entries of {array.type} for {n} "
             f"messages (expected {kind})"
         )
-
-
-def _concatenated(protocol: StreamProtocol[Any], parts: list[Decoded]) -> Decoded:
-    """The decodings of consecutive runs as one."""
-    keep = None
-    if any(part.keep is not None for part in parts):
-        keep = pa.concat_arrays(
-            [
-                part.keep if part.keep is not None else pa.repeat(pa.scalar(True), len(part.error))
-                for part in parts
-            ]
-        )
-    return Decoded(
-        pa.concat_arrays([part.payload for part in parts]),
-        pa.concat_arrays([part.error for part in parts]),
-        {
-            name: pa.concat_arrays([part.columns[name] for part in parts])
-            for name in protocol.columns.names
-        },
-        keep,
-    )

@@ -18,9 +18,9 @@ The contract, row by row:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,11 @@ from spark_zmq.errors import RowError
 from spark_zmq.extras import require
 from spark_zmq.log import logger
 from spark_zmq.protocols.contract import StreamProtocol
-from spark_zmq.spark.decoding import DecodeFailures, bounded_errors, decode_isolating
+from spark_zmq.spark.decoding import (
+    DecodeFailures,
+    bounded_errors,
+    decode_runs_isolating,
+)
 from spark_zmq.spool.index import Source
 from spark_zmq.spool.remote import ServedSpool, open_range
 from spark_zmq.spool.segments import SegmentFiles
@@ -95,6 +99,17 @@ class ReadTask(InputPartition):
     ranges: tuple[SpoolRange, ...]
 
 
+class _Run(NamedTuple):
+    """Consecutive rows of one partition from one source, decoded: what a read task joins
+    with the runs of other partitions to add the shared columns and apply the contract once."""
+
+    part: int  # the range of the task it belongs to
+    key: str
+    first: int  # the offset of its first row
+    source: Source
+    table: pa.Table  # its spool rows
+
+
 def read_rows(
     protocol: StreamProtocol[S],
     decoding: S,
@@ -103,51 +118,61 @@ def read_rows(
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``task``'s ranges in the format's schema, in batches Spark takes well:
     decoded with the format's reader settings ``decoding``, shaped by ``settings``. Rows of
-    a range keep their order; ranges come in the task's order."""
+    a range keep their order; ranges come in the task's order.
+
+    The protocol decodes each source's run of rows on its own (its columns depend on the
+    source); the shared columns and the contract are applied to the runs of many partitions
+    at once, up to ``JOINED_BYTES``: a task of hundreds of quiet endpoints pays them once per
+    batch, not once per endpoint."""
     require(
         protocol.name, f"format({protocol.name!r})"
     )  # an executor without the format's libraries fails, not decodes
+    parts = task.ranges if isinstance(task, ReadTask) else (task,)
     schema = output_schema(protocol)
     max_bytes = settings.max_bytes_per_batch
+    joined = min(max_bytes, JOINED_BYTES)
+    dropped = np.zeros(len(parts), np.int64)
+    failures = [DecodeFailures() for _ in parts]
     pending: list[pa.RecordBatch] = []
     pending_rows = pending_bytes = 0
-    files = SegmentFiles()  # the ranges of a task read the same flush files
-    for part in task.ranges if isinstance(task, ReadTask) else (task,):
-        for batch in _range_rows(protocol, decoding, settings, part, schema, files):
+    runs: list[_Run] = []
+    runs_rows = runs_bytes = 0
+    try:
+        for run in _runs(parts, joined):
+            runs.append(run)
+            runs_rows += run.table.num_rows
+            runs_bytes += run.table.nbytes
+            if runs_rows < BATCH_ROWS and runs_bytes < joined:
+                continue
+            batch = _delivered(protocol, decoding, runs, schema, settings, dropped, failures)
+            runs, runs_rows, runs_bytes = [], 0, 0
             pending.append(batch)
             pending_rows += batch.num_rows
             pending_bytes += batch.nbytes
             if pending_rows >= BATCH_ROWS or pending_bytes >= max_bytes:
                 yield from _rebatch(pending, schema, max_bytes)
                 pending, pending_rows, pending_bytes = [], 0, 0
-    yield from _rebatch(pending, schema, max_bytes)
+        if runs:
+            pending.append(
+                _delivered(protocol, decoding, runs, schema, settings, dropped, failures)
+            )
+        yield from _rebatch(pending, schema, max_bytes)
+    finally:
+        for part, count, failed in zip(parts, dropped.tolist(), failures, strict=True):
+            _log_failures(protocol.name, part, settings, failed)
+            _log_dropped(protocol.name, part, count)
 
 
-def _range_rows(
-    protocol: StreamProtocol[S],
-    decoding: S,
-    settings: RowSettings,
-    part: SpoolRange,
-    schema: pa.Schema,
-    files: SegmentFiles,
-) -> Iterator[pa.RecordBatch]:
-    """The non-empty batches of one range, decoded and with the delivery contract applied,
-    as the spool's slices come; one log line per kind of trouble with them."""
-    dropped = 0
-    failures = DecodeFailures()
-    try:
+def _runs(parts: Sequence[SpoolRange], joined: int) -> Iterator[_Run]:
+    """The runs of ``parts``, in order, as the spool's slices come (joined up to ``joined``
+    bytes: ``_joined``)."""
+    files = SegmentFiles()  # the ranges of a task read the same flush files
+    for index, part in enumerate(parts):
         slices = open_range(
             part.spool_path, part.key, part.start, part.end, part.spool_id, part.served, files
         )
-        joined = min(settings.max_bytes_per_batch, JOINED_BYTES)
         for first, source, table in _joined(slices, joined):
-            batch = _decode(protocol, decoding, part.key, first, source, table, schema, failures)
-            batch, malformed = _apply_contract(protocol.name, part.key, batch, settings)
-            dropped += malformed
-            if batch.num_rows:
-                yield batch
-    finally:
-        _log_task(protocol.name, part, settings, failures, dropped)
+            yield _Run(index, part.key, first, source, table)
 
 
 def _joined(
@@ -175,11 +200,10 @@ def _joined(
         yield pending[0][0], pending[0][1], pa.concat_tables([t for *_, t in pending])
 
 
-def _log_task(
-    name: str, part: SpoolRange, settings: RowSettings, failures: DecodeFailures, dropped: int
+def _log_failures(
+    name: str, part: SpoolRange, settings: RowSettings, failures: DecodeFailures
 ) -> None:
-    """A read task's one line per thing that went wrong with its messages (not one per
-    message): decoder failures, malformed messages dropped."""
+    """A range's one line for the messages that made the decoder raise (not one per message)."""
     if failures.first is not None:
         offset, text = failures.first
         logger.warning(
@@ -194,6 +218,10 @@ def _log_task(
             offset,
             text,
         )
+
+
+def _log_dropped(name: str, part: SpoolRange, dropped: int) -> None:
+    """A range's one line for the malformed messages it dropped (mode=DROPMALFORMED)."""
     if dropped:
         logger.warning(
             "%s: dropped %d malformed messages of partition %s in offsets [%d, %d)",
@@ -205,40 +233,75 @@ def _log_task(
         )
 
 
+def _delivered(
+    protocol: StreamProtocol[S],
+    decoding: S,
+    runs: list[_Run],
+    schema: pa.Schema,
+    settings: RowSettings,
+    dropped: np.ndarray,
+    failures: list[DecodeFailures],
+) -> pa.RecordBatch:
+    """The rows of ``runs`` to deliver (``_decode``, then ``_apply_contract``); the messages
+    that made the decoder raise and the malformed rows dropped are counted by range, in
+    ``failures`` and ``dropped``."""
+    batch, ranges = _decode(protocol, decoding, runs, schema, failures)
+    batch, malformed = _apply_contract(protocol.name, batch, settings)
+    if malformed is not None:
+        np.add.at(dropped, ranges[malformed], 1)
+    return batch
+
+
 def _decode(
     protocol: StreamProtocol[S],
     decoding: S,
-    key: str,
-    first: int,
-    source: Source,
-    table: pa.Table,
+    runs: list[_Run],
     schema: pa.Schema,
-    failures: DecodeFailures,
-) -> pa.RecordBatch:
-    """Rows of one spool slice in the output schema: gap rows carry the spool's fault text,
-    other rows what the protocol decoded (``error`` set when malformed, or when the decoder
-    raised on the message: ``decode_isolating``); no error text over MAX_ERROR_CHARS."""
-    n = table.num_rows
-    frames = table.column("frames").combine_chunks()
-    fault = table.column("fault").combine_chunks()
+    failures: list[DecodeFailures],
+) -> tuple[pa.RecordBatch, np.ndarray]:
+    """Rows of ``runs`` in the output schema, and the range of each row: gap rows carry the
+    spool's fault text, other rows what the protocol decoded (``error`` set when malformed,
+    or when the decoder raised on the message: ``decode_runs_isolating``); no error text over
+    MAX_ERROR_CHARS. Rows the protocol does not keep (``Decoded.keep``) are left out; gap
+    rows always stay."""
+    counts = np.array([run.table.num_rows for run in runs], np.int64)
+    n = int(counts.sum())
+    which = np.repeat(np.arange(len(runs)), counts)  # each row's run
+    starts = np.cumsum(counts) - counts
+    firsts = np.array([run.first for run in runs], np.int64)
+    offsets = np.arange(n, dtype=np.int64) - starts[which] + firsts[which]
+    frames = pa.chunked_array([run.table.column("frames") for run in runs]).combine_chunks()
+    fault = pa.chunked_array([run.table.column("fault") for run in runs]).combine_chunks()
     gaps = fault.is_valid().to_numpy(zero_copy_only=False)
-    decoded, failed = decode_isolating(protocol, frames, source, decoding, gaps)
-    for index, text in failed.items():
-        failures.add(first + index, text)
+    decoded, failed = decode_runs_isolating(
+        protocol, frames, [(run.source, run.table.num_rows) for run in runs], decoding, gaps
+    )
+    for row, text in failed.items():
+        failures[runs[which[row]].part].add(int(offsets[row]), text)
     error = bounded_errors(pc.if_else(pc.is_null(fault), decoded.error, fault))
     columns = {
-        "partition": pa.repeat(pa.scalar(key, pa.string()), n),
-        "offset": pa.array(np.arange(first, first + n, dtype=np.int64)),
-        "received_at": table.column("received_at").combine_chunks(),
-        "endpoint": pa.repeat(pa.scalar(source.endpoint, pa.string()), n),
+        "partition": _per_run([run.key for run in runs], which),
+        "offset": pa.array(offsets),
+        "received_at": pa.chunked_array(
+            [run.table.column("received_at") for run in runs]
+        ).combine_chunks(),
+        "endpoint": _per_run([run.source.endpoint for run in runs], which),
         "payload": pc.if_else(pc.is_null(fault), decoded.payload, pa.nulls(n, pa.binary())),
         "error": error,
         **decoded.columns,
     }
     batch = pa.RecordBatch.from_arrays([columns[f.name] for f in schema], schema=schema)
+    ranges = np.array([run.part for run in runs], np.int64)[which]
     if decoded.keep is not None:  # the protocol filters (events not asked for): gaps stay
-        batch = batch.filter(pc.or_(decoded.keep, pc.is_valid(error)))
-    return batch
+        kept = pc.or_(decoded.keep, pc.is_valid(error))
+        batch = batch.filter(kept)
+        ranges = ranges[kept.to_numpy(zero_copy_only=False)]
+    return batch, ranges
+
+
+def _per_run(values: list[str], which: np.ndarray) -> pa.Array:
+    """A string column of ``values[which[i]]`` for row i (one value per run)."""
+    return pa.array(values, pa.string()).take(pa.array(which))
 
 
 def is_gap(error: pa.Array) -> pa.Array:
@@ -247,31 +310,30 @@ def is_gap(error: pa.Array) -> pa.Array:
 
 
 def _apply_contract(
-    name: str, key: str, batch: pa.RecordBatch, settings: RowSettings
-) -> tuple[pa.RecordBatch, int]:
-    """``failOnDataLoss`` for gap rows, ``mode`` for malformed ones: the batch to deliver and
-    the number of malformed rows it dropped."""
+    name: str, batch: pa.RecordBatch, settings: RowSettings
+) -> tuple[pa.RecordBatch, np.ndarray | None]:
+    """``failOnDataLoss`` for gap rows, ``mode`` for malformed ones: the batch to deliver and,
+    if it dropped malformed rows, which of ``batch``'s rows they were."""
     error = batch.column("error")
     gaps = is_gap(error)
     if settings.fail_on_data_loss and pc.any(gaps).as_py():
         row = batch.filter(gaps).slice(0, 1).to_pylist()[0]
         raise DataLossError(
-            f"{name}: data lost in partition {key} at offset {row['offset']} from "
-            f"{row['endpoint']}: {row['error']} (failOnDataLoss=true; set it to false to get "
-            f"each loss as a row whose error starts with '{GAP_PREFIX}')"
+            f"{name}: data lost in partition {row['partition']} at offset {row['offset']} "
+            f"from {row['endpoint']}: {row['error']} (failOnDataLoss=true; set it to false to "
+            f"get each loss as a row whose error starts with '{GAP_PREFIX}')"
         )
     malformed = pc.and_(pc.is_valid(error), pc.invert(gaps))
-    count = pc.sum(malformed).as_py() or 0
-    if not count or settings.mode == "PERMISSIVE":
-        return batch, 0
+    if not pc.any(malformed).as_py() or settings.mode == "PERMISSIVE":
+        return batch, None
     if settings.mode == "FAILFAST":
         row = batch.filter(malformed).slice(0, 1).to_pylist()[0]
         raise MalformedMessageError(
-            f"{name}: malformed message in partition {key} at offset "
+            f"{name}: malformed message in partition {row['partition']} at offset "
             f"{row['offset']} from {row['endpoint']}: {row['error']} (mode=FAILFAST; use "
             f"mode=PERMISSIVE to keep such messages as rows, or DROPMALFORMED to skip them)"
         )
-    return batch.filter(pc.invert(malformed)), count
+    return batch.filter(pc.invert(malformed)), malformed.to_numpy(zero_copy_only=False)
 
 
 def _rebatch(

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import cached_property
+from typing import Any, NamedTuple
 
 from spark_zmq.errors import SpoolError
 
@@ -40,6 +41,12 @@ class Source:
         return cls(obj["endpoint"], obj["metadata"])
 
     def to_json(self) -> str:
+        """The source as JSON, made once: a flush file names the source of each of its parts,
+        and capture writes one every flush for each of its endpoints."""
+        return self._json
+
+    @cached_property
+    def _json(self) -> str:
         return json.dumps(self.to_dict())
 
     @classmethod
@@ -176,9 +183,12 @@ class PartitionIndex:
     def appended_line(self, segment: Segment) -> str:
         """The line that publishes ``segment``, just appended (it ends at ``end``), with the
         count of dropped messages as it now is."""
-        s = segment
-        line = [*s.fields()[:5], self.dropped]
-        return json.dumps(line if s.part is None else [*line, s.part]) + "\n"
+        s = segment  # (formatted here, not by json.dumps: one per endpoint each flush)
+        part = "" if s.part is None else f", {int(s.part)}"
+        return (
+            f"[{int(s.first)}, {int(s.count)}, {int(s.nbytes)}, {int(s.epoch)}, "
+            f"{float(s.at)!r}, {int(self.dropped)}{part}]\n"
+        )
 
     def commit_line(self) -> str:
         """The line that publishes ``committed``, just raised (format version 3)."""
@@ -189,9 +199,8 @@ class PartitionIndex:
         going on from ``end``, and commits (``commit_line``). A line cut short (no newline: a
         write that failed or a crash), or one that does not go on from ``end``, ends them: the
         writer appends nothing after it."""
-        for line in text.split("\n")[:-1]:
+        for published in _parsed_lines(text.split("\n")[:-1]):
             try:
-                published = json.loads(line)
                 if isinstance(published, dict):
                     committed = int(published["committed"])
                     if not self.committed <= committed <= self.end:
@@ -224,6 +233,27 @@ class PartitionIndex:
 
     def state(self) -> PartitionState:
         return PartitionState(self.start, self.end, self.retired, self.committed)
+
+
+def _parsed_lines(lines: list[str]) -> Iterator[Any]:
+    """Each of ``lines`` parsed as JSON, up to the first that does not parse. All at once, as
+    one JSON array, when every line is one value (a read task loads hundreds of indexes, each
+    of up to ``files.LINES_BEFORE_SAVE`` lines: a parse per line costs several times more);
+    one by one otherwise."""
+    if not lines:
+        return
+    try:
+        values = json.loads(f"[{','.join(lines)}]")
+    except ValueError:
+        values = None
+    if isinstance(values, list) and len(values) == len(lines):
+        yield from values
+        return
+    for line in lines:
+        try:
+            yield json.loads(line)
+        except ValueError:
+            return
 
 
 def versioned(doc: dict, version: int = FORMAT_VERSION) -> dict:

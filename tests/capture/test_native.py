@@ -455,3 +455,34 @@ def test_a_command_in_the_mailbox_ends_a_pause_at_once(paused_poller):
     assert events == [(load(RECEIVE).MAILBOX, None)]
     assert time.monotonic() - started < 3.0
     assert len(buffer) == 1 and poller.statistics()["pauses"] == 1
+
+
+def test_the_longest_pause_can_be_changed_while_watching(paused_poller):
+    """``set_longest_pause`` (capture lengthens the pause with the endpoints it watches): a
+    poller made with 1-ms pauses, set to 0.3 s, pauses 0.3 s after a message that came after
+    0.5 s of silence (its pace would allow the whole wait, 2 s)."""
+    poller, buffer, sender, _ = paused_poller(0.001, 1 << 20)
+    poller.set_longest_pause(0.3)
+    time.sleep(0.5)
+    send_messages(sender, 1)
+    assert poller.wait(2.0) == []
+    stats = poller.statistics()
+    assert len(buffer) == 1 and stats["pauses"] >= 1
+    assert 0.3 <= stats["paused_seconds"] < 1.0, stats
+
+
+def test_the_pause_grows_with_the_endpoints_watched_within_bounds():
+    """A round polls every socket: with many endpoints the pause after a round is longer, so
+    that polling costs about the same a second; never shorter than the core's own, never
+    longer than MOST_PAUSE_SECONDS."""
+    from spark_zmq.capture.receiving import (
+        LONGEST_PAUSE_SECONDS,
+        MOST_PAUSE_SECONDS,
+        longest_pause,
+    )
+
+    assert longest_pause(1, LONGEST_PAUSE_SECONDS) == LONGEST_PAUSE_SECONDS
+    assert longest_pause(300, LONGEST_PAUSE_SECONDS) > 3 * LONGEST_PAUSE_SECONDS
+    assert longest_pause(100_000, LONGEST_PAUSE_SECONDS) == MOST_PAUSE_SECONDS
+    pauses = [longest_pause(n, LONGEST_PAUSE_SECONDS) for n in range(0, 2000, 50)]
+    assert pauses == sorted(pauses)

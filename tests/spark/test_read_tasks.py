@@ -6,6 +6,8 @@ Spark), then real Spark reads of a spool, batch and stream.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from spark_zmq.capture.buffer import spool_table
@@ -165,6 +167,71 @@ def test_a_task_decodes_runs_of_small_segments_at_once_and_keeps_offsets_sources
     assert [r["endpoint"] for r in rows[1:]] == ["tcp://10.9.9.9:1"] * 15 + [
         "tcp://10.9.9.9:2"
     ] * 10
+
+
+def read_task(root: str, ranges: list[tuple[str, int, int]], **options: str) -> list[dict]:
+    """The rows of one read task of ``ranges`` (key, start, end) of the spool at ``root``."""
+    from spark_zmq.spark.rows import ReadTask, SpoolRange, read_rows
+    from spark_zmq.stream_settings import ReaderSettings
+
+    protocol = ZeroEQ()
+    parsed = protocol.parse_reader_options(options)
+    settings = ReaderSettings.of(parsed, protocol.read_settings(parsed))
+    task = ReadTask(tuple(SpoolRange(root, key, start, end) for key, start, end in ranges))
+    return [
+        row
+        for batch in read_rows(protocol, settings.decoding, settings.rows, task)
+        for row in batch.to_pylist()
+    ]
+
+
+def test_a_task_of_many_partitions_decodes_them_together_as_each_alone(tmp_path, caplog):
+    """A task decodes the runs of all its partitions in one call (``decode_runs``): each
+    row still has its own partition's offsets, endpoint and metadata columns, the event names
+    of its own publisher's vocabulary and its own subscription's filter; a malformed message
+    dropped under DROPMALFORMED is logged for its own partition."""
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    other = "zeroeq::test::Other"
+    sources = {
+        "10.9.9.9:1": Source("tcp://10.9.9.9:1", {"instance": "a", "session": "s"}),
+        "10.9.9.9:2": Source(
+            "tcp://10.9.9.9:2",
+            {"instance": "b", "names": json.dumps({event_id(other).hex(): "b's name"})},
+        ),
+        "10.9.9.9:3": Source(  # subscribed to Echo alone (Meerkat)
+            "tcp://10.9.9.9:3", {"instance": "c", "events": event_id(ECHO).hex()}
+        ),
+    }
+    for flush in range(3):
+        for n, (key, source) in enumerate(sources.items()):
+            frames = [[event_id(ECHO), b"%s-%d" % (key.encode(), flush)], [event_id(other), b"o"]]
+            if key == "10.9.9.9:2" and flush == 1:
+                frames[1] = [b"short"]  # malformed: offset 3 of partition 2
+            spool.append(key, source, spool_table(frames, [n, n], {}))
+    spool.close()
+    ranges = [(key, 0, 6) for key in sources]
+
+    together = read_task(root, ranges)
+    alone = [row for part in ranges for row in read_task(root, [part])]
+
+    assert together == alone
+    assert [(r["partition"], r["offset"]) for r in together if r["instance"] == "c"] == [
+        ("10.9.9.9:3", offset) for offset in (0, 2, 4)
+    ], "partition 3's publisher sends Other too, outside its subscription"
+    named = {
+        (r["partition"], r["event"]) for r in together if r["event_id"] == event_id(other).hex()
+    }
+    assert named == {("10.9.9.9:1", None), ("10.9.9.9:2", "b's name")}
+    assert {r["endpoint"] for r in together} == {s.endpoint for s in sources.values()}
+    assert [r["offset"] for r in together if r["error"]] == [3]
+    caplog.clear()
+    dropped = read_task(root, ranges, mode="DROPMALFORMED")
+    assert len(dropped) == len(together) - 1
+    lines = [r.getMessage() for r in caplog.records if "malformed messages of" in r.getMessage()]
+    assert lines == [
+        "zeroeq: dropped 1 malformed messages of partition 10.9.9.9:2 in offsets [0, 6)"
+    ]
 
 
 @pytest.mark.spark

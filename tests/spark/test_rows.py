@@ -20,7 +20,12 @@ from spark_zmq.protocols.contract import Decoded
 from spark_zmq.protocols.ebus import EBus
 from spark_zmq.protocols.goby import Goby
 from spark_zmq.protocols.zeroeq import ZeroEQ
-from spark_zmq.spark.decoding import MAX_ERROR_CHARS, bounded_text, decode_isolating
+from spark_zmq.spark.decoding import (
+    MAX_ERROR_CHARS,
+    bounded_text,
+    decode_isolating,
+    decode_runs_isolating,
+)
 from spark_zmq.spark.rows import SHARED_COLUMNS
 from spark_zmq.spool.index import Source
 from support.fuzzing import (
@@ -161,6 +166,48 @@ def test_isolating_k_poison_messages_costs_o_k_log_n_decode_calls():
     assert decoded.error.null_count == n - len(poisoned)
     bound = 1 + 2 * len(poisoned) * math.ceil(math.log2(n))  # 73, against 4096 one by one
     assert decoder.calls <= bound, (decoder.calls, bound)
+
+
+class RaisingRunsDecoder(RaisingDecoder):
+    """RaisingDecoder whose ``decode_runs`` (many sources at once) has the bug too; counts the
+    calls of ``decode`` by source."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def decode_runs(self, frames, runs, settings):
+        if any(is_poison(message) for message in frames.to_pylist()):
+            raise RuntimeError("a decoder bug met a poison message")
+        return super().decode_runs(frames, runs, settings)
+
+    def decode(self, frames, source, settings):
+        self.calls.append(source.endpoint)
+        return super().decode(frames, source, settings)
+
+
+def test_a_bug_in_decoding_many_sources_at_once_costs_only_the_poisoned_run_a_search():
+    """When ``decode_runs`` raises, each run is decoded on its own: the clean run once, the
+    poisoned one searched down to its poison message; the other rows decode as with a sound
+    decoder."""
+    clean = Source("tcp://127.0.0.1:1", {"publisher": "a"})
+    poisoned = Source("tcp://127.0.0.1:2", {"publisher": "b"})
+    messages = [[b"\0" * 16, b"%d" % i] for i in range(8)]
+    messages[6] = [b"\0" * 16, POISON]
+    frames = pa.array(messages, pa.list_(pa.binary()))
+    runs = [(clean, 4), (poisoned, 4)]
+    decoder = RaisingRunsDecoder()
+    settings = decoder.reader_settings({})
+
+    decoded, failed = decode_runs_isolating(decoder, frames, runs, settings, np.zeros(8, bool))
+    sound = ZeroEQ().decode_runs(frames, runs, settings)
+
+    assert list(failed) == [6]
+    assert decoder.calls.count(clean.endpoint) == 1
+    expected = sound.payload.to_pylist()
+    expected[6] = b"\0" * 16 + POISON
+    assert decoded.payload.to_pylist() == expected
+    assert [i for i, e in enumerate(decoded.error.to_pylist()) if e] == [6]
+    assert decoded.columns["publisher"].to_pylist() == ["a"] * 4 + ["b", "b", None, "b"]
 
 
 class FailingDecoder(ZeroEQ):

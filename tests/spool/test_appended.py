@@ -156,3 +156,28 @@ def test_a_reader_whose_appended_file_was_replaced_reads_the_index_again(tmp_pat
     assert (index.end, index.committed) == (7, 2)
     assert [s.first for s in index.segments] == [2, 3, 4, 5, 6]
     spool.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ['{"committed": 3', "[3, 1, 10, 1, 0.0, 0], [4, 1, 10, 1, 0.0, 0]", "", "[3, 1"],
+    ids=["cut-object", "two-values", "empty", "cut-array"],
+)
+def test_the_lines_after_a_damaged_line_are_not_read(damage):
+    """The lines of an appended-segments file are parsed all at once when they can be: a
+    damaged line (a complete line that is not one value) still ends what is read, as when
+    they were parsed one by one."""
+    from spark_zmq.spool.index import PartitionIndex, Segment
+
+    good = [[0, 1, 10, 1, 0.0, 0], [1, 2, 10, 1, 0.0, 0], {"committed": 3}]
+    after = [[3, 1, 10, 1, 0.0, 0]]
+    text = "".join(json.dumps(line) + "\n" for line in good)
+    index = PartitionIndex("k")
+
+    index.add_appended(text + damage + "\n" + "".join(json.dumps(x) + "\n" for x in after))
+
+    assert [(s.first, s.count) for s in index.segments] == [(0, 1), (1, 2)]
+    assert (index.end, index.committed) == (3, 3)
+    whole = PartitionIndex("k")
+    whole.add_appended(text + "".join(json.dumps(x) + "\n" for x in after))
+    assert whole.segments[-1] == Segment(3, 1, 10, 1, 0.0)

@@ -8,7 +8,7 @@ the format's columns. Writing: a ``Publisher`` per Python worker, and the encodi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -85,7 +85,17 @@ class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
         )
 
     def decode(self, frames: pa.ListArray, source: Source, settings: ReadSettings) -> Decoded:
+        return self.decode_runs(frames, [(source, len(frames))], settings)
+
+    def decode_runs(
+        self, frames: pa.ListArray, runs: Sequence[tuple[Source, int]], settings: ReadSettings
+    ) -> Decoded:
+        """The messages of all ``runs`` at once: the event ids once, then what depends on
+        each run's source (its columns, its names of events, the events it was subscribed
+        to) by run, taken per row."""
         n = len(frames)
+        which = np.repeat(np.arange(len(runs)), [count for _, count in runs])  # each row's run
+        metadata = [source.metadata for source, _ in runs]
         counts = pc.list_value_length(frames).to_numpy(zero_copy_only=False)
         starts = frames.offsets.to_numpy()[:-1]
         values = frames.values
@@ -97,24 +107,19 @@ class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
         )
         ok = has_frame & (counts <= 2) & (first_length == EVENT_ID_BYTES)
 
-        metadata = source.metadata
         event_ids = pa.nulls(n, pa.string())
         event_names = pa.nulls(n, pa.string())
         payload = pa.repeat(pa.scalar(b"", pa.binary()), n)
         if ok.any():
             ids = values.take(pa.array(first_index)).dictionary_encode()
-            names = settings.event_names()
-            names.update(json.loads(metadata.get("names") or "{}"))
             distinct = [
                 d.hex() if len(d) == EVENT_ID_BYTES else None for d in ids.dictionary.to_pylist()
             ]
             mask = pa.array(ok)
             hex_ids = pa.array(distinct, pa.string()).take(ids.indices)
             event_ids = pc.if_else(mask, hex_ids, event_ids)
-            name_of = pa.array(
-                [names.get(d) if d is not None else None for d in distinct], pa.string()
-            ).take(ids.indices)
-            event_names = pc.if_else(mask, name_of, event_names)
+            names = _names_by_run(distinct, metadata, settings)
+            event_names = pc.if_else(mask, names(which, ids.indices), event_names)
             second = values.take(pa.array(np.where(counts == 2, starts + 1, first_index)))
             payload = pc.if_else(pa.array(counts == 2), second, payload)
 
@@ -124,14 +129,14 @@ class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
             payload, error = _mark_malformed(frames, bad, payload)
 
         constant = {
-            key: pa.repeat(pa.scalar(metadata.get(key), pa.string()), n)
+            key: _per_run([m.get(key) for m in metadata], which)
             for key in ("session", "publisher", "application", "user", "instance")
         }
         return Decoded(
             payload,
             error,
             {**constant, "event_id": event_ids, "event": event_names},
-            _wanted(event_ids, metadata),
+            _wanted_by_run(event_ids, metadata, which),
         )
 
     # -- writing -------------------------------------------------------------------------------
@@ -288,6 +293,60 @@ def _wire_id(
     if not _WIRE_HEX.fullmatch(hex_id):  # (bytes.fromhex would skip blanks)
         return None, f"event_id {hex_id!r} is not 32 hex digits"
     return bytes.fromhex(hex_id), None
+
+
+def _per_run(values: list[str | None], which: np.ndarray) -> pa.Array:
+    """A string column of ``values[which[i]]`` for row i (a value per run)."""
+    if len(values) == 1:
+        return pa.repeat(pa.scalar(values[0], pa.string()), len(which))
+    return pa.array(values, pa.string()).take(pa.array(which))
+
+
+def _names_by_run(
+    distinct: list[str | None], metadata: list[Mapping[str, str]], settings: ReadSettings
+) -> Callable[[np.ndarray, pa.Array], pa.Array]:
+    """The names of the event ids ``distinct`` as each run's publisher gives them (its
+    vocabulary, in its metadata's ``names``, over the names the options give): a function of
+    (each row's run, each row's index in ``distinct``) to the rows' names. The runs of a
+    session mostly share a vocabulary: each distinct one is looked up once."""
+    given = settings.event_names()
+    tables: dict[str, int] = {}  # a vocabulary's text -> its table's number
+    flat: list[str | None] = []  # the tables, one after the other, each len(distinct) long
+    run_table = np.empty(len(metadata), np.int64)
+    for run, meta in enumerate(metadata):
+        text = meta.get("names") or "{}"
+        if text not in tables:
+            vocabulary = {**given, **json.loads(text)}
+            tables[text] = len(tables)
+            flat.extend(vocabulary.get(d) if d is not None else None for d in distinct)
+        run_table[run] = tables[text]
+    table = pa.array(flat, pa.string())
+
+    def lookup(which: np.ndarray, indices: pa.Array) -> pa.Array:
+        if len(tables) == 1:
+            return table.take(indices)
+        rows = run_table[which] * len(distinct) + indices.to_numpy(zero_copy_only=False)
+        return table.take(pa.array(rows))
+
+    return lookup
+
+
+def _wanted_by_run(
+    event_ids: pa.Array, metadata: list[Mapping[str, str]], which: np.ndarray
+) -> pa.Array | None:
+    """``_wanted`` of each run's rows by its own metadata; None if no run filters."""
+    filters: dict[tuple[str | None, str | None], list[int]] = {}
+    for run, meta in enumerate(metadata):
+        filters.setdefault((meta.get("events"), meta.get("excluded")), []).append(run)
+    if len(filters) == 1:
+        return _wanted(event_ids, metadata[0])
+    keep = np.ones(len(event_ids), bool)
+    for runs in filters.values():
+        wanted = _wanted(event_ids, metadata[runs[0]])
+        if wanted is not None:
+            rows = np.isin(which, runs)
+            keep[rows] = wanted.to_numpy(zero_copy_only=False)[rows]
+    return None if keep.all() else pa.array(keep)
 
 
 def _wanted(event_ids: pa.Array, metadata: Mapping[str, str]) -> pa.Array | None:

@@ -7,7 +7,10 @@ import json
 import pyarrow as pa
 import pytest
 import zmq
+from hypothesis import given
+from hypothesis import strategies as st
 
+from spark_zmq.protocols.contract import concatenated
 from spark_zmq.protocols.zeroeq import (
     MEERKAT,
     PublisherRecord,
@@ -20,6 +23,7 @@ from spark_zmq.protocols.zeroeq import (
     request_vocabulary,
 )
 from spark_zmq.spool.index import Source
+from support.fuzzing import fuzz
 
 ECHO_WIRE = "dddb197182000e88e3986e01f92e2e28"
 
@@ -158,6 +162,63 @@ def test_decode_names_from_vocabulary_and_excluded_events():
     decoded = decode([[echo, b"1"], [other, b"2"]], metadata)
     assert decoded.columns["event"].to_pylist() == ["zeroeq::test::Echo", None]
     assert decoded.keep.to_pylist() == [True, False]
+
+
+ECHO_ID, OTHER_ID = event_id("zeroeq::test::Echo"), event_id("other")
+#: the metadata sources differ by: vocabularies, subscriptions (Meerkat, excluded), columns
+SOURCE_METADATA = [
+    {},
+    {"instance": "i", "user": "u", "application": "app"},
+    {"names": json.dumps({OTHER_ID.hex(): "other"})},
+    {"names": json.dumps({OTHER_ID.hex(): "its own name for other"}), "session": "t"},
+    {"events": ECHO_ID.hex()},
+    {"excluded": OTHER_ID.hex()},
+]
+zeroeq_messages = st.one_of(
+    st.tuples(st.sampled_from([ECHO_ID, OTHER_ID]), st.binary(max_size=4)).map(list),
+    st.just([ECHO_ID]),
+    st.lists(st.binary(max_size=20), max_size=3),  # malformed mostly, none without frames
+)
+
+
+@fuzz(100)
+@given(
+    runs=st.lists(
+        st.tuples(st.sampled_from(range(len(SOURCE_METADATA))), st.lists(zeroeq_messages)),
+        min_size=1,
+        max_size=5,
+    ),
+    named=st.booleans(),
+)
+def test_runs_of_many_sources_decode_at_once_as_each_alone_100_examples(runs, named):
+    """``decode_runs`` (a read task's runs of many partitions in one call) gives each run
+    what ``decode`` gives it alone: its source's columns, names and subscription."""
+    protocol = ZeroEQ()
+    settings = protocol.reader_settings({"events": "zeroeq::test::Echo"} if named else {})
+    sources = [
+        (Source(f"tcp://127.0.0.1:{n}", {"publisher": str(n), **SOURCE_METADATA[which]}), len(m))
+        for n, (which, m) in enumerate(runs)
+    ]
+    messages = [message for _, run in runs for message in run]
+    frames = pa.array(messages, pa.list_(pa.binary()))
+
+    together = protocol.decode_runs(frames, sources, settings)
+    alone, at = [], 0
+    for source, count in sources:
+        alone.append(protocol.decode(frames.slice(at, count), source, settings))
+        at += count
+    expected = concatenated(ZeroEQ.columns.names, alone)
+
+    assert together.payload.equals(expected.payload)
+    assert together.error.equals(expected.error)
+    for name in ZeroEQ.columns.names:
+        assert together.columns[name].equals(expected.columns[name]), name
+    assert kept(together, len(messages)) == kept(expected, len(messages))
+
+
+def kept(decoded, n: int) -> list[bool]:
+    """Which messages a decoding keeps (``keep`` None: all)."""
+    return [True] * n if decoded.keep is None else decoded.keep.to_pylist()
 
 
 def test_a_request_over_the_bound_is_dropped_and_the_server_serves_on():
