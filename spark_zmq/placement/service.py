@@ -29,7 +29,7 @@ from spark_zmq.spool.contract import commits_state
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import SpoolError, load_indexes
-from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.spool.reader import SnapshotReader
 from spark_zmq.spool.remote import ServedSpool, load_served
 from spark_zmq.stream_settings import ReaderSettings
 
@@ -74,7 +74,9 @@ class ServiceSpool(Placement):
                 self.spool_path,
                 holder_text(holder),
             )
-        self.ends_at_start = {k: s.end for k, s in read_snapshot(self.spool_path).items()}
+        #: the spool's indexes, read again at each snapshot only where they changed
+        self._snapshots = SnapshotReader(self.spool_path)
+        self.ends_at_start = {k: s.end for k, s in self._snapshots.snapshot().items()}
 
     def _warn_nothing_captures(self) -> None:
         """Once per run: the query reads what the spool holds, and nothing adds to it."""
@@ -94,7 +96,7 @@ class ServiceSpool(Placement):
     def snapshot(self) -> dict[str, PartitionState]:
         if folder_holder(self.spool_path) is None:
             self._warn_nothing_captures()
-        return read_snapshot(self.spool_path)
+        return self._snapshots.snapshot()
 
     def served(self) -> ServedSpool | None:
         """Where the capture service serves its spool (its ``served.json``), read anew for

@@ -194,26 +194,30 @@ class PartitionIndex:
         """The line that publishes ``committed``, just raised (format version 3)."""
         return json.dumps({"committed": self.committed}) + "\n"
 
-    def add_appended(self, text: str) -> None:
+    def add_appended(self, text: str) -> bool:
         """Add what an appended-segments file's ``text`` publishes, a line each: segments, each
         going on from ``end``, and commits (``commit_line``). A line cut short (no newline: a
         write that failed or a crash), or one that does not go on from ``end``, ends them: the
-        writer appends nothing after it."""
+        writer appends nothing after it. False if a whole line ended them so (nothing after it
+        counts, in this text or appended later)."""
         for published in _parsed_lines(text.split("\n")[:-1]):
+            if published is UNPARSED:
+                return False
             try:
                 if isinstance(published, dict):
                     committed = int(published["committed"])
                     if not self.committed <= committed <= self.end:
-                        return
+                        return False
                     self.committed = committed
                     continue
                 first, count, nbytes, epoch, at, dropped, *part = published
             except (ValueError, TypeError, KeyError):
-                return
+                return False
             if first != self.end or len(part) > 1:
-                return
+                return False
             self.segments.append(Segment(first, count, nbytes, epoch, at, *part))
             self.end, self.dropped = first + count, dropped
+        return True
 
     def history_lines(self, begin: int, stop: int) -> str:
         """History file lines of segments ``begin`` to ``stop`` (committed ones)."""
@@ -235,11 +239,15 @@ class PartitionIndex:
         return PartitionState(self.start, self.end, self.retired, self.committed)
 
 
+#: what ``_parsed_lines`` gives for a line that does not parse, its last
+UNPARSED = object()
+
+
 def _parsed_lines(lines: list[str]) -> Iterator[Any]:
-    """Each of ``lines`` parsed as JSON, up to the first that does not parse. All at once, as
-    one JSON array, when every line is one value (a read task loads hundreds of indexes, each
-    of up to ``files.LINES_BEFORE_SAVE`` lines: a parse per line costs several times more);
-    one by one otherwise."""
+    """Each of ``lines`` parsed as JSON, up to the first that does not parse (UNPARSED for
+    it). All at once, as one JSON array, when every line is one value (a read task loads
+    hundreds of indexes, each of up to ``files.LINES_BEFORE_SAVE`` lines: a parse per line
+    costs several times more); one by one otherwise."""
     if not lines:
         return
     try:
@@ -253,6 +261,7 @@ def _parsed_lines(lines: list[str]) -> Iterator[Any]:
         try:
             yield json.loads(line)
         except ValueError:
+            yield UNPARSED
             return
 
 

@@ -181,3 +181,54 @@ def test_the_lines_after_a_damaged_line_are_not_read(damage):
     whole = PartitionIndex("k")
     whole.add_appended(text + "".join(json.dumps(x) + "\n" for x in after))
     assert whole.segments[-1] == Segment(3, 1, 10, 1, 0.0)
+
+
+def test_a_snapshot_reader_reads_what_changed_and_sees_what_a_whole_read_sees(
+    tmp_path, monkeypatch
+):
+    """The planner's ``SnapshotReader`` reads an index.json again only when it was written
+    anew, and of an appended-segments file only its new lines: after appends, commits, an
+    index written whole, a retired partition, retention, a line cut short and a damaged one,
+    a restart's claim and a partition gone, each snapshot is the one a whole read gives."""
+    from spark_zmq.spool.reader import SnapshotReader
+
+    root = str(tmp_path)
+    monkeypatch.setattr(files, "LINES_BEFORE_SAVE", 6)
+    spool = Spool(root, 1 << 30)
+    follower = SnapshotReader(root)
+
+    def same() -> dict:
+        whole = read_snapshot(root)
+        assert follower.snapshot() == whole
+        return whole
+
+    append(spool, "a", 2)
+    append(spool, "b", 1)
+    assert same() == {"a": (0, 2, False, 0), "b": (0, 1, False, 0)}
+    for round_ in range(5):  # appends and commits, and index.json written whole at 6 lines
+        append(spool, "a", 2, dropped=round_)
+        assert same()["a"].end == 4 + 2 * round_
+        spool.truncate("a", spool.partitions["a"].end - 1)
+        assert same()["a"].committed == 3 + 2 * round_
+    spool.retire("b")
+    assert same()["b"].retired
+    spool.expire()  # (nothing is old enough: the index stays)
+    same()
+    path = os.path.join(epoch_folder(root, "a"), index_doc(root, "a")["appended"])
+    with open(path, "ab") as f:
+        f.write(b"[99, 1, 10, 1, 0.0, 0")  # cut short: not read, whole lines before it are
+    same()
+    with open(path, "ab") as f:
+        f.write(b"\n")  # now a whole line that does not go on from the end: it ends the file
+    same()
+    append(spool, "a")  # (after the damaged line: read by neither)
+    same()
+    spool.close()
+    again = Spool(root, 1 << 30)  # a restart claims both: new epoch folders
+    append(again, "a", 3)
+    same()
+    again.close()
+    import shutil
+
+    shutil.rmtree(partition_dir(root, "b"))
+    assert "b" not in same()

@@ -37,7 +37,7 @@ from spark_zmq.spool.contract import assignment_state, commits_state
 from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import JsonState
 from spark_zmq.spool.processes import ProcessRecord, host_identity, remove_old_records
-from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.spool.reader import SnapshotReader
 from spark_zmq.stream_settings import ReaderSettings
 
 #: seconds between renewals of the assignment (the query's heartbeat to its capture processes),
@@ -90,7 +90,9 @@ class ExecutorCapture(Placement):
                 f"cannot use {self.spool_path!r} as a spool folder (option "
                 f"spoolPath): {exc.strerror or exc}"
             ) from None
-        self.ends_at_start = {k: s.end for k, s in read_snapshot(self.spool_path).items()}
+        #: the spool's indexes, read again at each snapshot only where they changed
+        self._snapshots = SnapshotReader(self.spool_path)
+        self.ends_at_start = {k: s.end for k, s in self._snapshots.snapshot().items()}
         self._committed = dict(self._commits.load() or {})
         previous = self._assignment.load() or {}
         self._spool_id = previous.get("spool_id") or uuid.uuid4().hex
@@ -223,7 +225,7 @@ class ExecutorCapture(Placement):
             if failure is not None:
                 raise failure
         assigned = set(self._assigned())
-        state = read_snapshot(self.spool_path)
+        state = self._snapshots.snapshot()
         # a partition whose endpoint left while nobody held it will not be retired by a holder;
         # what the query committed counts at once, before its holder records it in the index
         return {
