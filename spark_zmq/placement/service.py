@@ -46,6 +46,8 @@ class ServiceSpool(Placement):
         super().__init__(protocol, query, spool_path)
         self._commits = commits_state(spool_path)
         self._warned = False
+        #: the spool's indexes, read again at each snapshot only where they changed
+        self._snapshots = SnapshotReader(spool_path)
 
     def start(self) -> None:
         if not os.path.isdir(self.spool_path):
@@ -74,8 +76,6 @@ class ServiceSpool(Placement):
                 self.spool_path,
                 holder_text(holder),
             )
-        #: the spool's indexes, read again at each snapshot only where they changed
-        self._snapshots = SnapshotReader(self.spool_path)
         self.ends_at_start = {k: s.end for k, s in self._snapshots.snapshot().items()}
 
     def _warn_nothing_captures(self) -> None:

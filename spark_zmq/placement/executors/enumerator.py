@@ -60,6 +60,8 @@ class ExecutorCapture(Placement):
         self._assignment = assignment_state(spool_path)
         self._commits = commits_state(spool_path)
         self._endpoints: dict[str, Endpoint] = {}
+        #: the spool's indexes, read again at each snapshot only where they changed
+        self._snapshots = SnapshotReader(spool_path)
         #: endpoints carried over from the previous run, until discovery finds them: key -> the
         #: time.monotonic() at which they leave if it has not
         self._unconfirmed: dict[str, float] = {}
@@ -90,8 +92,6 @@ class ExecutorCapture(Placement):
                 f"cannot use {self.spool_path!r} as a spool folder (option "
                 f"spoolPath): {exc.strerror or exc}"
             ) from None
-        #: the spool's indexes, read again at each snapshot only where they changed
-        self._snapshots = SnapshotReader(self.spool_path)
         self.ends_at_start = {k: s.end for k, s in self._snapshots.snapshot().items()}
         self._committed = dict(self._commits.load() or {})
         previous = self._assignment.load() or {}
