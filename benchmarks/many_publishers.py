@@ -46,14 +46,16 @@ Read tasks are counted from the status tracker (the tasks of the batch's new job
 query's job group); a batch for which it has none is counted with ``rdd.getNumPartitions()``,
 which plans the batch's read once more, and the table says how many batches were.
 
-``--max-partitions K`` passes the reader option ``maxPartitions`` (default: the reader's, the
+``--flush-interval-ms F`` passes the reader option ``flushIntervalMs`` (capture's segments
+a second, and so its CPU with many endpoints, go down with it). ``--max-partitions K`` passes
+the reader option ``maxPartitions`` (default: the reader's, the
 driver host's cores); ``--max-partitions 100000`` gives one read task per endpoint, as before
 grouping, so a run can compare the two.
 
 Run it as ``python benchmarks/many_publishers.py [--counts 10,100,300,1000] [--seconds 40]
-[--rate 3000] [--processes 4] [--max-partitions K] [--trigger-ms 1000] [--placements
-driver,executors]`` (about 2 minutes per N and placement at the defaults, more where the
-drain is slow); it re-executes itself in a private network
+[--rate 3000] [--processes 4] [--max-partitions K] [--flush-interval-ms F] [--trigger-ms
+1000] [--placements driver,executors]`` (about 2 minutes per N and placement at the
+defaults, more where the drain is slow); it re-executes itself in a private network
 namespace, as every benchmark does.
 """
 
@@ -447,6 +449,8 @@ def start_query(spark: Any, session: str, folder: Path, sink: BatchRecorder, arg
     )
     if args.max_partitions:
         reader = reader.option("maxPartitions", str(args.max_partitions))
+    if args.flush_interval_ms:
+        reader = reader.option("flushIntervalMs", str(args.flush_interval_ms))
     return (
         reader.load()
         .writeStream.foreachBatch(sink)
@@ -590,6 +594,8 @@ def trial_arguments(n: int, placement: str, args: argparse.Namespace) -> list[st
     arguments += ["--placement", placement]
     if args.max_partitions:
         arguments += ["--max-partitions", str(args.max_partitions)]
+    if args.flush_interval_ms:
+        arguments += ["--flush-interval-ms", str(args.flush_interval_ms)]
     return arguments
 
 
@@ -659,6 +665,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--trigger-ms", type=int, default=1000, help="trigger (default 1000)")
     parser.add_argument(
+        "--flush-interval-ms",
+        type=int,
+        default=0,
+        help="reader option flushIntervalMs (default: the reader's, 100)",
+    )
+    parser.add_argument(
         "--placements",
         default="driver,executors",
         help="capture placements, each N in each (default driver,executors)",
@@ -686,7 +698,8 @@ def main() -> int:
     print(
         f"  settings  : {args.rate:,.0f} msg/s in all, {PAYLOAD_BYTES} B, {args.seconds:g} s per "
         f"N, {args.processes} publisher processes, capture={args.placements}, trigger "
-        f"{args.trigger_ms} ms, maxPartitions {grouping}, load {os.getloadavg()[0]:.1f}\n",
+        f"{args.trigger_ms} ms, maxPartitions {grouping}, flushIntervalMs "
+        f"{args.flush_interval_ms or 'the reader default'}, load {os.getloadavg()[0]:.1f}\n",
         flush=True,
     )
     results = []

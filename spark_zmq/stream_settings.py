@@ -158,7 +158,7 @@ class CaptureSettings:
     format_name: str
     max_spool_bytes: int
     max_message_bytes: int
-    flush_interval: float
+    flush_interval: float | None  # seconds; None: auto (``capture.loop.auto_flush_interval``)
     lease_timeout: float
     idle_timeout: float
     drop_on_write_error: bool
@@ -188,7 +188,7 @@ class CaptureSettings:
             options.format_name,
             options.get(MAX_SPOOL_BYTES),
             options.get(MAX_MESSAGE_BYTES),
-            options.get(FLUSH_INTERVAL_MS) / 1000.0,
+            _seconds(options.get(FLUSH_INTERVAL_MS)),
             options.get(LEASE_TIMEOUT),
             options.get(CAPTURE_IDLE_TIMEOUT),
             options.get(ON_SPOOL_WRITE_ERROR) == "drop",
@@ -264,3 +264,7 @@ class ReaderSettings(Generic[S]):
             CaptureSettings.of(options),
             decoding,
         )
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000.0

@@ -60,6 +60,25 @@ STOP_QUIET_SECONDS = 0.1
 STOP_LINGER_SECONDS = 0.5
 
 
+#: ``flushIntervalMs=auto``: a flush writes a segment (a hard link and an index line) for every
+#: endpoint with messages, so with many endpoints capture flushes less often: every
+#: AUTO_FLUSH_SECONDS, or AUTO_FLUSH_PER_ENDPOINT_SECONDS an endpoint when that is longer, at
+#: most AUTO_FLUSH_MOST_SECONDS (what a killed capture loses, marked by a gap row). With 300
+#: publishers at 10 msg/s each, flushes every 500 ms rather than 100 took capture's CPU from
+#: 0.12 to 0.05 ms a message and the micro-batch from 0.72 to 0.42 s (many_publishers.py)
+AUTO_FLUSH_SECONDS = 0.1
+AUTO_FLUSH_PER_ENDPOINT_SECONDS = 0.002
+AUTO_FLUSH_MOST_SECONDS = 1.0
+
+
+def auto_flush_interval(endpoints: int) -> float:
+    """The flush interval of ``flushIntervalMs=auto`` with ``endpoints`` captured."""
+    return min(
+        AUTO_FLUSH_MOST_SECONDS,
+        max(AUTO_FLUSH_SECONDS, endpoints * AUTO_FLUSH_PER_ENDPOINT_SECONDS),
+    )
+
+
 class Capture:
     """Receives from every endpoint discovery reports and appends to ``spool``."""
 
@@ -68,7 +87,7 @@ class Capture:
         spool: Spool,
         *,
         max_message_bytes: int,
-        flush_interval: float,
+        flush_interval: float | None,
         name: str = "capture",
         drop_on_write_error: bool = False,
         curve: Curve = NO_CURVE,
@@ -228,7 +247,7 @@ class CaptureThread:
         core: receiving.Core,
         sockets: Sockets,
         *,
-        flush_interval: float,
+        flush_interval: float | None,
         drop_on_write_error: bool,
         downtime: Downtime | None,
         nice: int | None,
@@ -257,7 +276,7 @@ class CaptureThread:
         # before any socket: zmq's threads inherit it
         self._priority = protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
-        self._next_flush = time.monotonic() + self.flush_interval
+        self._next_flush = time.monotonic() + self._flush_interval()
         try:
             while not self.stopping:
                 try:
@@ -292,7 +311,13 @@ class CaptureThread:
             self._flush_all()
             if self._downtime is not None:
                 self._downtime.alive(began)
-            self._next_flush = time.monotonic() + self.flush_interval
+            self._next_flush = time.monotonic() + self._flush_interval()
+
+    def _flush_interval(self) -> float:
+        """Seconds to the next flush: ``flush_interval``, or by the endpoints (None: auto)."""
+        if self.flush_interval is not None:
+            return self.flush_interval
+        return auto_flush_interval(len(self.members))
 
     def _let_go(self, lost: LeaseLost) -> None:
         """A newer holder took over one partition read here (a capture process on an executor

@@ -67,6 +67,9 @@ class Membership:
     def __contains__(self, key: object) -> bool:
         return key in self._connections
 
+    def __len__(self) -> int:
+        return len(self._connections)
+
     def items(self) -> list[tuple[str, Connection]]:
         """A copy, safe to read from another thread (for statistics)."""
         return list(self._connections.items())

@@ -19,6 +19,7 @@ from spark_zmq.stream_options.curve import CURVE_OPTIONS
 from spark_zmq.stream_options.values import (
     capture_nice,
     ending_offsets,
+    milliseconds_or_auto,
     pem_file,
     retention_duration,
     spool_folder,
@@ -276,11 +277,15 @@ RECEIVE_HIGH_WATER_MARK = Option(
 
 FLUSH_INTERVAL_MS = Option(
     "flushIntervalMs",
-    positive_int,
-    "a positive integer (milliseconds)",
-    "100",
+    milliseconds_or_auto,
+    "auto or a positive integer (milliseconds)",
+    "auto",
     "How often capture writes what it received to the spool (it also writes at every "
-    "micro-batch, every 65536 messages and every 32 MiB).",
+    "micro-batch, every 65536 messages and every 32 MiB). `auto`: every 100 ms, and with "
+    "more than 50 endpoints 2 ms more for each, up to 1,000 ms (each flush writes a segment "
+    "for every endpoint with messages: with 300 quiet publishers, flushes every 100 ms took "
+    "capture 0.12 ms of CPU a message, every 500 ms 0.05). What capture received and has not "
+    "written is lost if its process is killed (a gap row says when).",
 )
 
 ON_SPOOL_WRITE_ERROR = Option(

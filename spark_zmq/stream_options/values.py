@@ -8,7 +8,7 @@ import re
 from urllib.parse import urlparse
 
 from spark_zmq.errors import SparkZmqError
-from spark_zmq.options import duration
+from spark_zmq.options import duration, positive_int
 from spark_zmq.protocols.addresses import check_host, check_port
 from spark_zmq.spool.remote import ServerSettings
 
@@ -79,6 +79,14 @@ def spool_folder(value: str) -> str:
         f"{scheme}:// is not a POSIX file system: the spool needs flock, atomic rename and "
         f"mkdir; give a local folder or an NFS mount{hint}"
     )
+
+
+def milliseconds_or_auto(value: str) -> int | None:
+    """``flushIntervalMs``: ``auto`` (None: capture chooses by its endpoints) or a positive
+    number of milliseconds."""
+    if value.strip().lower() == "auto":
+        return None
+    return positive_int(value)
 
 
 def spool_server(value: str) -> ServerSettings | None:

@@ -569,8 +569,10 @@ def typed_value_matches(spec, typed: dict[str, str | None]) -> bool:
         written = number * SIZE_UNITS[unit]
     else:
         return False
+    if default is None:  # a default that is no number (`auto`): a number typed is not it
+        return False
     actual = default * one if kind == "time" else default
-    return actual is not None and math.isclose(written, actual)
+    return math.isclose(written, actual)
 
 
 def typed_defaults(text: str) -> list[tuple[int, str, re.Match]]:
@@ -633,7 +635,7 @@ def test_the_typed_default_check_can_fail(tmp_path):
         page.write_text(text)
         return wrong_typed_defaults(page, specs)
 
-    assert check("every `flushIntervalMs` (100 ms), `leaseTimeout`, 10 s, then") == ([], 2)
+    assert check("every `flushIntervalMs` (`auto`), `leaseTimeout`, 10 s, then") == ([], 2)
     assert check("`spoolRetention` (default 7 days); `maxSpoolBytes` (default `4g`)") == ([], 2)
     assert check("`maxSpoolBytes` (default 4 GiB) and `captureIdleTimeout` (1 min)") == ([], 2)
     assert (
@@ -641,8 +643,8 @@ def test_the_typed_default_check_can_fail(tmp_path):
     )
     wrong, _ = check("every `flushIntervalMs` (200 ms), `stalesMs` (3 s).")
     assert wrong == [
-        "page.md:1: `flushIntervalMs` written '200 ms'; its default is '100' "
-        "(a positive integer (milliseconds))"
+        "page.md:1: `flushIntervalMs` written '200 ms'; its default is 'auto' "
+        "(auto or a positive integer (milliseconds))"
     ]
     for text in (
         "`leaseTimeout` (10 ms)",
