@@ -40,9 +40,10 @@ COALESCE_SECONDS = 0.001
 LONGEST_PAUSE_SECONDS = 0.004
 #: ... and with many endpoints, this much more a watched endpoint, up to MOST_PAUSE_SECONDS: a
 #: round costs a few system calls for every socket it polls (zmq_poll asks each socket for its
-#: events), so rounds at the same pace cost in proportion to the endpoints. Measured with 300
-#: and 1,000 endpoints sending 3,000 msg/s in all: capture's CPU 0.31 and 0.54 of a core with
-#: 4-ms pauses, 0.21 and 0.27 with 50 ms (the rest is the spool's writes). The pause still ends
+#: events), so rounds at the same pace cost in proportion to the endpoints. In a one-off run
+#: (capture alone, 300 and 1,000 loopback publishers sending 3,000 msg/s in all) capture took
+#: 0.31 and 0.54 of a core with 4-ms pauses, 0.21 and 0.27 with 50 ms (the rest is the spool's
+#: writes; many_publishers.py measures the whole). The pause still ends
 #: at once for a command, and sooner for a fast peer (see above); what it delays is received
 #: at the next round, well before the next flush
 PAUSE_PER_ENDPOINT_SECONDS = 0.00005

@@ -100,8 +100,9 @@ class ReadTask(InputPartition):
 
 
 class _Run(NamedTuple):
-    """Consecutive rows of one partition from one source, decoded: what a read task joins
-    with the runs of other partitions to add the shared columns and apply the contract once."""
+    """Consecutive rows of one partition from one source: what a read task decodes together
+    with the runs of other partitions (``decode_runs``), adding the shared columns and applying
+    the contract once."""
 
     part: int  # the range of the task it belongs to
     key: str

@@ -11,6 +11,7 @@ import textwrap
 import time
 from datetime import datetime
 
+import pytest
 import zmq
 
 from spark_zmq.capture.buffer import BURST, MAX_SEGMENT_ROWS
@@ -438,3 +439,22 @@ def test_the_stop_line_names_the_endpoints_that_received_most_and_counts_the_oth
         f"{sum(received.values())} messages received from {len(received)} endpoints "
         "(h:1007 7, h:1006 6, h:1005 5, h:1004 4, h:1003 3 and 3 more)"
     )
+
+
+def test_flush_interval_auto_lengthens_with_the_endpoints_within_bounds():
+    """``flushIntervalMs=auto`` (the option's default, None in the settings): every 100 ms up
+    to 50 endpoints, 2 ms an endpoint beyond, at most 1 s; a number is taken as it is."""
+    from spark_zmq.capture.loop import auto_flush_interval
+    from spark_zmq.options import OptionError, parse_options
+    from spark_zmq.stream_options import FLUSH_INTERVAL_MS
+    from spark_zmq.stream_settings import _seconds
+
+    assert [auto_flush_interval(n) for n in (0, 1, 50)] == [0.1, 0.1, 0.1]
+    assert auto_flush_interval(300) == pytest.approx(0.6)
+    assert auto_flush_interval(1000) == auto_flush_interval(5000) == 1.0
+    parsed = parse_options("zeroeq", (FLUSH_INTERVAL_MS,), {})
+    assert _seconds(parsed.get(FLUSH_INTERVAL_MS)) is None
+    parsed = parse_options("zeroeq", (FLUSH_INTERVAL_MS,), {"flushIntervalMs": "250"})
+    assert _seconds(parsed.get(FLUSH_INTERVAL_MS)) == 0.25
+    with pytest.raises(OptionError, match="flushIntervalMs"):
+        parse_options("zeroeq", (FLUSH_INTERVAL_MS,), {"flushIntervalMs": "soon"})
