@@ -141,8 +141,9 @@ def test_close_takes_what_its_peer_sent_before_it(tmp_path, core):
     threads or the kernel) are taken before the socket closes (``loop.STOP_QUIET_SECONDS``),
     not dropped with it, so that none is lost outside the gap a restart dates from the stop.
     The burst is what each core takes well within ``STOP_LINGER_SECONDS`` on a loaded machine
-    (the Python loop took 8,192 of 20,000 in CI before the stop's bound)."""
-    count = 20_000 if core == "native" else 5_000
+    (the Python loop took 8,192 of 20,000 in CI before the stop's bound; the compiled core
+    took 19,704 of 20,000 in one CI run, where the stop's bound came first)."""
+    count = 10_000 if core == "native" else 5_000
     pub = zmq.Context.instance().socket(zmq.XPUB)
     pub.setsockopt(zmq.SNDHWM, 0)  # every message queued: none dropped on the sending side
     pub.setsockopt(zmq.LINGER, 0)
