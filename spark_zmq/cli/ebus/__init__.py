@@ -116,13 +116,15 @@ def run_broker(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    # said before the worker registers: once registered it may answer a request, whose
+    # client's output must not come before this line (docs/formats/ebus.md's session)
+    print(f"ebus worker {args.service!r} on tcp://{args.broker}:{args.backend_port}", flush=True)
     worker = Worker(
         f"tcp://{args.broker}:{args.backend_port}",
         args.service,
         lambda data: data,
         curve=curve_of(args),
     )
-    print(f"ebus worker {args.service!r} on tcp://{args.broker}:{args.backend_port}", flush=True)
     try:
         _until_interrupted()
     finally:
