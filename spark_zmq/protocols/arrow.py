@@ -26,14 +26,6 @@ def frame_sizes(sizes: Sequence[int]) -> str:
     return f"{len(sizes)} frames of {shown}{more} bytes"
 
 
-def per_run(values: Sequence[str | None], which: np.ndarray) -> pa.Array:
-    """A string column of ``values[which[i]]`` for row i: a value per run of rows (a read task
-    decodes the runs of many sources at once, ``StreamProtocol.decode_runs``)."""
-    if len(values) == 1:
-        return pa.repeat(pa.scalar(values[0], pa.string()), len(which))
-    return pa.array(values, pa.string()).take(pa.array(which))
-
-
 def joined_frames(frames: pa.ListArray) -> pa.Array:
     """Each message's frames concatenated (``binary``, null for a null message): what the
     ``payload`` of a malformed message holds when its frames cannot be told apart. One copy of

@@ -30,7 +30,6 @@ from pyspark.sql.datasource import InputPartition
 from spark_zmq.errors import RowError
 from spark_zmq.extras import require
 from spark_zmq.log import logger
-from spark_zmq.protocols.arrow import per_run
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spark.decoding import (
     DecodeFailures,
@@ -282,12 +281,12 @@ def _decode(
         failures[runs[which[row]].part].add(int(offsets[row]), text)
     error = bounded_errors(pc.if_else(pc.is_null(fault), decoded.error, fault))
     columns = {
-        "partition": per_run([run.key for run in runs], which),
+        "partition": _per_run([run.key for run in runs], which),
         "offset": pa.array(offsets),
         "received_at": pa.chunked_array(
             [run.table.column("received_at") for run in runs]
         ).combine_chunks(),
-        "endpoint": per_run([run.source.endpoint for run in runs], which),
+        "endpoint": _per_run([run.source.endpoint for run in runs], which),
         "payload": pc.if_else(pc.is_null(fault), decoded.payload, pa.nulls(n, pa.binary())),
         "error": error,
         **decoded.columns,
@@ -299,6 +298,11 @@ def _decode(
         batch = batch.filter(kept)
         ranges = ranges[kept.to_numpy(zero_copy_only=False)]
     return batch, ranges
+
+
+def _per_run(values: list[str], which: np.ndarray) -> pa.Array:
+    """A string column of ``values[which[i]]`` for row i (one value per run)."""
+    return pa.array(values, pa.string()).take(pa.array(which))
 
 
 def is_gap(error: pa.Array) -> pa.Array:

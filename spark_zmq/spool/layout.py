@@ -194,33 +194,17 @@ class EpochFile(NamedTuple):
     path: str  # where it was read (for messages)
 
 
-def epoch_paths(folder: str, epoch: int, name: str) -> tuple[tuple[str, bool], ...]:
-    """Where a file of an epoch folder is: (path, sealed), before and after a holder sealed
-    the folder (by renaming it)."""
-    base = os.path.join(folder, epoch_name(epoch))
-    return (os.path.join(base, name), False), (os.path.join(base + SEALED, name), True)
-
-
 def read_in_epoch(folder: str, epoch: int, name: str) -> EpochFile | None:
     """A file of an epoch folder, found whether or not it has been sealed meanwhile (a holder
     seals by renaming its folder); None if it has no such file."""
-    for path, sealed in epoch_paths(folder, epoch, name):
+    base = os.path.join(folder, epoch_name(epoch))
+    for path, sealed in (
+        (os.path.join(base, name), False),
+        (os.path.join(base + SEALED, name), True),
+    ):
         try:
             with open(path, encoding="utf-8") as f:
                 return EpochFile(f.read(), sealed, path)
-        except FileNotFoundError:
-            continue
-    return None
-
-
-def read_in_epoch_from(folder: str, epoch: int, name: str, offset: int) -> bytes | None:
-    """The bytes of a file of an epoch folder from ``offset`` on, sealed or not; None if it
-    has no such file."""
-    for path, _ in epoch_paths(folder, epoch, name):
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                return f.read()
         except FileNotFoundError:
             continue
     return None
@@ -237,27 +221,18 @@ def load_index(root: str, key: str, history: bool = True) -> PartitionIndex | No
     enough for its offsets, and cheap however much retention keeps."""
     folder = partition_dir(root, key)
     for epoch, _ in reversed(epochs(folder)):
-        loaded = load_epoch_index(folder, epoch, history)
-        if loaded is not None:
-            return loaded.partition
+        index = _load_epoch_index(folder, epoch, history)
+        if index is not None:
+            return index
     return None
 
 
-class LoadedIndex(NamedTuple):
-    """An epoch's index as read, and what was read of its appended-segments file (so that a
-    reader that keeps it can read on from there: ``reader.SnapshotReader``)."""
-
-    partition: PartitionIndex
-    read: int  # bytes of the appended-segments file taken (whole lines)
-    stopped: bool  # a line ended what the file publishes: nothing after it counts
-
-
-def load_epoch_index(folder: str, epoch: int, history: bool) -> LoadedIndex | None:
+def _load_epoch_index(folder: str, epoch: int, history: bool) -> PartitionIndex | None:
     """The index of one epoch folder, or None if it has not written one.
 
     The appended-segments file an index names exists from before that index is written until a
     newer index is: when it is gone, index.json is read again (INDEX_READS times at most)."""
-    loaded = None
+    index = None
     for _ in range(INDEX_READS):
         found = read_in_epoch(folder, epoch, INDEX_NAME)
         if found is None:
@@ -267,23 +242,13 @@ def load_epoch_index(folder: str, epoch: int, history: bool) -> LoadedIndex | No
             kept = read_in_epoch(folder, epoch, HISTORY_NAME)
             older = kept.text if kept is not None else ""
         index = PartitionIndex.from_json(found.text, found.path, older)
-        loaded = LoadedIndex(index, 0, False)
         if not index.appended:  # an index of format version 1
-            return loaded
+            return index
         appended = read_in_epoch(folder, epoch, index.appended)
         if appended is not None:
-            return add_appended_lines(loaded, appended.text)
-    return loaded  # what index.json listed when it was last read
-
-
-def add_appended_lines(loaded: LoadedIndex, text: str) -> LoadedIndex:
-    """``loaded`` with the whole lines of ``text`` (its appended-segments file from
-    ``loaded.read`` on) added to its index, unless a line stopped it before."""
-    if loaded.stopped:
-        return loaded
-    lines = text[: text.rfind("\n") + 1]
-    applied = loaded.partition.add_appended(lines)
-    return loaded._replace(read=loaded.read + len(lines.encode("utf-8")), stopped=not applied)
+            index.add_appended(appended.text)
+            return index
+    return index  # what index.json listed when it was last read
 
 
 def load_indexes(root: str, history: bool = True) -> dict[str, PartitionIndex]:

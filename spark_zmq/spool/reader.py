@@ -19,17 +19,16 @@ from spark_zmq.log import logger
 from spark_zmq.spool.index import PartitionIndex, PartitionState, Segment, Source
 from spark_zmq.spool.layout import (
     INDEX_NAME,
-    LoadedIndex,
+    INDEX_READS,
+    SEALED,
     SpoolError,
-    add_appended_lines,
-    epoch_paths,
+    epoch_name,
     epochs,
-    load_epoch_index,
     load_index,
     load_indexes,
     partition_dir,
     partition_keys,
-    read_in_epoch_from,
+    read_in_epoch,
     segment_paths,
 )
 from spark_zmq.spool.segments import SegmentFiles, fault_rows
@@ -76,11 +75,14 @@ def read_snapshot(root: str) -> dict[str, PartitionState]:
 
 class _Followed(NamedTuple):
     """What a SnapshotReader knows of one partition: the epoch and index.json it read (the
-    file's identity), and the index with what was read of its appended-segments file."""
+    file's identity), the appended-segments file's bytes read so far, and the index as they
+    make it."""
 
     epoch: int
     identity: tuple[int, int, int]
-    loaded: LoadedIndex
+    read: int  # bytes of the appended-segments file read (whole lines)
+    stopped: bool  # a line ended what the file publishes: nothing after it counts
+    partition: PartitionIndex
 
 
 class SnapshotReader:
@@ -110,45 +112,75 @@ class SnapshotReader:
     def _index(self, key: str) -> PartitionIndex | None:
         folder = partition_dir(self.root, key)
         for epoch, _ in reversed(epochs(folder)):
-            loaded = self._epoch_index(key, folder, epoch)
-            if loaded is not None:
-                return loaded.partition
+            index = self._epoch_index(key, folder, epoch)
+            if index is not None:
+                return index
         return None
 
-    def _epoch_index(self, key: str, folder: str, epoch: int) -> LoadedIndex | None:
+    def _epoch_index(self, key: str, folder: str, epoch: int) -> PartitionIndex | None:
         """``key``'s index in epoch ``epoch``: what was read of it before and the lines its
-        appended-segments file gained, if its index.json is the same file; else read whole
-        (``layout.load_epoch_index``)."""
+        appended-segments file gained, if its index.json is the same file; else read whole."""
         identity = _identity(folder, epoch, INDEX_NAME)
         if identity is None:
             return None
         known = self._followed.get(key)
         if known is not None and (known.epoch, known.identity) == (epoch, identity):
-            loaded = known.loaded
-            if not loaded.partition.appended or loaded.stopped:
-                return loaded
-            data = read_in_epoch_from(folder, epoch, loaded.partition.appended, loaded.read)
+            index = known.partition
+            if not index.appended or known.stopped:
+                return index
+            data = _read_from(folder, epoch, index.appended, known.read)
             if data is not None:
-                loaded = add_appended_lines(loaded, data.decode("utf-8"))
-                self._followed[key] = known._replace(loaded=loaded)
-                return loaded
-        whole = load_epoch_index(folder, epoch, history=False)
-        if whole is None:
-            self._followed.pop(key, None)
-        else:  # (identity taken first: a newer index.json read meanwhile is read again)
-            self._followed[key] = _Followed(epoch, identity, whole)
-        return whole
+                lines = data[: data.rfind(b"\n") + 1]
+                stopped = not index.add_appended(lines.decode("utf-8", "replace"))
+                self._followed[key] = known._replace(read=known.read + len(lines), stopped=stopped)
+                return index
+        return self._read_whole(key, folder, epoch)
+
+    def _read_whole(self, key: str, folder: str, epoch: int) -> PartitionIndex | None:
+        """As ``layout.load_index`` reads one epoch's index, noting what it read."""
+        for _ in range(INDEX_READS):
+            identity = _identity(folder, epoch, INDEX_NAME)
+            found = read_in_epoch(folder, epoch, INDEX_NAME)
+            if identity is None or found is None:
+                return None
+            index = PartitionIndex.from_json(found.text, found.path)
+            read, stopped = 0, False
+            if index.appended:
+                data = _read_from(folder, epoch, index.appended, 0)
+                if data is None:
+                    continue  # a newer index.json was written meanwhile: read it
+                lines = data[: data.rfind(b"\n") + 1]
+                stopped = not index.add_appended(lines.decode("utf-8", "replace"))
+                read = len(lines)
+            self._followed[key] = _Followed(epoch, identity, read, stopped, index)
+            return index
+        self._followed.pop(key, None)
+        return load_index(self.root, key, history=False)
 
 
 def _identity(folder: str, epoch: int, name: str) -> tuple[int, int, int] | None:
     """The identity (inode, change time, size) of an epoch's file, sealed or not; None if
     neither exists. A file written anew (``write_atomically``) is a new inode."""
-    for path, _ in epoch_paths(folder, epoch, name):
+    base = os.path.join(folder, epoch_name(epoch))
+    for path in (os.path.join(base, name), os.path.join(base + SEALED, name)):
         try:
             stat = os.stat(path)
         except FileNotFoundError:
             continue
         return stat.st_ino, stat.st_mtime_ns, stat.st_size
+    return None
+
+
+def _read_from(folder: str, epoch: int, name: str, offset: int) -> bytes | None:
+    """The bytes of an epoch's file from ``offset`` on, sealed or not; None if it is gone."""
+    base = os.path.join(folder, epoch_name(epoch))
+    for path in (os.path.join(base, name), os.path.join(base + SEALED, name)):
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except FileNotFoundError:
+            continue
     return None
 
 

@@ -22,7 +22,6 @@ from spark_zmq.protocols.arrow import (
     distinct_rows,
     frame_sizes,
     joined_frames,
-    per_run,
     string_column,
 )
 from spark_zmq.protocols.contract import (
@@ -130,7 +129,7 @@ class ZeroEQ(StreamProtocol[ReadSettings], SinkProtocol[WriteSettings]):
             payload, error = _mark_malformed(frames, bad, payload)
 
         constant = {
-            key: per_run([m.get(key) for m in metadata], which)
+            key: _per_run([m.get(key) for m in metadata], which)
             for key in ("session", "publisher", "application", "user", "instance")
         }
         return Decoded(
@@ -294,6 +293,13 @@ def _wire_id(
     if not _WIRE_HEX.fullmatch(hex_id):  # (bytes.fromhex would skip blanks)
         return None, f"event_id {hex_id!r} is not 32 hex digits"
     return bytes.fromhex(hex_id), None
+
+
+def _per_run(values: list[str | None], which: np.ndarray) -> pa.Array:
+    """A string column of ``values[which[i]]`` for row i (a value per run)."""
+    if len(values) == 1:
+        return pa.repeat(pa.scalar(values[0], pa.string()), len(which))
+    return pa.array(values, pa.string()).take(pa.array(which))
 
 
 def _names_by_run(
