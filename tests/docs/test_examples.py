@@ -116,5 +116,6 @@ def test_example_prints_what_its_page_shows(example: Example, tmp_path):
     assert result.returncode == 0, f"{example.where}: {example.name}\n{result.stderr[-3000:]}"
     assert printed_pattern(example.printed).search(result.stdout), (
         f"{example.where}: example {example.name} did not print what its page shows:\n"
-        f"{example.printed}\nIt printed:\n{result.stdout}"
+        f"{example.printed}\nIt printed:\n{result.stdout}\nIts warnings:\n"
+        + "\n".join(line for line in result.stderr.splitlines() if " WARNING " in line)[-3000:]
     )
