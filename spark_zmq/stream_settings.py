@@ -42,6 +42,8 @@ from spark_zmq.stream_options import (
     REPLY_PATH,
     SEND_CORE,
     SPOOL_PATH,
+    SPOOL_READER,
+    SPOOL_READER_TIMEOUT,
     SPOOL_RETENTION,
     SPOOL_RETENTION_BYTES,
     SPOOL_SERVER,
@@ -88,6 +90,8 @@ class SourceSettings:
     given: tuple[tuple[str, str], ...]
     #: spoolServer: where capture on the driver (or a service) serves the spool (None: off)
     spool_server: ServerSettings | None
+    #: spoolReader: the name a query reads a capture service's spool under
+    reader_name: str = SPOOL_READER.parsed_default()
 
     @classmethod
     def of(cls, options: Options) -> SourceSettings:
@@ -105,6 +109,7 @@ class SourceSettings:
             max_partitions=options.get(MAX_PARTITIONS),
             given=tuple((k, str(v)) for k, v in given.items() if k != SPOOL_PATH.name),
             spool_server=_spool_server(options),
+            reader_name=options.get(SPOOL_READER),
         )
 
     @property
@@ -176,6 +181,9 @@ class CaptureSettings:
     retention_bytes: int | None = None
     #: nice value of capture's thread and its zmq I/O thread (``captureNice``; None: as is)
     nice: int | None = CAPTURE_NICE.parsed_default()
+    #: a capture service: seconds a silent reader name holds data (``spoolReaderTimeout``;
+    #: None: forever)
+    reader_timeout: float | None = SPOOL_READER_TIMEOUT.parsed_default()
 
     @classmethod
     def of(cls, options: Options) -> CaptureSettings:
@@ -199,6 +207,7 @@ class CaptureSettings:
             options.get(SPOOL_RETENTION),
             options.get(SPOOL_RETENTION_BYTES),
             options.get(CAPTURE_NICE),
+            options.get(SPOOL_READER_TIMEOUT),
         )
 
     @classmethod

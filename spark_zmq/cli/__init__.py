@@ -6,7 +6,8 @@ definitions (the docs' options reference is this output). One package per format
 ZeroEQ from a shell, ``ebus ...`` runs EBUS peers and asks brokers, ``goby ...`` runs a
 stand-in gobyd and Goby clients, ``yamz ...`` browses a Zyre network and reads yamz addresses.
 ``discover`` lists the endpoints a stream of any format would read (``spark_zmq.cli.discover``),
-``capture`` runs a capture service that fills a spool without a query (``spark_zmq.cli.capture``),
+``capture`` runs a capture service that fills a spool without a query and ``readers`` lists the
+queries that read one (``spark_zmq.cli.capture``),
 ``demo`` runs demo peers of a format (``spark_zmq.cli.demo``), ``doctor`` checks what this host
 gives the formats (``spark_zmq.cli.doctor``), ``job NAME`` prints the path of a job's file for
 spark-submit (``spark_zmq.jobs``).
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 
 from spark_zmq import __version__
-from spark_zmq.cli.capture import add_capture_parser, run_capture
+from spark_zmq.cli.capture import add_capture_parser, add_readers_parser, run_capture, run_readers
 from spark_zmq.cli.demo import add_demo_parser, run_demo
 from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.doctor import add_doctor_parser, run_doctor
@@ -49,6 +50,7 @@ RUNNERS = {
     "yamz": run_yamz,
     "discover": lambda args: run_discover(args, FORMATS),
     "capture": lambda args: run_capture(args, FORMATS),
+    "readers": run_readers,
     "demo": run_demo,
     "doctor": run_doctor,
 }
@@ -95,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_yamz_parser(commands)
     add_discover_parser(commands, sorted(FORMATS))
     add_capture_parser(commands, sorted(FORMATS))
+    add_readers_parser(commands)
     add_demo_parser(commands)
     add_doctor_parser(commands)
     return parser

@@ -2,13 +2,16 @@
 
 It runs the capture of a query with ``capture=driver`` (the same discovery, CURVE, bounds and
 spool, from the same reader options ``--option key=value``) until SIGTERM or SIGINT, and lets go
-of what the query reading its spool (option ``capture=service``) has committed. A scheduled
-``Trigger.AvailableNow`` job then loses nothing between its runs.
+of what every query reading its spool (option ``capture=service``, each under its own
+``spoolReader`` name) has committed. A scheduled ``Trigger.AvailableNow`` job then loses
+nothing between its runs. ``spark-zmq readers`` lists the reader names of a spool.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -24,6 +27,8 @@ from spark_zmq.log import configure_logging
 from spark_zmq.options import OptionError
 from spark_zmq.placement.service import CaptureService, Progress
 from spark_zmq.protocols.contract import StreamProtocol
+from spark_zmq.spool.reader import read_snapshot
+from spark_zmq.spool.readers import load_readers
 from spark_zmq.stream_settings import ReaderSettings
 
 PROG = "spark-zmq capture"
@@ -118,11 +123,64 @@ def _serve(service: CaptureService, stop: threading.Event, every: float) -> None
 
 
 def _progress_line(name: str, progress: Progress, interval: str) -> str:
+    if progress.slowest is None:
+        readers = "readers: none holds data"
+    else:
+        slowest, behind = progress.slowest
+        readers = f"readers: {progress.readers}, slowest {slowest!r} {behind} messages behind"
     return (
         f"{name}: partitions: {progress.live} live, {progress.retired} retired; captured "
         f"{progress.captured} messages {interval}; spool: {progress.uncommitted} messages not "
-        f"committed, {_size(progress.spool_bytes)}"
+        f"committed by every reader, {_size(progress.spool_bytes)}; {readers}"
     )
+
+
+def add_readers_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "readers",
+        help="list the queries (reader names) that read a capture service's spool",
+        description=(
+            "Every reader name of a spool (option spoolReader of the queries that read it): "
+            "whether its query runs, when it last planned or committed, and how many "
+            "messages the spool holds that it has not committed."
+        ),
+    )
+    parser.add_argument("--spool", required=True, metavar="PATH", help="the spool folder")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON document per reader, with its positions"
+    )
+
+
+def run_readers(args: argparse.Namespace) -> int:
+    spool = os.path.abspath(args.spool)
+    if not os.path.isdir(spool):
+        print(f"spark-zmq readers: no spool at {spool}", file=sys.stderr)
+        return 1
+    ends = {key: state.end for key, state in read_snapshot(spool).items()}
+    readers = load_readers(spool)
+    if args.json:
+        for record in readers.values():
+            doc = {**dataclasses.asdict(record), "behind": record.lag(ends)}
+            print(json.dumps(doc, sort_keys=True))
+        return 0
+    print(f"spool {spool}: {len(ends)} partitions, {len(readers)} reader names")
+    now = time.time()
+    for name, record in sorted(readers.items()):
+        state = "stopped" if record.stopped else "running"
+        silent = _duration(now - record.at) if record.at else "never"
+        print(
+            f"  {name!r}: {state}, last seen {silent} ago, {record.lag(ends)} messages behind, "
+            f"committed in {len(record.committed)} of {len(ends)} partitions"
+        )
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    """A time span for a person: seconds, minutes, hours or days, one unit."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{max(0.0, seconds):.0f} s"
 
 
 def _size(nbytes: int) -> str:

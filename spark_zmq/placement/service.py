@@ -6,17 +6,19 @@ runs the very capture of ``capture=driver`` (``driver.DriverCapture``: discovery
 spool) on its own, for as long as it runs, holding the spool's LOCK with role ``service``. A
 query with ``capture=service`` (``ServiceSpool``) starts no discovery and no capture: it plans its
 offsets from the partitions' indexes on disk (the service writes them atomically) and records
-what Spark committed in the spool's ``commits.json``, which the service applies
-(``DriverCapture.commit``). So the spool keeps everything no run committed, and successive runs
-from one checkpoint deliver every message the service captured exactly once.
+what Spark committed under its reader name (option ``spoolReader``, ``spool.readers``), which
+the service applies: it lets go of what every reader name committed
+(``DriverCapture.commit``). So the spool keeps everything some reader has not committed, and
+successive runs under one name deliver every message the service captured exactly once, however
+many other names read the same spool.
 
-Invariants: only queries write ``commits.json`` (the service reads it); the service only lets go
-of what a query committed. One query (one checkpoint) reads a service's spool: a second
-query's commits would let go of what the first has not read.
+Invariants: only queries write their reader documents (the service reads them); the service
+only lets go of what every reader that holds data committed; one running query per name.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from typing import Any, NamedTuple
@@ -25,11 +27,17 @@ from spark_zmq.log import logger
 from spark_zmq.placement.base import Placement
 from spark_zmq.placement.driver import DriverCapture
 from spark_zmq.protocols.contract import StreamProtocol
-from spark_zmq.spool.contract import commits_state
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import SpoolError, load_indexes
 from spark_zmq.spool.reader import SnapshotReader
+from spark_zmq.spool.readers import (
+    ReaderCount,
+    ReaderHandle,
+    ReaderRecord,
+    held_ends,
+    read_ends,
+)
 from spark_zmq.spool.remote import ServedSpool, load_served
 from spark_zmq.stream_settings import ReaderSettings
 
@@ -44,7 +52,8 @@ class ServiceSpool(Placement):
         self, protocol: StreamProtocol[Any], query: ReaderSettings[Any], spool_path: str
     ) -> None:
         super().__init__(protocol, query, spool_path)
-        self._commits = commits_state(spool_path)
+        #: what this query committed under its reader name (opened at start)
+        self._reader = ReaderHandle(spool_path, query.source.reader_name)
         self._warned = False
         #: the spool's indexes, read again at each snapshot only where they changed
         self._snapshots = SnapshotReader(spool_path)
@@ -70,12 +79,14 @@ class ServiceSpool(Placement):
             )
         else:
             logger.info(
-                "%s: reading spool %s, filled by a capture service (%s); this query "
-                "captures nothing itself",
+                "%s: reading spool %s, filled by a capture service (%s), as reader %r; "
+                "this query captures nothing itself",
                 self.protocol.name,
                 self.spool_path,
                 holder_text(holder),
+                self._reader.name,
             )
+        self._reader.open()
         self.ends_at_start = {k: s.end for k, s in self._snapshots.snapshot().items()}
 
     def _warn_nothing_captures(self) -> None:
@@ -94,9 +105,17 @@ class ServiceSpool(Placement):
         )
 
     def snapshot(self) -> dict[str, PartitionState]:
+        """The spool's partitions, each ``committed`` where this query's reader name committed
+        it (other names' commits are theirs: a partition this name has not committed is
+        read from its first retained offset)."""
         if folder_holder(self.spool_path) is None:
             self._warn_nothing_captures()
-        return self._snapshots.snapshot()
+        self._reader.beat()
+        own = self._reader.committed
+        return {
+            key: state._replace(committed=max(state.start, min(state.end, own.get(key, 0))))
+            for key, state in self._snapshots.snapshot().items()
+        }
 
     def served(self) -> ServedSpool | None:
         """Where the capture service serves its spool (its ``served.json``), read anew for
@@ -104,13 +123,13 @@ class ServiceSpool(Placement):
         return load_served(self.spool_path)
 
     def commit(self, end: dict[str, int]) -> None:
-        """Record what Spark committed; the service lets it go (``CaptureService``)."""
-        committed = self._commits.load() or {}
-        committed.update(end)
-        self._commits.save(committed)
+        """Record what Spark committed under this query's reader name; the service lets go of
+        it once every reader name committed it (``CaptureService``)."""
+        self._reader.commit(end)
 
     def close(self) -> None:
-        """Nothing runs here: the service goes on capturing."""
+        """The reader name is free again; the service goes on capturing."""
+        self._reader.close()
 
 
 class ServiceCapture(DriverCapture):
@@ -120,9 +139,13 @@ class ServiceCapture(DriverCapture):
     spool_role = SERVICE
     runs_where = "in this capture service"
 
+    def read_by_some(self, ends: dict[str, int]) -> None:
+        """Some reader name committed everything below ``ends`` (``Spool.read_by_some``)."""
+        self._running()[0].read_by_some(ends)
+
 
 class CaptureService:
-    """Capture into a spool without a query; applies the commits of the query that reads it.
+    """Capture into a spool without a query; lets go of what its readers committed.
 
     ``poll`` (often: every second) applies new commits; ``progress`` (every progress line)
     also makes capture write what it received and checks discovery, raising its failure.
@@ -134,8 +157,10 @@ class CaptureService:
         self.protocol = protocol
         self.spool_path = spool_path
         self.capture = ServiceCapture(protocol, query, spool_path)
-        self._commits = commits_state(spool_path)
+        timeout = query.capture.reader_timeout
+        self._readers = ReaderCount(spool_path, math.inf if timeout is None else timeout)
         self._applied: dict[str, int] = {}
+        self._read_ahead: dict[str, int] = {}
         self._last_ends: dict[str, int] = {}
 
     def start(self) -> None:
@@ -143,27 +168,36 @@ class CaptureService:
         self._last_ends = dict(self.capture.ends_at_start)
         self.poll()
 
-    def poll(self) -> None:
-        """Apply what queries committed since the last call (each partition's end once)."""
-        committed = self._commits.load() or {}
+    def poll(self) -> dict[str, ReaderRecord]:
+        """Apply what every reader that holds data committed since the last call (each
+        partition's end once); those readers."""
+        holding = self._readers.holding()
+        keys = sorted({key for record in holding.values() for key in record.committed})
         new = {
             key: end
-            for key, end in committed.items()
-            if isinstance(end, int) and self._applied.get(key) != end
+            for key, end in held_ends(holding, keys).items()
+            if end > self._applied.get(key, 0)
         }
         if new:
             self.capture.commit(new)
             self._applied.update(new)
+        ahead = read_ends(holding, keys)
+        if ahead != self._read_ahead:
+            self.capture.read_by_some(ahead)
+            self._read_ahead = ahead
+        return holding
 
     def progress(self) -> Progress:
         """Everything received is in the spool; what it holds, and what was captured since the
         previous call."""
         state = self.capture.snapshot()
-        self.poll()
+        holding = self.poll()
         ends = {key: s.end for key, s in state.items()}
         previous = self._last_ends
         captured = sum(end - previous.get(key, state[key].start) for key, end in ends.items())
         self._last_ends = ends
+        lags = {name: record.lag(ends) for name, record in holding.items()}
+        slowest = max(lags, key=lambda name: (lags[name], name), default=None)
         return Progress(
             live=sum(1 for s in state.values() if not s.retired),
             retired=sum(1 for s in state.values() if s.retired),
@@ -172,6 +206,8 @@ class CaptureService:
                 max(0, s.end - max(s.start, self._applied.get(key, 0))) for key, s in state.items()
             ),
             spool_bytes=sum(i.nbytes for i in load_indexes(self.spool_path).values()),
+            readers=len(holding),
+            slowest=None if slowest is None else (slowest, lags[slowest]),
         )
 
     def close(self) -> None:
@@ -185,5 +221,7 @@ class Progress(NamedTuple):
     live: int  # partitions whose endpoints are connected
     retired: int  # partitions whose endpoints left, kept until read
     captured: int  # messages written since the previous line
-    uncommitted: int  # messages the spool holds that no query has committed
+    uncommitted: int  # messages the spool holds that some reader name has not committed
     spool_bytes: int  # what the spool's segments take on disk
+    readers: int = 0  # reader names that hold data
+    slowest: tuple[str, int] | None = None  # the reader name furthest behind, and by how much

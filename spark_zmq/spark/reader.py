@@ -51,6 +51,7 @@ from spark_zmq.spark.offsets import (
 from spark_zmq.spark.rows import ReadTask, SpoolRange, read_rows
 from spark_zmq.spool.contract import register_executor
 from spark_zmq.spool.identity import other_spool_error, spool_identity
+from spark_zmq.stream_options import SPOOL_READER
 from spark_zmq.stream_settings import ReaderSettings, SourceSettings
 
 
@@ -77,6 +78,12 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise OptionError(
                 f"{protocol.name}: option capture=service needs option spoolPath: the folder "
                 f"that `spark-zmq capture --spool` fills"
+            )
+        if settings.placement != "service" and options.is_set(SPOOL_READER):
+            raise OptionError(
+                f"{protocol.name}: option spoolReader names a query reading a capture "
+                f"service's spool (capture=service); with capture={settings.placement} the "
+                f"query's spool is its own, and a second stream on it is refused"
             )
         self.protocol = protocol
         self.query = query

@@ -15,6 +15,8 @@ Layout of a spool folder::
                                  noted by tasks, the capture processes' logs (``contract``)
     @capture/                    capture=executors: one record per capture process, its
                                  heartbeat and the partitions it holds (``processes``)
+    @readers/                    a capture service's spool: one document per reader name
+                                 (option spoolReader), what its query committed (``readers``)
     @flushes/                    a flush file while it is written, until the segments link
                                  it (``segments``)
     <quoted partition key>/      (``folder_name``: never a path of its own, never too long)
@@ -56,6 +58,7 @@ import json
 import os
 import re
 import urllib.parse
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -321,3 +324,19 @@ class JsonState:
     def save(self, data: dict) -> None:
         text = json.dumps(versioned(data), indent=1, sort_keys=True)
         write_atomically(self.path, text.encode())
+
+
+def json_documents(folder: str) -> Iterator[dict]:
+    """The JSON documents (``*.json``) of ``folder``, in name order; one that cannot be read
+    (damaged, or half written on a file system that shows that) is passed over."""
+    try:
+        names = sorted(name for name in os.listdir(folder) if name.endswith(".json"))
+    except FileNotFoundError:
+        return
+    for name in names:
+        try:
+            doc = JsonState(os.path.join(folder, name)).load()
+        except SpoolError:
+            continue
+        if doc:
+            yield doc

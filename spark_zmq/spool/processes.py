@@ -28,7 +28,12 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
-from spark_zmq.spool.layout import JsonState, SpoolError, folder_name, remove_quietly
+from spark_zmq.spool.layout import (
+    JsonState,
+    folder_name,
+    json_documents,
+    remove_quietly,
+)
 
 #: the folder of the records ("@" is quoted in partition folder names: no clash)
 PROCESSES = "@capture"
@@ -95,22 +100,13 @@ def save_record(root: str, record: ProcessRecord) -> None:
 def load_records(root: str) -> dict[str, ProcessRecord]:
     """Every record in the spool, by process; one that cannot be read (being replaced on a
     filesystem that shows it half-written, or damaged) is passed over."""
-    folder = records_folder(root)
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return {}
     found = {}
-    for name in names:
-        if not name.endswith(".json"):
-            continue
+    for doc in json_documents(records_folder(root)):
         try:
-            doc = JsonState(os.path.join(folder, name)).load()
-            record = ProcessRecord.from_json(doc) if doc else None
-        except (SpoolError, TypeError, ValueError):
+            record = ProcessRecord.from_json(doc)
+        except (TypeError, ValueError):
             continue
-        if record is not None:
-            found[record.process] = record
+        found[record.process] = record
     return found
 
 

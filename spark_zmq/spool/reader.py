@@ -58,8 +58,9 @@ def _deleted(key: str, start: int, end: int) -> tuple[int, Source, pa.Table]:
     text = (
         f"gap: {end - start} messages at offsets [{start}, {end}) of partition {key} were "
         f"deleted from the spool by retention (options spoolRetention, spoolRetentionBytes, "
-        f"or room made at maxSpoolBytes) after Spark committed them, before this read reached "
-        f"them"
+        f"or room made at maxSpoolBytes) once committed (by every reader name that held them, "
+        f"with a capture service: spoolReaderTimeout ends a silent name's hold), before this "
+        f"read reached them"
     )
     logger.warning("spool: %s", text)
     return start, DELETED, fault_rows(text, 1, time.time_ns() // 1000)

@@ -38,6 +38,7 @@ class RetentionLedger:
         #: when (wall clock) the oldest committed segment passes the retention by age
         self.expires_at = math.inf
         self._made_room_before = False  # the first time room is made at the bound is logged
+        self._read_ahead_deleted_before = False  # and the first time read-ahead data goes
 
     def count(self, index: PartitionIndex | None, sign: int) -> None:
         """Add (``sign`` +1: loaded or claimed) or take away (-1: let go) what ``index``'s
@@ -102,6 +103,39 @@ class RetentionLedger:
             self._made_room_before = True
         return self._oldest(partitions, lambda segment, freed: freed < over)
 
+    def room_read_ahead(
+        self,
+        partitions: Mapping[str, PartitionIndex],
+        read_ahead: Mapping[str, int],
+        nbytes: int,
+        max_bytes: int,
+    ) -> dict[str, int]:
+        """At the bound, with nothing committed left (``room`` deleted it): how many segments
+        go per partition, oldest first, of those that some reader committed (below
+        ``read_ahead``, a capture service's spool: not every reader committed them), until the
+        spool is ``ROOM_MADE_AT_ONCE`` of the bound below it. The readers behind get a gap row
+        for them; a message no reader committed is never deleted."""
+        over = nbytes - (max_bytes - int(max_bytes * ROOM_MADE_AT_ONCE))
+        if over <= 0:
+            return {}
+        doomed: dict[str, int] = {}
+        freed = 0
+        for key, segment in _oldest_first(partitions, read_ahead):
+            if freed >= over:
+                break
+            doomed[key] = doomed.get(key, 0) + 1
+            freed += segment.nbytes
+        if doomed and not self._read_ahead_deleted_before:
+            logger.warning(
+                "spool %s reached maxSpoolBytes (%d bytes) with nothing left that every reader "
+                "name committed: messages that only some names committed are deleted, oldest "
+                "first, and the names behind get gap rows for them (logged once)",
+                self.root,
+                max_bytes,
+            )
+            self._read_ahead_deleted_before = True
+        return doomed
+
     def _oldest(
         self, partitions: Mapping[str, PartitionIndex], goes: Callable[[Segment, int], bool]
     ) -> dict[str, int]:
@@ -111,7 +145,8 @@ class RetentionLedger:
         doomed: dict[str, int] = {}
         freed = 0
         self.expires_at = math.inf
-        for key, segment in _committed_oldest_first(partitions):
+        committed = {key: index.committed for key, index in partitions.items()}
+        for key, segment in _oldest_first(partitions, committed):
             if not goes(segment, freed):
                 if self.retention.seconds is not None:
                     self.expires_at = segment.at + self.retention.seconds
@@ -121,17 +156,18 @@ class RetentionLedger:
         return doomed
 
 
-def _committed_oldest_first(
-    partitions: Mapping[str, PartitionIndex],
+def _oldest_first(
+    partitions: Mapping[str, PartitionIndex], ends: Mapping[str, int]
 ) -> Iterator[tuple[str, Segment]]:
-    """(key, segment) of every committed segment, oldest first (each partition's are in offset
-    order, which is the order they were written)."""
+    """(key, segment) of every segment that ends at or before its partition's end in ``ends``,
+    oldest first (each partition's are in offset order, which is the order they were
+    written)."""
 
-    def committed(key: str, index: PartitionIndex) -> Iterator[tuple[str, Segment]]:
+    def below(key: str, index: PartitionIndex, end: int) -> Iterator[tuple[str, Segment]]:
         for segment in index.segments:
-            if segment.end > index.committed:
+            if segment.end > end:
                 return
             yield key, segment
 
-    held = [committed(k, i) for k, i in partitions.items() if i.committed > i.start]
+    held = [below(k, i, ends[k]) for k, i in partitions.items() if ends.get(k, 0) > i.start]
     return heapq.merge(*held, key=lambda item: item[1].at)

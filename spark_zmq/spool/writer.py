@@ -105,6 +105,9 @@ class SpoolPartitions:
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
         self._ledger = RetentionLedger(self.retention, root)
+        #: a capture service's spool: per partition, below what some reader name committed
+        #: (beyond what every name did: ``read_by_some``)
+        self._read_ahead: dict[str, int] = {}
         self._files = EpochFiles(root, self.epochs, self._forget)
         self._reserve = Reserve(root)
         self._reserve.keep()
@@ -352,7 +355,7 @@ class Spool(SpoolPartitions):
         peer floods the spool to its bound, its partition is the one that drops, not its
         neighbours; the spool then holds at most the bound plus what the partitions under their
         shares add."""
-        if self.nbytes >= self.max_bytes and self.committed_nbytes:
+        if self.nbytes >= self.max_bytes and (self.committed_nbytes or self._read_ahead):
             self.make_room()
         if self.nbytes < self.max_bytes or key is None:
             return self.nbytes < self.max_bytes
@@ -386,8 +389,33 @@ class Spool(SpoolPartitions):
     @_locked
     def make_room(self) -> None:
         """At the bound: delete committed segments, oldest first, until the spool is
-        ``retention.ROOM_MADE_AT_ONCE`` of the bound below it or nothing committed is left."""
+        ``retention.ROOM_MADE_AT_ONCE`` of the bound below it or nothing committed is left;
+        then, in a capture service's spool, segments that some reader name committed
+        (``read_by_some``)."""
         self._delete(self._ledger.room(self.partitions, self.nbytes, self.max_bytes))
+        if self._read_ahead:
+            doomed = self._ledger.room_read_ahead(
+                self.partitions, self._read_ahead, self.nbytes, self.max_bytes
+            )
+            self._delete(doomed)
+            self._read_ahead = {
+                key: end
+                for key, end in self._read_ahead.items()
+                if key in self.partitions and end > self.partitions[key].start
+            }
+
+    @_locked
+    def read_by_some(self, ends: dict[str, int]) -> None:
+        """A capture service's spool, whose reader names commit each on their own: some name
+        committed everything below ``ends`` (``truncate`` gets what every name committed).
+        At the bound, once nothing that every name committed is left, these segments go before
+        a new message is dropped (``make_room``): the names behind get a gap row for them, the
+        names ahead lose nothing."""
+        self._read_ahead = {
+            key: end
+            for key, end in ends.items()
+            if key in self.partitions and end > self.partitions[key].committed
+        }
 
     def _apply_retention(self, now: float) -> dict[str, int]:
         """Delete the committed segments that retention lets go; how many went per partition."""
@@ -409,16 +437,20 @@ class Spool(SpoolPartitions):
         return self.partitions[key]
 
     def _delete_first(self, key: str, count: int) -> None:
-        """Delete the first ``count`` segments of partition ``key`` (all committed)."""
+        """Delete the first ``count`` segments of partition ``key`` (committed, or, at the
+        bound of a capture service's spool, committed by some reader name: ``committed``
+        then moves up to the new start, since what is gone cannot be read)."""
         index = self._held(key)
         if index is None:
             return
         gone, index.segments = index.segments[:count], index.segments[count:]
         index.start = index.segments[0].first if index.segments else index.end
-        self._publish(index)  # publish first, then delete: a listed file is there or retained
         freed = sum(segment.nbytes for segment in gone)
+        committed_freed = sum(s.nbytes for s in gone if s.end <= index.committed)
+        index.committed = max(index.committed, index.start)
+        self._publish(index)  # publish first, then delete: a listed file is there or retained
         self.nbytes -= freed
-        self._ledger.freed(freed)
+        self._ledger.freed(committed_freed)
         self._files.delete(key, gone, index.segments)
 
     def _publish(self, index: PartitionIndex, commit: bool = False) -> None:

@@ -21,6 +21,7 @@ from spark_zmq.stream_options.values import (
     ending_offsets,
     milliseconds_or_auto,
     pem_file,
+    reader_name,
     retention_duration,
     spool_folder,
     spool_server,
@@ -360,6 +361,29 @@ CAPTURE_IDLE_TIMEOUT = Option(
     "assignment for this long (the query stopped or lost its driver).",
 )
 
+SPOOL_READER = Option(
+    "spoolReader",
+    reader_name,
+    "a name (any text of 1 to 200 characters)",
+    "default",
+    "`capture=service`: the name this query reads the capture service's spool under, as a "
+    "Kafka consumer group. Each query reading one spool needs a name of its own (a query "
+    "refuses to start under a name that a running query reads under): the spool keeps "
+    "what any name has not committed, and each stream goes on from where its own name "
+    "committed. Batch reads need no name: they commit nothing.",
+)
+
+SPOOL_READER_TIMEOUT = Option(
+    "spoolReaderTimeout",
+    retention_duration,
+    "a duration such as 7d, 12h or 30m (a bare number: seconds), or forever",
+    "7d",
+    "For `spark-zmq capture`: a reader name (`spoolReader`) whose query has neither "
+    "planned nor committed for this long stops holding data (logged once), so that a "
+    "query that never comes back does not keep the spool from letting go. If it comes "
+    "back, it gets a gap row for what was deleted meanwhile.",
+)
+
 READER_OPTIONS: tuple[Option[Any], ...] = (
     MODE,
     FAIL_ON_DATA_LOSS,
@@ -389,5 +413,7 @@ READER_OPTIONS: tuple[Option[Any], ...] = (
     CAPTURE_NICE,
     LEASE_TIMEOUT,
     CAPTURE_IDLE_TIMEOUT,
+    SPOOL_READER,
+    SPOOL_READER_TIMEOUT,
     *CURVE_OPTIONS,
 )

@@ -52,6 +52,15 @@ def retention_duration(value: str) -> float | None:
     return duration(value)
 
 
+def reader_name(value: str) -> str:
+    """Option parser: a reader's name (``spoolReader``): 1 to 200 characters, spaces around
+    it left out."""
+    name = value.strip()
+    if not 0 < len(name) <= 200:
+        raise ValueError(value)
+    return name
+
+
 # ---------------------------------------------------------------------------------------------
 # spoolPath: a folder on a POSIX file system
 

@@ -25,7 +25,7 @@ from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.testing.logs import logged_warnings
 from support.common import wait_until
-from support.sequences import ECHO
+from support.sequences import ECHO, sink_rows
 
 CAPTURE = [sys.executable, "-m", "spark_zmq", "capture", "--format", "zeroeq"]
 
@@ -97,7 +97,7 @@ def spooled(spool) -> int:
     return sum(state.end for state in read_snapshot(str(spool)).values())
 
 
-def stream_reader(spool, capture: str) -> ZmqStreamReader:
+def stream_reader(spool, capture: str, **options: str) -> ZmqStreamReader:
     """The driver side of a zeroeq stream with these options, as a query makes it."""
     protocol = ZeroEQ()
     given = {
@@ -105,6 +105,7 @@ def stream_reader(spool, capture: str) -> ZmqStreamReader:
         "discoveryInterfaces": "127.0.0.1",
         "spoolPath": str(spool),
         "capture": capture,
+        **options,
     }
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, given)
     return ZmqStreamReader(protocol, options)
@@ -161,14 +162,20 @@ def test_available_now_runs_deliver_what_the_service_captured_exactly_once(
         what="the service to apply the runs' commits",
     )
     (partition,) = read_snapshot(str(spool))
-    committed = json.loads((spool / "commits.json").read_text())[partition]
+    reader = json.loads((spool / "@readers" / "default.json").read_text())
+    committed = reader["committed"][partition]
     lasted = time.monotonic() - started
     code, stderr = service.stop()
     payloads = sorted(bytes(r.payload) for r in spark.read.parquet(str(sink)).collect())
     assert payloads == sorted(b"n/%d" % i for i in range(150))
     assert code == 0, stderr
-    # the runs' commits are in the spool's commits.json; the last line counts what is beyond
-    assert f"stopping; spool: {150 - committed} messages not committed, " in service.lines[-2]
+    # the runs' commits are in the document of reader name "default"; the last line counts
+    # what is beyond, and how far behind the slowest (the only) reader is
+    stopping = service.lines[-2]
+    assert f"stopping; spool: {150 - committed} messages not committed by every reader, " in (
+        stopping
+    )
+    assert stopping.endswith(f"; readers: 1, slowest 'default' {150 - committed} messages behind")
     assert service.lines[-1].endswith(f"capture service stopped; spool {spool} closed")
     progress = [line for line in service.lines if "partitions: 1 live, 0 retired; captured" in line]
     # one a second (--progress-every 1) while it ran, and the stopping line
@@ -280,3 +287,258 @@ def test_a_spool_on_an_object_store_fails_the_service_naming_the_reason(tmp_path
     assert result.returncode == 2
     assert "option 'spoolPath' must be a folder path on a POSIX file system" in result.stderr
     assert "s3a:// is not a POSIX file system" in result.stderr
+
+
+# -- several queries on one service spool (option spoolReader) --------------------------------
+
+
+def service_stream(spark, spool, session: str, name: str, sink, **trigger):
+    """A stream of the service's spool under reader name ``name`` into Parquet at ``sink``
+    (its checkpoint beside it); ``trigger``: a micro-batch a second unless given."""
+    return (
+        spark.readStream.format("zeroeq")
+        .option("session", session)
+        .option("spoolPath", str(spool))
+        .option("capture", "service")
+        .option("spoolReader", name)
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(sink))
+        .option("checkpointLocation", f"{sink}.checkpoint")
+        .trigger(**(trigger or {"processingTime": "1 second"}))
+        .start()
+    )
+
+
+def run_once(spark, spool, session: str, name: str, sink) -> list:
+    """A ``Trigger.AvailableNow`` run of ``service_stream``; the rows of its sink after it."""
+    query = service_stream(spark, spool, session, name, sink, availableNow=True)
+    assert query.awaitTermination(60) and query.exception() is None
+    return sink_rows(spark, sink)
+
+
+def numbers_in(spark, sink) -> list[int]:
+    """The numbers the rows of a sink carry (b"n/<number>"), in no order; gap rows fail."""
+    rows = sink_rows(spark, sink)
+    assert [row.error for row in rows if row.error is not None] == []
+    return [int(bytes(row.payload).split(b"/")[1]) for row in rows]
+
+
+@pytest.mark.spark
+def test_two_streams_and_a_batch_read_of_one_service_spool_each_get_every_message_once(
+    spark, tmp_path, publishers, services
+):
+    """Reader names "archive" and "dashboard" on one service spool whose spoolRetention is 0 (what
+    both committed is deleted at once). The dashboard stops while 100 messages are published and
+    the archive reads them; the spool keeps them for the dashboard, a batch read sees them, and
+    the dashboard reads them when it resumes. Each sink holds every message once."""
+    spool = tmp_path / "spool"
+    service, publisher = service_and_publisher(
+        publishers, services, spool, "readers", "spoolRetention=0"
+    )
+
+    def publish(numbers) -> None:
+        for i in numbers:
+            publisher.publish(ECHO, b"n/%d" % i)
+
+    def has(sink, count: int):
+        return lambda: len(numbers_in(spark, sink)) >= count
+
+    archive_sink, dashboard_sink = tmp_path / "archive", tmp_path / "dashboard"
+    archive = service_stream(spark, spool, "readers", "archive", archive_sink)
+    dashboard = service_stream(spark, spool, "readers", "dashboard", dashboard_sink)
+    try:
+        publish(range(100))
+        wait_until(has(archive_sink, 100), what="the archive to read 100 messages")
+        wait_until(has(dashboard_sink, 100), what="the dashboard to read 100 messages")
+        dashboard.stop()
+        publish(range(100, 200))
+        wait_until(has(archive_sink, 200), what="the archive to read 200 messages")
+        time.sleep(3)  # the service polls the readers' commits every second
+        (held,) = read_snapshot(str(spool)).values()
+        assert held.start <= 100, f"the spool let go of what the dashboard did not read: {held}"
+        batch = spark.read.format("zeroeq").option("spoolPath", str(spool)).load()
+        replayed = {bytes(row.payload) for row in batch.where("error IS NULL").collect()}
+        assert {b"n/%d" % i for i in range(100, 200)} <= replayed
+        # Spark commits a micro-batch to its source when it plans the next one: the
+        # dashboard's last batch stays uncommitted while it is stopped
+        listing = readers_listing(spool)
+        assert "'archive': running, last seen " in listing
+        behind = re.search(
+            r"'dashboard': stopped, last seen .* ago, (\d+) messages behind", listing
+        )
+        assert behind and int(behind[1]) >= 100, listing
+        dashboard = service_stream(spark, spool, "readers", "dashboard", dashboard_sink)
+        wait_until(has(dashboard_sink, 200), what="the resumed dashboard to read 200 messages")
+        publish([200])  # a batch more each: the one that read up to 200 is committed
+        wait_until(has(archive_sink, 201), what="the archive to read message 200")
+        wait_until(has(dashboard_sink, 201), what="the dashboard to read message 200")
+        wait_until(
+            lambda: read_snapshot(str(spool))[held_key(spool)].start >= 200,
+            timeout=15,
+            what="the service to let go of what both names committed",
+        )
+    finally:
+        archive.stop()
+        dashboard.stop()
+    assert sorted(numbers_in(spark, archive_sink)) == list(range(201))
+    assert sorted(numbers_in(spark, dashboard_sink)) == list(range(201))
+    listing = readers_listing(spool)
+    for name in ("archive", "dashboard"):
+        assert re.search(rf"'{name}': stopped, last seen .* ago, [01] messages behind", listing)
+    assert any("; readers: 2, slowest " in line for line in service.lines), service.lines
+
+
+def service_and_publisher(publishers, services, spool, session: str, *options: str):
+    """A capture service of ``session`` with ``options``, started, and a publisher of that
+    session it has subscribed to."""
+    publisher = publishers(session)
+    service = services(spool, session, *options)
+    service.wait_started()
+    publisher.wait_for_subscribers(timeout=30)
+    return service, publisher
+
+
+def held_key(spool) -> str:
+    (key,) = read_snapshot(str(spool))
+    return key
+
+
+def readers_listing(spool) -> str:
+    """What ``spark-zmq readers --spool`` prints."""
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_zmq", "readers", "--spool", str(spool)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_second_query_under_a_running_querys_reader_name_is_refused(tmp_path, services):
+    spool = tmp_path / "spool"
+    service = services(spool, "names")
+    service.wait_started()
+    first = stream_reader(spool, "service")
+    second = stream_reader(spool, "service")
+    third = stream_reader(spool, "service", spoolReader="other")
+    try:
+        first.initialOffset()
+        with pytest.raises(SpoolError) as refused:
+            second.initialOffset()
+        third.initialOffset()  # another name reads beside it
+        first.stop()
+        second.stop()
+        again = stream_reader(spool, "service")
+        again.initialOffset()  # the name is free once its query stopped
+        again.stop()
+    finally:
+        for reader in (first, second, third):
+            reader.stop()
+        service.stop()
+    message = str(refused.value)
+    assert f"spool {spool} is read under reader name 'default' by a running query" in message
+    assert f"in process {os.getpid()} on host " in message
+    assert "option spoolReader" in message
+
+
+def test_spool_reader_is_an_option_of_capture_service_only(tmp_path):
+    with pytest.raises(OptionError, match="option spoolReader names a query reading a capture"):
+        stream_reader(tmp_path / "spool", "driver", spoolReader="archive")
+
+
+@pytest.mark.spark
+def test_a_reader_name_silent_over_its_timeout_stops_holding_data(
+    spark, tmp_path, publishers, services
+):
+    """spoolReaderTimeout=15: "gone" reads once and never again, "live" reads on. While "gone"
+    holds, the spool keeps all (it committed nothing: Spark commits a batch to its source when
+    it plans the next); 15 s after it was last seen the service logs that it holds nothing and
+    lets go of what "live" committed (spoolRetention=0 deletes it). When "gone" does come back,
+    it gets a gap row for what was deleted, then what followed."""
+    spool = tmp_path / "spool"
+    service, publisher = service_and_publisher(
+        publishers, services, spool, "timeout", "spoolRetention=0", "spoolReaderTimeout=15"
+    )
+
+    def run(name: str) -> None:
+        run_once(spark, spool, "timeout", name, tmp_path / name)
+
+    def publish(numbers) -> None:
+        for i in numbers:
+            publisher.publish(ECHO, b"n/%d" % i)
+        wait_until(lambda: spooled(spool) == numbers[-1] + 1, what="the messages in the spool")
+
+    def start() -> int:
+        return read_snapshot(str(spool))[held_key(spool)].start
+
+    publish(range(50))
+    run("gone")
+    gone_at = time.monotonic()
+    run("live")
+    publish(range(50, 80))
+    run("live")  # reads 50..80, commits 0..50
+    publish([80])
+    run("live")  # reads 80, commits 50..80
+    time.sleep(2)  # the service applies commits within a second
+    assert time.monotonic() - gone_at < 15, "the test ran too slowly to see the hold"
+    assert start() == 0, "a reader name within its timeout holds everything it did not commit"
+    wait_until(
+        lambda: start() == 80,
+        timeout=30,
+        what="the service to let go of what only the silent reader had not read",
+    )
+    run("gone")
+    code, logged = service.stop()
+    assert code == 0
+    assert "reader 'gone' was last seen " in logged and "over spoolReaderTimeout (15 s)" in logged
+    rows = sink_rows(spark, tmp_path / "gone")
+    gaps = [row.error for row in rows if row.error is not None]
+    assert len(gaps) == 1 and "gap: 30 messages at offsets [50, 80)" in gaps[0], gaps
+    numbers = [int(bytes(r.payload).split(b"/")[1]) for r in rows if r.error is None]
+    assert sorted(numbers) == [*range(50), 80]
+
+
+@pytest.mark.spark
+def test_a_service_spool_at_its_bound_gives_the_slow_reader_gap_rows_never_the_fast_one(
+    spark, tmp_path, publishers, services
+):
+    """maxSpoolBytes=1m and messages of about 2 KB. "slow" reads 100 messages and stops;
+    "fast" reads 301 and commits 300; 301 more take the spool over its bound. Nothing that
+    every name committed is left, so what only "fast" committed goes, oldest first, and no
+    message is dropped: "fast" reads on without a gap, "slow" gets a gap row for what went."""
+    spool = tmp_path / "spool"
+    service, publisher = service_and_publisher(
+        publishers, services, spool, "bound", "maxSpoolBytes=1m"
+    )
+
+    def publish(numbers) -> None:
+        for i in numbers:  # random, as text: about 2 KB each in the spool's compressed files
+            publisher.publish(ECHO, b"n/%d/" % i + os.urandom(1000).hex().encode())
+        wait_until(lambda: spooled(spool) == numbers[-1] + 1, what="the messages in the spool")
+
+    def run(name: str) -> list:
+        return run_once(spark, spool, "bound", name, tmp_path / name)
+
+    publish(range(100))
+    run("slow")
+    publish(range(100, 300))
+    run("fast")
+    publish([300])
+    run("fast")  # reads 300, commits 0..300
+    time.sleep(2)  # the service reads the names' commits every second
+    publish(range(301, 601))  # over the bound (a flush is written whole) ...
+    publish([601])  # ... so the next one makes room first
+    start = read_snapshot(str(spool))[held_key(spool)].start
+    assert 100 < start <= 300, f"what only fast committed made room: the spool starts at {start}"
+    fast, slow = run("fast"), run("slow")
+    code, logged = service.stop()
+    assert code == 0
+    assert "with nothing left that every reader name committed" in logged
+    assert [row.error for row in fast if row.error is not None] == []
+    assert sorted(int(bytes(r.payload).split(b"/")[1]) for r in fast) == list(range(602))
+    gaps = [row.error for row in slow if row.error is not None]
+    assert len(gaps) == 1 and f"messages at offsets [100, {start})" in gaps[0], gaps
+    numbers = sorted(int(bytes(r.payload).split(b"/")[1]) for r in slow if r.error is None)
+    assert numbers == [*range(100), *range(start, 602)]

@@ -139,6 +139,38 @@ def test_at_the_bound_committed_segments_go_before_any_message_is_dropped(tmp_pa
     spool.close()
 
 
+def test_at_the_bound_what_some_reader_committed_goes_once_nothing_all_committed_is_left(
+    tmp_path,
+):
+    """A capture service's spool with reader names at different places: at the bound, what
+    every name committed goes first; then what some name committed (``read_by_some``), oldest
+    first across partitions; never what no name committed. The partition's committed offset
+    moves up to what is left (what is gone cannot be read), and a restart knows it."""
+    root = str(tmp_path / "spool")
+    size = segment_size(tmp_path)
+    spool = Spool(root, 20 * size)
+    fill(spool, "a", 12)
+    fill(spool, "b", 8)
+    spool.truncate("a", 2)  # every name committed a0, a1
+    spool.read_by_some({"a": 8, "b": 4})  # some name committed a2..a7 and b0..b3
+    assert spool.has_room("b")
+    assert kept(root, "a") == list(range(2, 12)), "what every name committed goes first"
+    fill(spool, "b", 2)
+    assert spool.has_room("b")
+    assert kept(root, "a") == list(range(4, 12)), "then the oldest that some name committed"
+    assert spool.snapshot()["a"].committed == 4 and spool.committed_nbytes == 0
+    for _ in range(4):  # a4..a7 and b0..b3 go, two at a time, before anything drops
+        fill(spool, "b", 2)
+        assert spool.has_room("b")
+    assert kept(root, "a") == list(range(8, 12)) and kept(root, "b") == list(range(4, 18))
+    fill(spool, "b", 2)
+    assert not spool.has_room("b"), "only what no name committed is left: b drops"
+    assert kept(root, "a") == list(range(8, 12)) and kept(root, "b") == list(range(4, 20))
+    spool.close()
+    assert read_snapshot(root)["a"] == (8, 12, False, 8)
+    assert read_snapshot(root)["b"] == (4, 20, False, 4)
+
+
 def test_an_index_written_before_retention_existed_still_loads(tmp_path, monkeypatch):
     """An index of the previous release has neither ``committed`` nor ``written_at``: all it
     lists is uncommitted (that release deleted at commit); its segments' age counts from the
