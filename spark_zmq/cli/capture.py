@@ -156,21 +156,21 @@ def run_readers(args: argparse.Namespace) -> int:
     if not os.path.isdir(spool):
         print(f"spark-zmq readers: no spool at {spool}", file=sys.stderr)
         return 1
-    ends = {key: state.end for key, state in read_snapshot(spool).items()}
+    held = read_snapshot(spool)
     readers = load_readers(spool)
     if args.json:
         for record in readers.values():
-            doc = {**dataclasses.asdict(record), "behind": record.lag(ends)}
+            doc = {**dataclasses.asdict(record), "behind": record.lag(held)}
             print(json.dumps(doc, sort_keys=True))
         return 0
-    print(f"spool {spool}: {len(ends)} partitions, {len(readers)} reader names")
+    print(f"spool {spool}: {len(held)} partitions, {len(readers)} reader names")
     now = time.time()
     for name, record in sorted(readers.items()):
         state = "stopped" if record.stopped else "running"
         silent = _duration(now - record.at) if record.at else "never"
         print(
-            f"  {name!r}: {state}, last seen {silent} ago, {record.lag(ends)} messages behind, "
-            f"committed in {len(record.committed)} of {len(ends)} partitions"
+            f"  {name!r}: {state}, last seen {silent} ago, {record.lag(held)} messages behind, "
+            f"committed in {len(record.committed)} of {len(held)} partitions"
         )
     return 0
 

@@ -196,7 +196,7 @@ class CaptureService:
         previous = self._last_ends
         captured = sum(end - previous.get(key, state[key].start) for key, end in ends.items())
         self._last_ends = ends
-        lags = {name: record.lag(ends) for name, record in holding.items()}
+        lags = {name: record.lag(state) for name, record in holding.items()}
         slowest = max(lags, key=lambda name: (lags[name], name), default=None)
         return Progress(
             live=sum(1 for s in state.values() if not s.retired),

@@ -57,10 +57,10 @@ def _deleted(key: str, start: int, end: int) -> tuple[int, Source, pa.Table]:
     batch read that ran while retention deleted)."""
     text = (
         f"gap: {end - start} messages at offsets [{start}, {end}) of partition {key} were "
-        f"deleted from the spool by retention (options spoolRetention, spoolRetentionBytes, "
-        f"or room made at maxSpoolBytes) once committed (by every reader name that held them, "
-        f"with a capture service: spoolReaderTimeout ends a silent name's hold), before this "
-        f"read reached them"
+        f"deleted from the spool before this read reached them: by retention once committed "
+        f"(options spoolRetention, spoolRetentionBytes), or to make room at maxSpoolBytes "
+        f"(in a capture service's spool: once another spoolReader name committed them), or "
+        f"after this reader name was silent for spoolReaderTimeout"
     )
     logger.warning("spool: %s", text)
     return start, DELETED, fault_rows(text, 1, time.time_ns() // 1000)

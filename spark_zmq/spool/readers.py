@@ -27,10 +27,12 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_zmq.log import logger
 from spark_zmq.spool.contract import commits_state
+from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import JsonState, SpoolError, folder_name, json_documents
 from spark_zmq.units import utc_text
 
@@ -63,9 +65,13 @@ class ReaderRecord:
         committed = {str(k): int(v) for k, v in dict(given.pop("committed", {})).items()}
         return cls(**given, committed=committed)
 
-    def lag(self, ends: dict[str, int]) -> int:
-        """Messages of ``ends`` (each partition's end) this reader has not committed."""
-        return sum(max(0, end - self.committed.get(key, 0)) for key, end in ends.items())
+    def lag(self, held: Mapping[str, PartitionState]) -> int:
+        """Messages the spool holds (``held``: each partition's retained range) that this
+        reader has not committed."""
+        return sum(
+            max(0, state.end - max(state.start, self.committed.get(key, 0)))
+            for key, state in held.items()
+        )
 
     def running_text(self) -> str:
         seen = _utc(self.at)

@@ -13,6 +13,7 @@ import pytest
 
 from spark_zmq.spool import readers
 from spark_zmq.spool.contract import commits_state
+from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.layout import SpoolError
 from spark_zmq.spool.readers import (
     ReaderCount,
@@ -33,7 +34,9 @@ def test_what_every_name_committed_and_what_some_did(tmp_path):
     assert held_ends(both, ["p", "q"]) == {"p": 3, "q": 0}, "b has not committed q: it holds it"
     assert read_ends(both, ["p", "q"]) == {"p": 10, "q": 4}
     assert held_ends({}, ["p"]) == {}, "no name holds data: nothing more is let go"
-    assert a.lag({"p": 12, "q": 4, "r": 5}) == 2 + 0 + 5
+    held = {"p": PartitionState(0, 12, False), "q": PartitionState(0, 4, False)}
+    held["r"] = PartitionState(2, 5, False)  # 0 and 1 are gone: not counted
+    assert a.lag(held) == 2 + 0 + 3
 
 
 def test_a_name_commits_forward_and_a_new_run_goes_on_from_its_commits(tmp_path):

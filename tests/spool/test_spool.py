@@ -51,8 +51,8 @@ def test_append_read_any_range_truncate(tmp_path):
         deleted.column("fault")[0]
         .as_py()
         .startswith(
-            "gap: 2 messages at offsets [2, 4) of partition k were deleted from the spool by "
-            "retention"
+            "gap: 2 messages at offsets [2, 4) of partition k were deleted from the spool "
+            "before this read reached them: by retention once committed"
         )
     )
     with pytest.raises(SpoolError, match=r"cannot serve offsets \[2, 12\) of partition 'k'"):
