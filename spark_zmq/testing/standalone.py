@@ -126,9 +126,8 @@ def application_settings(
 ) -> dict[str, str]:
     """Spark settings of an application of a cluster of ``cores`` one-core workers, wherever
     its driver runs (the caller adds the driver's address if it must pin one). Its first job
-    waits for every executor, as a user of ``capture=executors`` is told to: a capture process
-    that starts alone claims every partition and keeps them. It waits up to 120 s, not Spark's
-    30 s: on a loaded machine an executor JVM took longer than that to register."""
+    waits (up to Spark's 30 s) for every executor, as a user of ``capture=executors`` is told
+    to: a capture process that starts alone claims every partition and keeps them."""
     return {
         "spark.master": master_url,
         "spark.ui.enabled": "false",
@@ -138,7 +137,6 @@ def application_settings(
         "spark.executor.memory": "1g",
         "spark.cores.max": str(cores),
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
-        "spark.scheduler.maxRegisteredResourcesWaitingTime": "120s",
     }
 
 

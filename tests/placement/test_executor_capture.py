@@ -44,9 +44,11 @@ def submit_capture_job(
     sink: Path,
     options: dict[str, str],
     trigger: float = 1,
+    conf: dict[str, str] | None = None,
 ):
     """The capture job (zeroeq into Parquet at ``sink``) with capture=executors on the
-    cluster: (the spark-submit process, the lines of its stderr as they come)."""
+    cluster, with Spark settings ``conf`` besides the cluster's: (the spark-submit process,
+    the lines of its stderr as they come)."""
     arguments = []
     for name, value in {"capture": "executors", "spoolPath": str(spool), **options}.items():
         arguments += ["--option", f"{name}={value}"]
@@ -59,6 +61,7 @@ def submit_capture_job(
         str(sink),
         "--trigger",
         str(trigger),
+        conf=conf,
     )
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(job.stderr), daemon=True).start()
@@ -92,7 +95,10 @@ def test_executor_loss_moves_partitions_to_the_surviving_executor(
         "leaseTimeout": str(lease_timeout),
         "captureIdleTimeout": str(idle_timeout),
     }
-    job, log = submit_capture_job(cluster, spool, sink, options, trigger)
+    # the first job waits for both executors up to 120 s, not Spark's 30 s: in a loaded run
+    # one registered later than that, and the first holder claimed all four partitions
+    waiting = {"spark.scheduler.maxRegisteredResourcesWaitingTime": "120s"}
+    job, log = submit_capture_job(cluster, spool, sink, options, trigger, conf=waiting)
     sender = None
     try:
         held = wait_until(

@@ -41,8 +41,8 @@ def payloads(spark, sql: str) -> list[bytes]:
 
 
 def test_a_batch_read_after_a_stream_committed_everything_returns_all_it_streamed(spark, tmp_path):
-    """A stream of 200 events, all committed; then a batch read of its spool returns all 200
-    (the history), not only what was left uncommitted."""
+    """A stream of 200 events, all committed; a batch read of its spool while it runs, and one
+    after it stopped, return all 200 (the history), not only what was left uncommitted."""
     root = str(tmp_path / "spool")
     publisher = Publisher("", announce=False)
     query = memory_stream(spark, publisher, root, "history", str(tmp_path / "checkpoint"))
@@ -69,6 +69,11 @@ def test_a_batch_read_after_a_stream_committed_everything_returns_all_it_streame
 
         wait_until(committed, timeout=60, what="the 200 events committed")
         streamed = payloads(spark, "select payload from history")
+        # a batch read of the spool while the stream captures into it
+        during = spark.read.format("zeroeq").option("spoolPath", root).load()
+        assert {b"event-%03d" % i for i in range(200)} <= {
+            bytes(r.payload) for r in during.collect()
+        }
     finally:
         query.stop()
         publisher.close()
