@@ -44,6 +44,8 @@ DEFAULT_READER = "default"
 BEAT_SECONDS = 30.0
 #: seconds within which a document written on another host marks its reader as running
 RUNNING_ELSEWHERE_SECONDS = 3 * BEAT_SECONDS
+#: seconds a query waits for the query that reads under its name to stop before it fails
+OPEN_WAIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -127,10 +129,15 @@ class ReaderHandle:
         self._record = ReaderRecord(name)
         self._written_at = 0.0
 
-    def open(self) -> ReaderRecord:
-        """Take the name for this run: SpoolError if a running query reads under it. Returns
-        what earlier runs committed under it."""
+    def open(self, wait: float = OPEN_WAIT) -> ReaderRecord:
+        """Take the name for this run: SpoolError if a query reads under it that still runs
+        after ``wait`` seconds (a query restarted at once may start before the process of its
+        previous run has let go). Returns what earlier runs committed under it."""
+        deadline = time.monotonic() + wait
         earlier = load_readers(self.root).get(self.name)
+        while earlier is not None and _running(earlier) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            earlier = load_readers(self.root).get(self.name)
         if earlier is not None and _running(earlier):
             raise SpoolError(
                 f"spool {self.root} is read under reader name {self.name!r} by a running "

@@ -368,9 +368,9 @@ SPOOL_READER = Option(
     "default",
     "`capture=service`: the name this query reads the capture service's spool under, as a "
     "Kafka consumer group. Each query reading one spool needs a name of its own (a query "
-    "refuses to start under a name that a running query reads under): the spool keeps "
-    "what any name has not committed, and each stream goes on from where its own name "
-    "committed. Batch reads need no name: they commit nothing.",
+    "fails to start, within 10 s, under a name that a running query reads under): the "
+    "spool keeps what any name has not committed, and each stream goes on from where its "
+    "own name committed. Batch reads need no name: they commit nothing.",
 )
 
 SPOOL_READER_TIMEOUT = Option(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -61,7 +62,7 @@ def test_a_name_read_by_a_query_on_another_host_is_taken_while_its_document_is_r
     os.makedirs(readers.readers_folder(root))
     reader_state(root, "n").save(dataclasses.asdict(elsewhere))
     with pytest.raises(SpoolError, match=r"by a running query \(run run1 in process 1 on host"):
-        ReaderHandle(root, "n").open()
+        ReaderHandle(root, "n").open(wait=0)
     stale = time.time() - readers.RUNNING_ELSEWHERE_SECONDS - 1
     reader_state(root, "n").save(dataclasses.asdict(dataclasses.replace(elsewhere, at=stale)))
     ReaderHandle(root, "n").open()  # its query is gone: the name is free
@@ -74,7 +75,7 @@ def test_a_query_refused_a_name_leaves_the_running_querys_document_alone(tmp_pat
     running.commit({"p": 5})
     refused = ReaderHandle(root, "n")
     with pytest.raises(SpoolError):
-        refused.open()
+        refused.open(wait=0.5)
     refused.close()  # as a query that failed to start does
     record = load_readers(root)["n"]
     assert record.committed == {"p": 5} and not record.stopped
@@ -111,3 +112,15 @@ def test_commits_json_of_an_earlier_release_counts_as_name_default(tmp_path):
     handle.commit({"p": 50})
     assert load_readers(root)["default"].committed == {"p": 50}
     assert json.loads((tmp_path / "commits.json").read_text())["p"] == 42, "left as it was"
+
+
+def test_a_query_waits_for_the_previous_run_under_its_name_to_let_go(tmp_path):
+    """A restart at once: the previous run's process stops a moment later."""
+    root = str(tmp_path)
+    previous = ReaderHandle(root, "n")
+    previous.open()
+    stopper = threading.Timer(1.0, previous.close)
+    stopper.start()
+    started = time.monotonic()
+    ReaderHandle(root, "n").open(wait=10)
+    assert 0.9 < time.monotonic() - started < 5
