@@ -21,9 +21,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from spark_zmq.cli.common import add_format_options, positive_seconds_arg
+from prometheus_client import CollectorRegistry
+
+from spark_zmq.cli.common import add_format_options, any_port_arg, positive_seconds_arg, seconds_arg
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
+from spark_zmq.monitoring.metrics import CaptureCollector
+from spark_zmq.monitoring.server import MonitoringServer
 from spark_zmq.options import OptionError
 from spark_zmq.placement.service import CaptureService, Progress
 from spark_zmq.protocols.contract import StreamProtocol
@@ -62,6 +66,28 @@ def add_capture_parser(commands: argparse._SubParsersAction, formats: list[str])
         metavar="SECONDS",
         help="seconds between progress lines on stdout (default 10)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=any_port_arg,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics (/metrics) and health probes (/healthz, /readyz) on "
+        "this TCP port (0: any free one, named in the start line); off by default",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        metavar="ADDRESS",
+        help="the address --metrics-port binds (default 127.0.0.1; 0.0.0.0: every interface)",
+    )
+    parser.add_argument(
+        "--ready-endpoint-timeout",
+        type=seconds_arg,
+        default=300.0,
+        metavar="SECONDS",
+        help="/readyz fails once no endpoint has been read for this long (default 300; 0: "
+        "never for that)",
+    )
 
 
 def service_options(
@@ -89,26 +115,50 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol[A
     spool = os.path.abspath(settings.source.spool_path or args.spool)
     stop = _stop_on_signals()
     service = CaptureService(protocol, settings, spool)
+    monitoring = None
     try:
         service.start()
         served = service.capture.served()
         where = f"serves it at {served.location}" if served else "does not serve it"
+        if args.metrics_port is not None:
+            monitoring = _monitoring(service, args)
+            monitoring.start()
+        metrics = f"; metrics and probes at {monitoring.url}" if monitoring else ""
         _say(
             f"{protocol.name}: capture service (process {os.getpid()} on host "
             f"{socket.gethostname()}) fills spool {spool} and {where} (read tasks on hosts "
             f"that do not see the folder); queries read it with options capture=service, "
             f"spoolPath={spool}; a line every {args.progress_every:g} s; SIGTERM or SIGINT "
-            f"stops it"
+            f"stops it{metrics}"
         )
         _serve(service, stop, args.progress_every)
         _say(_progress_line(protocol.name, service.progress(), "since the last line, stopping"))
     except SparkZmqError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr, flush=True)
         return 1
+    except OSError as exc:  # the metrics port is taken, or the address is not this host's
+        print(f"{PROG}: cannot serve metrics: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
+        if monitoring is not None:
+            monitoring.close()
         service.close()
     _say(f"{protocol.name}: capture service stopped; spool {spool} closed")
     return 0
+
+
+def _monitoring(service: CaptureService, args: argparse.Namespace) -> MonitoringServer:
+    """The service's metrics and probes on --metrics-address:--metrics-port."""
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(service.protocol.name, service.view))
+    timeout = args.ready_endpoint_timeout or None
+    return MonitoringServer(
+        args.metrics_address,
+        args.metrics_port,
+        registry,
+        service.capture.liveness,
+        lambda: service.readiness(timeout),
+    )
 
 
 def _serve(service: CaptureService, stop: threading.Event, every: float) -> None:

@@ -12,8 +12,10 @@ import time
 from typing import TYPE_CHECKING
 
 from spark_zmq.capture.loop import Capture
-from spark_zmq.errors import CaptureError
+from spark_zmq.errors import CaptureError, SparkZmqError
 from spark_zmq.log import logger
+from spark_zmq.monitoring.metrics import CaptureView
+from spark_zmq.monitoring.server import Health
 from spark_zmq.placement.base import DISCOVERY, Placement
 from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.contract import Discovery
@@ -108,6 +110,22 @@ class DriverCapture(Placement):
         capture.sync()
         discovery.check()
         return spool.snapshot()
+
+    def view(self) -> CaptureView:
+        """What a scrape of the metrics reads (``monitoring.metrics``): without a flush or a
+        wait for one."""
+        spool, capture, _ = self._running()
+        return CaptureView(capture.received(), spool.snapshot(), spool.nbytes, dict(spool.gap_rows))
+
+    def liveness(self) -> Health:
+        """Whether capture and discovery run (the liveness probe, ``monitoring.server``)."""
+        try:
+            _, capture, discovery = self._running()
+            capture.check()
+            discovery.check()
+        except SparkZmqError as exc:
+            return Health(False, str(exc))
+        return Health(True, f"{self.protocol.name}: capture and discovery run")
 
     def commit(self, end: dict[str, int]) -> None:
         spool = self._running()[0]

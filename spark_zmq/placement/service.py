@@ -18,18 +18,22 @@ only lets go of what every reader that holds data committed; one running query p
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
+import time
 from typing import Any, NamedTuple
 
 from spark_zmq.log import logger
+from spark_zmq.monitoring.metrics import CaptureView
+from spark_zmq.monitoring.server import Health
 from spark_zmq.placement.base import Placement
 from spark_zmq.placement.driver import DriverCapture
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.index import PartitionState
-from spark_zmq.spool.layout import SpoolError, load_indexes
+from spark_zmq.spool.layout import SpoolError, load_indexes, os_cause, remove_quietly
 from spark_zmq.spool.reader import SnapshotReader
 from spark_zmq.spool.readers import (
     ReaderCount,
@@ -40,6 +44,9 @@ from spark_zmq.spool.readers import (
 )
 from spark_zmq.spool.remote import ServedSpool, load_served
 from spark_zmq.stream_settings import ReaderSettings
+
+#: the file the readiness probe writes and removes in the spool (a file: never a partition)
+READY_PROBE = "@ready-probe"
 
 
 class ServiceSpool(Placement):
@@ -162,6 +169,10 @@ class CaptureService:
         self._applied: dict[str, int] = {}
         self._read_ahead: dict[str, int] = {}
         self._last_ends: dict[str, int] = {}
+        #: the reader names that held data at the last ``poll`` (for the metrics' thread)
+        self._holding: dict[str, ReaderRecord] = {}
+        #: when the readiness probe last saw an endpoint read (or first ran)
+        self._endpoint_seen_at: float | None = None
 
     def start(self) -> None:
         self.capture.start()
@@ -185,6 +196,7 @@ class CaptureService:
         if ahead != self._read_ahead:
             self.capture.read_by_some(ahead)
             self._read_ahead = ahead
+        self._holding = holding
         return holding
 
     def progress(self) -> Progress:
@@ -209,6 +221,41 @@ class CaptureService:
             readers=len(holding),
             slowest=None if slowest is None else (slowest, lags[slowest]),
         )
+
+    def view(self) -> CaptureView:
+        """What a scrape of the service's metrics reads: the capture's, and how far behind
+        each reader name that holds data is."""
+        view = self.capture.view()
+        lag = {name: r.lag(view.partitions) for name, r in self._holding.items()}
+        return dataclasses.replace(view, reader_lag=lag)
+
+    def readiness(self, endpoint_timeout: float | None) -> Health:
+        """The readiness probe: capture runs (``DriverCapture.liveness``), the spool takes a
+        write, and (unless ``endpoint_timeout`` is None) some endpoint was read within
+        ``endpoint_timeout`` seconds."""
+        live = self.capture.liveness()
+        if not live.ok:
+            return live
+        probe = os.path.join(self.spool_path, READY_PROBE)
+        try:
+            with open(probe, "wb") as written:
+                written.write(b"ready?\n")
+            os.remove(probe)
+        except OSError as exc:
+            remove_quietly(probe)
+            return Health(False, f"spool {self.spool_path} cannot be written: {os_cause(exc)}")
+        now = time.monotonic()
+        reading = sum(1 for s in self.capture.view().partitions.values() if not s.retired)
+        if reading or self._endpoint_seen_at is None:
+            self._endpoint_seen_at = now
+        silent = now - self._endpoint_seen_at
+        if endpoint_timeout is not None and not reading and silent > endpoint_timeout:
+            return Health(
+                False,
+                f"no endpoint read for {silent:.0f} s (over {endpoint_timeout:g} s): discovery "
+                f"finds none",
+            )
+        return Health(True, f"capture runs, spool writable, {reading} endpoints read")
 
     def close(self) -> None:
         """Stop capturing; what was received is written and the spool let go of."""

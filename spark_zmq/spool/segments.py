@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -200,3 +201,28 @@ def fault_rows(text: str, count: int, when_us: int) -> pa.Table:
         },
         schema=SPOOL_SCHEMA,
     )
+
+
+#: the causes of gap rows, as metrics count them (``gap_cause``): the start of the row's text
+#: (each module that writes gap rows words its own), then a word for it
+GAP_CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"gap: the connection to "), "connection_dropped"),
+    (re.compile(r"gap: receiving from "), "receive_failed"),
+    (re.compile(r"gap: (1 message|\d+ messages) of .* over "), "over_bounds"),
+    (
+        re.compile(r"gap: \d+ messages dropped between .* because the spool could not"),
+        "spool_error",
+    ),
+    (re.compile(r"gap: \d+ messages dropped between "), "spool_full"),
+    (re.compile(r"gap: capture of partition "), "capture_not_running"),
+    (re.compile(r"gap: partition .* had no holder "), "no_holder"),
+    (re.compile(r"gap: \d+ messages at offsets .* spool segment "), "damaged_segment"),
+)
+
+
+def gap_cause(text: str) -> str:
+    """What a gap row's ``text`` says was its cause, in one word (``GAP_CAUSES``; ``other``)."""
+    for pattern, cause in GAP_CAUSES:
+        if pattern.match(text):
+            return cause
+    return "other"

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
@@ -46,7 +47,7 @@ from spark_zmq.spool.layout import (
 from spark_zmq.spool.leases import Lease, process_id
 from spark_zmq.spool.reserve import Reserve
 from spark_zmq.spool.retention import RetentionLedger
-from spark_zmq.spool.segments import Part, write_flush_file
+from spark_zmq.spool.segments import Part, gap_cause, write_flush_file
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -105,6 +106,8 @@ class SpoolPartitions:
         self.inherited: dict[str, Lease | None] = {}  # the previous holder of each claimed one
         self._beats: dict[str, int] = {}
         self._ledger = RetentionLedger(self.retention, root)
+        #: gap rows this process wrote, by cause (``segments.gap_cause``), for metrics
+        self.gap_rows: Counter[str] = Counter()
         #: a capture service's spool: per partition, below what some reader name committed
         #: (beyond what every name did: ``read_by_some``)
         self._read_ahead: dict[str, int] = {}
@@ -294,9 +297,18 @@ class SpoolPartitions:
                     self._publish_segment(index, segment, flush_file, part, dropped)
                 except SpoolError as exc:
                     failures[key] = exc
+                else:
+                    self._count_gap_rows(part.table)
         finally:
             remove_quietly(flush_file)  # the segments link it
         return failures
+
+    def _count_gap_rows(self, table: pa.Table) -> None:
+        """Count the gap rows of ``table`` by cause (``gap_rows``)."""
+        faults = table.column("fault")
+        if faults.null_count < len(faults):
+            for text in faults.drop_null().to_pylist():
+                self.gap_rows[gap_cause(text)] += 1
 
     def _publish_segment(
         self,

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -33,11 +35,15 @@ CAPTURE = [sys.executable, "-m", "spark_zmq", "capture", "--format", "zeroeq"]
 class Service:
     """``spark-zmq capture`` as a subprocess; its stdout lines collected as they come."""
 
-    def __init__(self, spool, session: str, *options: str, every: float = 1.0) -> None:
-        args = [*CAPTURE, "--spool", str(spool), "--progress-every", str(every)]
+    def __init__(
+        self, spool, session: str, *options: str, every: float = 1.0, flags=(), log=None
+    ) -> None:
+        """``options``: reader options (``--option``); ``flags``: the command's own; ``log``:
+        where its stderr goes (beside the spool unless given)."""
+        args = [*CAPTURE, "--spool", str(spool), "--progress-every", str(every), *flags]
         for option in (f"session={session}", "discoveryInterfaces=127.0.0.1", *options):
             args += ["--option", option]
-        self.stderr = open(spool.parent / f"{spool.name}.service.log", "w+")
+        self.stderr = open(log or spool.parent / f"{spool.name}.service.log", "w+")
         self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._collect, daemon=True)
@@ -542,3 +548,95 @@ def test_a_service_spool_at_its_bound_gives_the_slow_reader_gap_rows_never_the_f
     assert len(gaps) == 1 and f"messages at offsets [100, {start})" in gaps[0], gaps
     numbers = sorted(int(bytes(r.payload).split(b"/")[1]) for r in slow if r.error is None)
     assert numbers == [*range(100), *range(start, 602)]
+
+
+# -- metrics and health probes (--metrics-port) -----------------------------------------------
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples at ``url``/metrics, parsed by prometheus_client: {(name, labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def probe(url: str, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"{url}{path}", timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def metrics_url(service: Service) -> str:
+    return re.search(r"metrics and probes at (http://\S+)", service.wait_started())[1]
+
+
+def test_the_metrics_count_what_a_capture_service_received_and_the_gaps_it_wrote(
+    tmp_path, publishers, services
+):
+    """30 messages, then a frame over maxMessageBytes, on which zmq drops the connection
+    (capture reconnects: a gap row). A scrape, parsed by prometheus_client, counts the 30
+    received from the endpoint, 1 gap row for a dropped connection, one live endpoint and what
+    the spool holds; both probes pass."""
+    publisher = publishers("metrics")
+    spool = tmp_path / "spool"
+    service = services(spool, "metrics", "maxMessageBytes=1k", flags=["--metrics-port", "0"])
+    url = metrics_url(service)
+    publisher.wait_for_subscribers(timeout=30)
+    for i in range(30):
+        publisher.publish(ECHO, b"n/%d" % i)
+    publisher.publish(ECHO, b"x" * 2000)
+    wait_until(lambda: spooled(spool) == 31, what="30 messages and a gap row in the spool")
+    key = held_key(spool)
+    fmt = ("format", "zeroeq")
+    samples = scrape(url)
+    assert samples[("spark_zmq_messages_received_total", (("endpoint", key), fmt))] == 30
+    assert samples[("spark_zmq_gap_rows_total", (("cause", "connection_dropped"), fmt))] == 1
+    assert samples[("spark_zmq_gap_rows_total", (("cause", "over_bounds"), fmt))] == 0
+    assert samples[("spark_zmq_endpoints", (fmt, ("state", "live")))] == 1
+    assert samples[("spark_zmq_spool_uncommitted_messages", (fmt,))] == 31
+    assert samples[("spark_zmq_spool_bytes", (fmt,))] > 0
+    assert probe(url, "/healthz") == (200, "ok: zeroeq: capture and discovery run\n")
+    assert probe(url, "/readyz") == (200, "ok: capture runs, spool writable, 1 endpoints read\n")
+    assert probe(url, "/nothing")[0] == 404
+    code, _ = service.stop()
+    assert code == 0
+
+
+def test_the_readiness_probe_fails_while_the_spools_storage_is_full(tmp_path, services):
+    """A spool on a 1 MiB tmpfs (the tests run in a mount namespace of their own): /readyz
+    passes, fails once a file fills the storage (saying why), and passes again once it is
+    removed. /healthz passes throughout: capture runs."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        service = services(
+            disk / "spool",
+            "nobody",
+            "onSpoolWriteError=drop",
+            flags=["--metrics-port", "0", "--ready-endpoint-timeout", "0"],
+            log=tmp_path / "service.log",
+        )
+        url = metrics_url(service)
+        assert probe(url, "/readyz")[0] == 200
+        filler = disk / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)
+        status, text = probe(url, "/readyz")
+        assert status == 503, text
+        assert f"not ok: spool {disk / 'spool'} cannot be written: " in text
+        assert "No space left on device" in text
+        assert probe(url, "/healthz")[0] == 200
+        filler.unlink()
+        assert probe(url, "/readyz")[0] == 200
+        code, _ = service.stop()
+        assert code == 0
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

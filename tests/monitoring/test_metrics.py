@@ -1,0 +1,55 @@
+"""The metrics' own parts, without a capture: counters that only go up over a bounded set of
+series, and the cause each kind of gap row is counted under, from the texts the modules that
+write gap rows make. A capture service's metrics scraped for real:
+tests/cli/test_capture_service.py."""
+
+from __future__ import annotations
+
+import time
+
+from spark_zmq.capture.drops import DropEpisode
+from spark_zmq.capture.refusals import ReceiveFailures, Refusals
+from spark_zmq.monitoring.metrics import CAUSES, OTHER_ENDPOINTS, Totals
+from spark_zmq.spool.downtime import restart_gap_text
+from spark_zmq.spool.segments import gap_cause
+
+
+def test_totals_only_go_up_when_an_endpoints_count_starts_again():
+    totals = Totals()
+    assert totals.update({"a": 5, "b": 2}) == {"a": 5, "b": 2}
+    assert totals.update({"a": 7}) == {"a": 7, "b": 2}, "an endpoint that left keeps its total"
+    assert totals.update({"a": 1, "b": 3}) == {"a": 8, "b": 3}, "a came back: counts from 0"
+
+
+def test_endpoints_beyond_the_bound_share_one_series():
+    totals = Totals(max_series=2)
+    assert totals.update({"a": 1, "b": 2, "c": 3, "d": 4}) == {"a": 1, "b": 2, OTHER_ENDPOINTS: 7}
+    assert totals.update({"e": 10}) == {"a": 1, "b": 2, OTHER_ENDPOINTS: 17}
+
+
+def test_each_kind_of_gap_row_is_counted_under_its_cause():
+    now = time.time_ns()
+    drops = DropEpisode("zeroeq", "k")
+    drops.drop(3, now, "the spool reached maxSpoolBytes")
+    full = drops.gap_text(now)
+    drops = DropEpisode("zeroeq", "k")
+    drops.drop(3, now, "the spool could not be written (No space left on device)")
+    refused = Refusals("zeroeq", "tcp://h:1", "k", 10, 5)
+    texts = {
+        full: "spool_full",
+        drops.gap_text(now): "spool_error",
+        refused.gap_text((2, 20, 1, now, now)): "over_bounds",
+        refused.gap_text((1, 20, 1, now, now)): "over_bounds",
+        ReceiveFailures("zeroeq", "tcp://h:1", "k").failed(11): "receive_failed",
+        restart_gap_text("k", "T1", "T2"): "capture_not_running",
+        "gap: the connection to tcp://h:1 was dropped at T and re-established; ...": (
+            "connection_dropped"
+        ),
+        "gap: partition k had no holder between T1 and T2 (its holder ...": "no_holder",
+        "gap: 4 messages at offsets [2, 6) are lost: spool segment /s is damaged": (
+            "damaged_segment"
+        ),
+        "gap: something new": "other",
+    }
+    assert {text: gap_cause(text) for text in texts} == texts
+    assert set(texts.values()) == set(CAUSES)
