@@ -20,10 +20,12 @@ if ! command -v ip >/dev/null 2>&1 || ! command -v unshare >/dev/null 2>&1; then
   fi
 fi
 # Independent peers for the interop tests: Debian's avahi (the mDNS responder of the C++ ZeroEQ
-# library) with its tools and D-Bus. Installed without starting any service: the tests start
-# their own daemon inside the private network namespace.
+# library) with its tools and D-Bus, and Debian's Prometheus server (it scrapes a capture
+# service). Installed without starting any service: the tests start their own daemon inside
+# the private network namespace.
 missing=()
-for pair in avahi-daemon:avahi-daemon avahi-browse:avahi-utils dbus-daemon:dbus; do
+for pair in avahi-daemon:avahi-daemon avahi-browse:avahi-utils dbus-daemon:dbus \
+            prometheus:prometheus; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "/usr/sbin/${pair%%:*}" ] || missing+=("${pair#*:}")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -33,6 +33,7 @@ from spark_zmq.stream_options import (
     MAX_RECORDS_PER_TRIGGER,
     MAX_SPOOL_BYTES,
     MAX_TRIGGER_DELAY,
+    METRICS,
     MIN_PARTITIONS,
     MIN_RECORDS_PER_TRIGGER,
     MIN_SUBSCRIBERS,
@@ -184,6 +185,8 @@ class CaptureSettings:
     #: a capture service: seconds a silent reader name holds data (``spoolReaderTimeout``;
     #: None: forever)
     reader_timeout: float | None = SPOOL_READER_TIMEOUT.parsed_default()
+    #: where capture serves its metrics and probes (``metrics``: address, port; None: off)
+    metrics: tuple[str, int] | None = None
 
     @classmethod
     def of(cls, options: Options) -> CaptureSettings:
@@ -208,12 +211,16 @@ class CaptureSettings:
             options.get(SPOOL_RETENTION_BYTES),
             options.get(CAPTURE_NICE),
             options.get(SPOOL_READER_TIMEOUT),
+            options.get(METRICS),
         )
 
     @classmethod
     def from_json(cls, given: dict[str, Any]) -> CaptureSettings:
         """The settings a holder got on its stdin (``dataclasses.asdict``, as JSON)."""
-        return cls(**{**given, "curve": tuple(given["curve"])})
+        metrics = given.get("metrics")
+        return cls(
+            **{**given, "curve": tuple(given["curve"]), "metrics": metrics and tuple(metrics)}
+        )
 
     @property
     def retention(self) -> Retention:

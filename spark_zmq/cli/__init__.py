@@ -7,7 +7,8 @@ ZeroEQ from a shell, ``ebus ...`` runs EBUS peers and asks brokers, ``goby ...``
 stand-in gobyd and Goby clients, ``yamz ...`` browses a Zyre network and reads yamz addresses.
 ``discover`` lists the endpoints a stream of any format would read (``spark_zmq.cli.discover``),
 ``capture`` runs a capture service that fills a spool without a query and ``readers`` lists the
-queries that read one (``spark_zmq.cli.capture``),
+queries that read one (``spark_zmq.cli.capture``), ``metrics-targets`` where a spool's capture
+processes serve their metrics (``spark_zmq.cli.monitoring``),
 ``demo`` runs demo peers of a format (``spark_zmq.cli.demo``), ``doctor`` checks what this host
 gives the formats (``spark_zmq.cli.doctor``), ``job NAME`` prints the path of a job's file for
 spark-submit (``spark_zmq.jobs``).
@@ -28,6 +29,7 @@ from spark_zmq.cli.discover import add_discover_parser, run_discover
 from spark_zmq.cli.doctor import add_doctor_parser, run_doctor
 from spark_zmq.cli.ebus import add_ebus_parser, run_ebus
 from spark_zmq.cli.goby import add_goby_parser, run_goby
+from spark_zmq.cli.monitoring import add_metrics_targets_parser, run_metrics_targets
 from spark_zmq.cli.yamz import add_yamz_parser, run_yamz
 from spark_zmq.cli.zeroeq import add_zeroeq_parser, run_zeroeq
 from spark_zmq.log import configure_logging
@@ -51,6 +53,7 @@ RUNNERS = {
     "discover": lambda args: run_discover(args, FORMATS),
     "capture": lambda args: run_capture(args, FORMATS),
     "readers": run_readers,
+    "metrics-targets": run_metrics_targets,
     "demo": run_demo,
     "doctor": run_doctor,
 }
@@ -98,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_discover_parser(commands, sorted(FORMATS))
     add_capture_parser(commands, sorted(FORMATS))
     add_readers_parser(commands)
+    add_metrics_targets_parser(commands)
     add_demo_parser(commands)
     add_doctor_parser(commands)
     return parser

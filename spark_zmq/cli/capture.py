@@ -21,13 +21,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-
 from spark_zmq.cli.common import add_format_options, any_port_arg, positive_seconds_arg, seconds_arg
 from spark_zmq.errors import SparkZmqError
 from spark_zmq.log import configure_logging
-from spark_zmq.monitoring.metrics import CaptureCollector
-from spark_zmq.monitoring.server import MonitoringServer
+from spark_zmq.monitoring.server import MonitoringServer, capture_server
 from spark_zmq.options import OptionError
 from spark_zmq.placement.service import CaptureService, Progress
 from spark_zmq.protocols.contract import StreamProtocol
@@ -42,6 +39,7 @@ COMMIT_POLL_SECONDS = 1.0
 NOT_FOR_THE_SERVICE = {
     "capture": "the service is the capture (a query reading its spool sets capture=service)",
     "spoolPath": "give the spool as --spool",
+    "metrics": "give --metrics-port and --metrics-address",
 }
 
 
@@ -149,13 +147,11 @@ def run_capture(args: argparse.Namespace, formats: Mapping[str, StreamProtocol[A
 
 def _monitoring(service: CaptureService, args: argparse.Namespace) -> MonitoringServer:
     """The service's metrics and probes on --metrics-address:--metrics-port."""
-    registry = CollectorRegistry()
-    registry.register(CaptureCollector(service.protocol.name, service.view))
     timeout = args.ready_endpoint_timeout or None
-    return MonitoringServer(
-        args.metrics_address,
-        args.metrics_port,
-        registry,
+    return capture_server(
+        service.protocol.name,
+        (args.metrics_address, args.metrics_port),
+        service.view,
         service.capture.liveness,
         lambda: service.readiness(timeout),
     )

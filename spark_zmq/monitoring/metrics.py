@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from spark_zmq.capture.loop import Capture
 from spark_zmq.spool.index import PartitionState
 from spark_zmq.spool.segments import GAP_CAUSES
+from spark_zmq.spool.writer import Spool
 
 #: endpoints with series of their own; the others are summed into OTHER_ENDPOINTS
 MAX_ENDPOINT_SERIES = 100
@@ -39,6 +41,12 @@ class CaptureView:
     gap_rows: Mapping[str, int]
     #: messages each reader name that holds data has not committed (a capture service)
     reader_lag: Mapping[str, int] = field(default_factory=dict)
+
+
+def view_of(capture: Capture, spool: Spool) -> CaptureView:
+    """What a scrape reads of ``capture`` and the spool it writes: without a flush or a wait
+    for one."""
+    return CaptureView(capture.received(), spool.snapshot(), spool.nbytes, dict(spool.gap_rows))
 
 
 class Totals:

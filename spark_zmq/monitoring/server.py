@@ -8,19 +8,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any, NamedTuple
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from spark_zmq.log import logger
-
-
-class Health(NamedTuple):
-    """A probe's answer: whether it passes, and why (one line)."""
-
-    ok: bool
-    why: str
+from spark_zmq.monitoring.health import Health
+from spark_zmq.monitoring.metrics import CaptureCollector, CaptureView
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -55,6 +50,11 @@ class MonitoringServer:
         )
 
     @property
+    def address(self) -> tuple[str, int]:
+        """The address it listens on, with the port it got."""
+        return self._address, self._server.server_port
+
+    @property
     def url(self) -> str:
         return f"http://{self._address}:{self._server.server_port}"
 
@@ -81,3 +81,17 @@ class MonitoringServer:
         status = "200 OK" if health.ok else "503 Service Unavailable"
         start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
         return [f"{'ok' if health.ok else 'not ok'}: {health.why}\n".encode()]
+
+
+def capture_server(
+    format_name: str,
+    where: tuple[str, int],
+    view: Callable[[], CaptureView],
+    live: Callable[[], Health],
+    ready: Callable[[], Health],
+) -> MonitoringServer:
+    """The server of one capture's metrics (``CaptureCollector`` of ``view``) and probes on
+    ``where`` (address, port); OSError if it cannot bind there."""
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(format_name, view))
+    return MonitoringServer(*where, registry, live, ready)

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from spark_zmq.capture.loop import Capture
 from spark_zmq.errors import CaptureError, SparkZmqError
 from spark_zmq.log import logger
-from spark_zmq.monitoring.metrics import CaptureView
-from spark_zmq.monitoring.server import Health
+from spark_zmq.monitoring.health import Health, ready
+from spark_zmq.monitoring.metrics import CaptureView, view_of
+from spark_zmq.monitoring.server import MonitoringServer, capture_server
 from spark_zmq.placement.base import DISCOVERY, Placement
 from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.contract import Discovery
@@ -37,6 +38,7 @@ class DriverCapture(Placement):
     _capture: Capture | None = None
     _discovery: Discovery | None = None
     _server: SpoolServer | None = None
+    _monitoring: MonitoringServer | None = None
     #: who writes the spool, in its LOCK (a capture service is a DriverCapture run by itself)
     spool_role: str = QUERY
     #: where capture runs, for the log line that says it started
@@ -72,6 +74,7 @@ class DriverCapture(Placement):
             "%s: capturing %s, spooling to %s", self.protocol.name, self.runs_where, self.spool_path
         )
         self._serve()
+        self._monitor()
         self._discovery = self.protocol.discovery(self.query.decoding, self._spool.state(DISCOVERY))
         self._discovery.start(
             guarded(self._capture, self.protocol.name, self.query.source.max_endpoints)
@@ -115,7 +118,7 @@ class DriverCapture(Placement):
         """What a scrape of the metrics reads (``monitoring.metrics``): without a flush or a
         wait for one."""
         spool, capture, _ = self._running()
-        return CaptureView(capture.received(), spool.snapshot(), spool.nbytes, dict(spool.gap_rows))
+        return view_of(capture, spool)
 
     def liveness(self) -> Health:
         """Whether capture and discovery run (the liveness probe, ``monitoring.server``)."""
@@ -127,6 +130,26 @@ class DriverCapture(Placement):
             return Health(False, str(exc))
         return Health(True, f"{self.protocol.name}: capture and discovery run")
 
+    def readiness(self) -> Health:
+        """Liveness, and the spool takes a write (the readiness probe)."""
+        return ready(self.liveness(), self.spool_path)
+
+    def _monitor(self) -> None:
+        """Serve the metrics and probes where option ``metrics`` says (``monitoring``)."""
+        where = self.query.capture.metrics
+        if where is None:
+            return
+        try:
+            self._monitoring = capture_server(
+                self.protocol.name, where, self.view, self.liveness, self.readiness
+            )
+        except OSError as exc:
+            raise CaptureError(
+                f"{self.protocol.name}: cannot serve metrics on {where[0]}:{where[1]} (option "
+                f"metrics): {exc}"
+            ) from None
+        self._monitoring.start()
+
     def commit(self, end: dict[str, int]) -> None:
         spool = self._running()[0]
         for key, offset in end.items():
@@ -137,6 +160,9 @@ class DriverCapture(Placement):
         ZeroConf browser) can take seconds to stop; joins it reports meanwhile go nowhere."""
         if self._spool is not None:
             self._spool.stopping()  # a restart of this query waits for the spool, not fails
+        if self._monitoring is not None:
+            self._monitoring.close()
+            self._monitoring = None
         if self._server is not None:
             self._server.close()
             self._server = None

@@ -26,14 +26,14 @@ import time
 from typing import Any, NamedTuple
 
 from spark_zmq.log import logger
+from spark_zmq.monitoring.health import Health
 from spark_zmq.monitoring.metrics import CaptureView
-from spark_zmq.monitoring.server import Health
 from spark_zmq.placement.base import Placement
 from spark_zmq.placement.driver import DriverCapture
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
 from spark_zmq.spool.index import PartitionState
-from spark_zmq.spool.layout import SpoolError, load_indexes, os_cause, remove_quietly
+from spark_zmq.spool.layout import SpoolError, load_indexes
 from spark_zmq.spool.reader import SnapshotReader
 from spark_zmq.spool.readers import (
     ReaderCount,
@@ -44,9 +44,6 @@ from spark_zmq.spool.readers import (
 )
 from spark_zmq.spool.remote import ServedSpool, load_served
 from spark_zmq.stream_settings import ReaderSettings
-
-#: the file the readiness probe writes and removes in the spool (a file: never a partition)
-READY_PROBE = "@ready-probe"
 
 
 class ServiceSpool(Placement):
@@ -230,20 +227,11 @@ class CaptureService:
         return dataclasses.replace(view, reader_lag=lag)
 
     def readiness(self, endpoint_timeout: float | None) -> Health:
-        """The readiness probe: capture runs (``DriverCapture.liveness``), the spool takes a
-        write, and (unless ``endpoint_timeout`` is None) some endpoint was read within
-        ``endpoint_timeout`` seconds."""
-        live = self.capture.liveness()
-        if not live.ok:
-            return live
-        probe = os.path.join(self.spool_path, READY_PROBE)
-        try:
-            with open(probe, "wb") as written:
-                written.write(b"ready?\n")
-            os.remove(probe)
-        except OSError as exc:
-            remove_quietly(probe)
-            return Health(False, f"spool {self.spool_path} cannot be written: {os_cause(exc)}")
+        """The readiness probe: capture's (``DriverCapture.readiness``), and (unless
+        ``endpoint_timeout`` is None) some endpoint read within ``endpoint_timeout`` s."""
+        ready = self.capture.readiness()
+        if not ready.ok:
+            return ready
         now = time.monotonic()
         reading = sum(1 for s in self.capture.view().partitions.values() if not s.retired)
         if reading or self._endpoint_seen_at is None:

@@ -51,7 +51,7 @@ from spark_zmq.spark.offsets import (
 from spark_zmq.spark.rows import ReadTask, SpoolRange, read_rows
 from spark_zmq.spool.contract import register_executor
 from spark_zmq.spool.identity import other_spool_error, spool_identity
-from spark_zmq.stream_options import SPOOL_READER
+from spark_zmq.stream_options import METRICS, SPOOL_READER
 from spark_zmq.stream_settings import ReaderSettings, SourceSettings
 
 
@@ -84,6 +84,12 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{protocol.name}: option spoolReader names a query reading a capture "
                 f"service's spool (capture=service); with capture={settings.placement} the "
                 f"query's spool is its own, and a second stream on it is refused"
+            )
+        if settings.placement == "service" and options.is_set(METRICS):
+            raise OptionError(
+                f"{protocol.name}: option metrics serves the metrics of the query's own "
+                f"capture (capture=driver or executors); a capture service serves its own "
+                f"(spark-zmq capture --metrics-port)"
             )
         self.protocol = protocol
         self.query = query

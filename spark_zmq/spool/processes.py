@@ -59,6 +59,8 @@ class ProcessRecord:
     partitions: dict[str, int] = field(default_factory=dict)
     gone: bool = False
     failure: str = ""
+    #: where it serves its metrics and probes (``http://host:port``; "": nowhere)
+    metrics: str = ""
 
     @property
     def signal(self) -> tuple[int, bool, str]:

@@ -19,6 +19,7 @@ from spark_zmq.stream_options.curve import CURVE_OPTIONS
 from spark_zmq.stream_options.values import (
     capture_nice,
     ending_offsets,
+    metrics_address,
     milliseconds_or_auto,
     pem_file,
     reader_name,
@@ -384,6 +385,20 @@ SPOOL_READER_TIMEOUT = Option(
     "back, it gets a gap row for what was deleted meanwhile.",
 )
 
+METRICS = Option(
+    "metrics",
+    metrics_address,
+    "off, PORT (on loopback) or HOST:PORT (0: any free port, logged)",
+    "off",
+    "Where the processes that capture for this query serve Prometheus metrics "
+    "(`/metrics`) and health probes (`/healthz`, `/readyz`) while it runs: with "
+    "`capture=driver` the driver-side reader process, on this address and port; with "
+    "`capture=executors` each capture process, on this address (loopback where its host "
+    "has no such address) and a free port, which its record in the spool names "
+    "(`spark-zmq metrics-targets`). A capture service takes `--metrics-port` and "
+    "`--metrics-address` instead.",
+)
+
 READER_OPTIONS: tuple[Option[Any], ...] = (
     MODE,
     FAIL_ON_DATA_LOSS,
@@ -415,5 +430,6 @@ READER_OPTIONS: tuple[Option[Any], ...] = (
     CAPTURE_IDLE_TIMEOUT,
     SPOOL_READER,
     SPOOL_READER_TIMEOUT,
+    METRICS,
     *CURVE_OPTIONS,
 )

@@ -118,6 +118,21 @@ def spool_server(value: str) -> ServerSettings | None:
     return ServerSettings(check_host(host), 0 if port == "0" else check_port(port))
 
 
+def metrics_address(value: str) -> tuple[str, int] | None:
+    """``metrics``: ``off`` (None), ``PORT`` (on loopback) or ``HOST:PORT`` (``[v6]:PORT``);
+    port 0: any free one."""
+    text = value.strip()
+    if text.lower() == "off":
+        return None
+    if text.isdigit():
+        return "127.0.0.1", 0 if text == "0" else check_port(text)
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(value)
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return check_host(host), 0 if port == "0" else check_port(port)
+
+
 def pem_file(value: str) -> str:
     """A PEM file (``spoolServerCertificate``, ``spoolServerKey``): its path, checked to exist
     and hold a PEM block (read again where the server starts)."""

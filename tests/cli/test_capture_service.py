@@ -8,12 +8,14 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -27,6 +29,7 @@ from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.testing.logs import logged_warnings
 from support.common import wait_until
+from support.metrics import probe, scrape
 from support.sequences import ECHO, sink_rows
 
 CAPTURE = [sys.executable, "-m", "spark_zmq", "capture", "--format", "zeroeq"]
@@ -553,27 +556,6 @@ def test_a_service_spool_at_its_bound_gives_the_slow_reader_gap_rows_never_the_f
 # -- metrics and health probes (--metrics-port) -----------------------------------------------
 
 
-def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """The samples at ``url``/metrics, parsed by prometheus_client: {(name, labels): value}."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def probe(url: str, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"{url}{path}", timeout=10) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.read().decode()
-
-
 def metrics_url(service: Service) -> str:
     return re.search(r"metrics and probes at (http://\S+)", service.wait_started())[1]
 
@@ -640,3 +622,57 @@ def test_the_readiness_probe_fails_while_the_spools_storage_is_full(tmp_path, se
         assert code == 0
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_debians_prometheus_server_scrapes_what_the_service_received(
+    tmp_path, publishers, services
+):
+    """An independent scraper: Debian's Prometheus server (scripts/setup.sh installs it)
+    scrapes the service every second; its query API then gives the 20 messages sent and the
+    target up."""
+    if shutil.which("prometheus") is None:
+        raise RuntimeError("this test needs Debian's prometheus: run scripts/setup.sh as root")
+    publisher = publishers("scraped")
+    service = services(tmp_path / "spool", "scraped", flags=["--metrics-port", "0"])
+    target = metrics_url(service).removeprefix("http://")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: spark_zmq\n    static_configs: [{{targets: ['{target}']}}]\n"
+    )
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        api = f"127.0.0.1:{probe_socket.getsockname()[1]}"
+    server = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}"]
+        + [f"--web.listen-address={api}"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "prometheus.log", "w"),
+    )
+
+    def query(expression: str) -> float | None:
+        url = f"http://{api}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                result = json.load(answer)["data"]["result"]
+        except OSError:  # not listening yet
+            return None
+        return float(result[0]["value"][1]) if result else None
+
+    try:
+        publisher.wait_for_subscribers(timeout=30)
+        for i in range(20):
+            publisher.publish(ECHO, b"n/%d" % i)
+        wait_until(
+            lambda: query('sum(spark_zmq_messages_received_total{format="zeroeq"})') == 20,
+            timeout=60,
+            what="Prometheus to scrape 20 messages received",
+        )
+        assert query('up{job="spark_zmq"}') == 1
+        assert query('sum(spark_zmq_gap_rows_total{job="spark_zmq"})') == 0
+    finally:
+        server.terminate()
+        server.wait(30)
+    code, _ = service.stop()
+    assert code == 0

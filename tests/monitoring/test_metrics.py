@@ -1,17 +1,23 @@
 """The metrics' own parts, without a capture: counters that only go up over a bounded set of
-series, and the cause each kind of gap row is counted under, from the texts the modules that
-write gap rows make. A capture service's metrics scraped for real:
+series, the cause each kind of gap row is counted under (from the texts the modules that write
+gap rows make), and option ``metrics``. A capture service's metrics scraped for real:
 tests/cli/test_capture_service.py."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
+
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.refusals import ReceiveFailures, Refusals
 from spark_zmq.monitoring.metrics import CAUSES, OTHER_ENDPOINTS, Totals
+from spark_zmq.options import OptionError, parse_options
+from spark_zmq.protocols.zeroeq import ZeroEQ
+from spark_zmq.spark.reader import ZmqStreamReader
 from spark_zmq.spool.downtime import restart_gap_text
 from spark_zmq.spool.segments import gap_cause
+from spark_zmq.stream_options import METRICS, READER_OPTIONS
 
 
 def test_totals_only_go_up_when_an_endpoints_count_starts_again():
@@ -53,3 +59,32 @@ def test_each_kind_of_gap_row_is_counted_under_its_cause():
     }
     assert {text: gap_cause(text) for text in texts} == texts
     assert set(texts.values()) == set(CAUSES)
+
+
+@pytest.mark.parametrize(
+    "given, parsed",
+    [
+        ("off", None),
+        ("9464", ("127.0.0.1", 9464)),
+        ("0", ("127.0.0.1", 0)),
+        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
+        ("[::1]:0", ("::1", 0)),
+    ],
+)
+def test_option_metrics_takes_off_a_port_or_an_address_with_a_port(given, parsed):
+    options = parse_options("zeroeq", READER_OPTIONS, {"metrics": given})
+    assert options.get(METRICS) == parsed
+
+
+@pytest.mark.parametrize("given", ["", "host", "127.0.0.1:99999", ":9464", "yes"])
+def test_a_wrong_metrics_option_says_what_is_accepted(given):
+    with pytest.raises(OptionError, match="off, PORT"):
+        parse_options("zeroeq", READER_OPTIONS, {"metrics": given})
+
+
+def test_option_metrics_is_for_a_querys_own_capture(tmp_path):
+    protocol = ZeroEQ()
+    given = {"spoolPath": str(tmp_path), "capture": "service", "metrics": "9464"}
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, given)
+    with pytest.raises(OptionError, match=r"a capture service serves its own \(spark-zmq capture"):
+        ZmqStreamReader(protocol, options)

@@ -12,6 +12,8 @@ import dataclasses
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pyarrow as pa
@@ -34,6 +36,7 @@ from spark_zmq.spool.processes import (
     save_record,
 )
 from support.common import wait_until
+from support.metrics import probe, scrape
 from support.standin import LEASE_TIMEOUT, SETTINGS, holes, wait_for_all
 
 
@@ -314,3 +317,43 @@ def test_an_executor_noted_by_a_claim_task_is_expected_until_its_process_beats(t
     time.sleep(0.6)
     watch.refresh()
     assert watch.expected(wait=0.5, window=30) == []
+
+
+def test_each_capture_process_serves_its_metrics_on_a_port_its_record_names(
+    standin_driver, numbered_publishers
+):
+    """Option metrics=127.0.0.1:0 with two capture processes on one host: each serves on a
+    port of its own, named in its record and listed by ``spark-zmq metrics-targets``; scraped,
+    they count every message the spool holds of the partitions each holds, and their probes
+    pass."""
+    driver = standin_driver(dataclasses.replace(SETTINGS, metrics=("127.0.0.1", 0)))
+    publishers = numbered_publishers(4, rate=50)
+    first, second = driver.start_process(), driver.start_process()
+    time.sleep(SETTLE + 2 * TICK)
+    driver.assign(publishers.endpoints)
+    keys = {e.key for e in publishers.endpoints}
+    wait_until(lambda: set(driver.held_by()) == keys, timeout=30, what="all 4 partitions held")
+    time.sleep(1)
+    publishers.start()
+    time.sleep(1)
+    spooled = wait_for_all(driver, publishers.stop())
+    urls = {pid: record.metrics for pid, record in driver.records().items()}
+    assert set(urls) == {first, second} and len(set(urls.values())) == 2, urls
+    received: dict[str, float] = {}
+    for url in urls.values():
+        assert url.startswith("http://127.0.0.1:"), url
+        for (name, labels), value in scrape(url).items():
+            if name == "spark_zmq_messages_received_total":
+                received[dict(labels)["endpoint"]] = value
+        assert probe(url, "/readyz") == (200, "ok: capture runs, spool writable\n")
+    in_spool = {k: sum(isinstance(n, int) for n in numbers) for k, numbers in spooled.items()}
+    assert received == in_spool
+    listed = subprocess.run(
+        [sys.executable, "-m", "spark_zmq", "metrics-targets", "--spool", driver.spool],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    targets = sorted(target for group in json.loads(listed.stdout) for target in group["targets"])
+    assert targets == sorted(url.removeprefix("http://") for url in urls.values())

@@ -44,8 +44,11 @@ import sys
 import time
 
 from spark_zmq.capture.loop import Capture
-from spark_zmq.errors import CaptureError
+from spark_zmq.errors import CaptureError, SparkZmqError
 from spark_zmq.log import logger
+from spark_zmq.monitoring.health import Health, ready
+from spark_zmq.monitoring.metrics import CaptureView, view_of
+from spark_zmq.monitoring.server import MonitoringServer, capture_server
 from spark_zmq.placement.executors.reach import may_capture
 from spark_zmq.placement.executors.spread import spread
 from spark_zmq.placement.executors.watch import ProcessWatch
@@ -55,6 +58,7 @@ from spark_zmq.spool.downtime import Alive, Downtime, down_since
 from spark_zmq.spool.layout import LeaseLost, epoch_name, partition_dir
 from spark_zmq.spool.leases import Lease, process_id
 from spark_zmq.spool.processes import EXECUTOR, ProcessRecord, host_identity, save_record, serving
+from spark_zmq.spool.remote import default_host
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_settings import CaptureSettings
 
@@ -137,6 +141,7 @@ class Holder:
         self.watch = ProcessWatch(spool_path, settings.lease_timeout)
         self.downtime = Downtime({}, describe=self._gap_text)
         self.capture: Capture | None = None
+        self._monitoring: MonitoringServer | None = None
         self._endpoints: dict[str, Endpoint] = {}
         self._leaving: set[str] = set()  # partitions whose endpoint left the assignment
         self._previous: dict[str, Lease] = {}  # the previous holder of each one claimed
@@ -158,10 +163,51 @@ class Holder:
 
     def start(self) -> None:
         """Say that this process lives (its first record), then start capture (of nothing
-        yet: partitions join as it claims them)."""
+        yet: partitions join as it claims them) and, with option ``metrics``, serve its
+        metrics and probes on a free port, which its record names."""
         self._write_record()
         self.capture = Capture.of(self.spool, self.settings, self.name, self.downtime)
         self.capture.start()
+        self._monitor()
+        self._write_record()
+
+    def _monitor(self) -> None:
+        """Serve the metrics on option ``metrics``'s address (its port is the driver's: every
+        capture process takes a free one, named in its record, so that several on one host do
+        not collide); where this host has no such address, on loopback (logged)."""
+        if self.settings.metrics is None:
+            return
+        address, _ = self.settings.metrics
+        try:
+            self._monitoring = self._metrics_server(address)
+        except OSError as exc:
+            logger.warning(
+                "%s: cannot serve metrics on %s on this host (%s): serving them on loopback",
+                self.name,
+                address,
+                exc,
+            )
+            self._monitoring = self._metrics_server("127.0.0.1")
+        self._monitoring.start()
+
+    def _metrics_server(self, address: str) -> MonitoringServer:
+        return capture_server(self.name, (address, 0), self.view, self.liveness, self.readiness)
+
+    def view(self) -> CaptureView:
+        """What a scrape of this process's metrics reads (``monitoring.metrics``)."""
+        return view_of(self._capture(), self.spool)
+
+    def liveness(self) -> Health:
+        """Whether capture runs (the liveness probe)."""
+        try:
+            self._capture().check()
+        except SparkZmqError as exc:
+            return Health(False, str(exc))
+        return Health(True, f"{self.name}: capture runs")
+
+    def readiness(self) -> Health:
+        """Liveness, and the spool takes a write (the readiness probe)."""
+        return ready(self.liveness(), self.root)
 
     def run(self) -> str:
         """Tick until a reason to stop; returns the reason."""
@@ -197,6 +243,8 @@ class Holder:
     def close(self, reason: str, failure: str = "") -> None:
         """Write what was received, say so (and any ``failure``, which the driver fails the
         query with) in the record, then let every partition go: sealed, free at once."""
+        if self._monitoring is not None:
+            self._monitoring.close()
         if self.capture is not None:
             self.capture.close()
         self._write_record(failure=failure)  # the last flush, before anyone may claim
@@ -416,7 +464,17 @@ class Holder:
             partitions=self.spool.held(),
             gone=gone,
             failure=failure,
+            metrics=self._metrics_url(),
         )
+
+    def _metrics_url(self) -> str:
+        """Where its metrics are, as a scraper on another host reaches them."""
+        if self._monitoring is None:
+            return ""
+        host, port = self._monitoring.address
+        if host in ("0.0.0.0", "::", ""):
+            host = default_host()
+        return f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
 
     def _beat_if_due(self) -> None:
         """Write the record if a tick has passed since it was last written."""
