@@ -28,7 +28,7 @@ from spark_zmq.spool.reader import read_snapshot
 from spark_zmq.spool.writer import Spool
 from spark_zmq.stream_options import READER_OPTIONS
 from spark_zmq.testing.logs import logged_warnings
-from support.common import wait_until
+from support.common import ROOT, wait_until
 from support.metrics import probe, scrape
 from support.sequences import ECHO, sink_rows
 
@@ -629,7 +629,7 @@ def test_debians_prometheus_server_scrapes_what_the_service_received(
 ):
     """An independent scraper: Debian's Prometheus server (scripts/setup.sh installs it)
     scrapes the service every second; its query API then gives the 20 messages sent and the
-    target up."""
+    target up, and every query of the Grafana dashboard in the docs gives a series."""
     if shutil.which("prometheus") is None:
         raise RuntimeError("this test needs Debian's prometheus: run scripts/setup.sh as root")
     publisher = publishers("scraped")
@@ -651,11 +651,14 @@ def test_debians_prometheus_server_scrapes_what_the_service_received(
         stderr=open(tmp_path / "prometheus.log", "w"),
     )
 
-    def query(expression: str) -> float | None:
+    def results(expression: str) -> list:
         url = f"http://{api}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return json.load(answer)["data"]["result"]
+
+    def query(expression: str) -> float | None:
         try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                result = json.load(answer)["data"]["result"]
+            result = results(expression)
         except OSError:  # not listening yet
             return None
         return float(result[0]["value"][1]) if result else None
@@ -671,6 +674,16 @@ def test_debians_prometheus_server_scrapes_what_the_service_received(
         )
         assert query('up{job="spark_zmq"}') == 1
         assert query('sum(spark_zmq_gap_rows_total{job="spark_zmq"})') == 0
+        dashboard = json.loads((ROOT / "docs" / "assets" / "grafana-dashboard.json").read_text())
+        for panel in dashboard["panels"]:
+            (target,) = panel["targets"]
+            if "reader_lag" not in target["expr"]:  # no reader name holds data here
+                expr = target["expr"]
+                wait_until(
+                    lambda expr=expr: results(expr),  # rate() needs two scrapes in its range
+                    timeout=30,
+                    what=f"a series of panel {panel['title']!r}: {expr}",
+                )
     finally:
         server.terminate()
         server.wait(30)

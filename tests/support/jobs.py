@@ -72,10 +72,14 @@ def stop_job(lines: Lines, timeout: float = 120) -> int:
     drivers = []
     for child in children:
         try:
-            if any(part.endswith(".py") and "/spark_zmq/jobs/" in part for part in child.cmdline()):
-                drivers.append(child)
+            command = child.cmdline()
         except psutil.NoSuchProcess:
-            pass
+            continue
+        # a child the JVM is starting (a Python worker, before its exec) has the JVM's command
+        # line for a moment, which names the job's file too: only a python runs the job
+        python = bool(command) and "python" in os.path.basename(command[0])
+        if python and any(p.endswith(".py") and "/spark_zmq/jobs/" in p for p in command):
+            drivers.append(child)
     assert len(drivers) <= 1, f"one Python driver program: {drivers}"
     # a running job whose driver is not found would only end at its --seconds, minutes on
     assert drivers or lines.process.poll() is not None, f"no job driver among {children}"
