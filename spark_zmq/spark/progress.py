@@ -65,7 +65,11 @@ def progress_line(progress: StreamingQueryProgress) -> str:
 
 
 class ProgressPrinter(StreamingQueryListener):
-    """Prints ``progress_line`` for every batch of every query of the session."""
+    """Prints ``progress_line`` for every batch of every query of the session.
+
+    Spark delivers listener events asynchronously, after the batch: a caller that must see a
+    batch's line before it stops the query (or exits) waits until ``rows_printed`` counts it.
+    """
 
     def __init__(
         self,
@@ -74,12 +78,15 @@ class ProgressPrinter(StreamingQueryListener):
     ) -> None:
         self.out = out
         self.line = line
+        #: input rows of the batches printed so far, of every query
+        self.rows_printed = 0
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         print(f"query {event.name or event.id} started", file=self.out, flush=True)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         print(self.line(event.progress), file=self.out, flush=True)
+        self.rows_printed += event.progress.numInputRows
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
