@@ -34,6 +34,10 @@ class Connection:
     #: capture was not running for this partition since then (s since the epoch): a gap row
     #: is owed before its first row (``spool.downtime``)
     down_since: float | None = None
+    #: bytes of the frames of the messages written to the spool since it joined
+    written_bytes: int = 0
+    #: when the newest message written to the spool was received (ns since the epoch; 0: none)
+    last_message_at: int = 0
 
     @property
     def received(self) -> int:

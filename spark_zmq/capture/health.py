@@ -60,6 +60,11 @@ class Health:
         self.connected_once = False  # the first connection was logged
         self.handshake_failures = 0  # failed attempts since the last success
 
+    @property
+    def up(self) -> bool:
+        """Connected, its handshake not failing (what the metrics count as live)."""
+        return self.connected_once and self.disconnected_at is None and not self.handshake_failures
+
     def on_event(self, event: int) -> str | None:
         """Follow one monitor event; the text of a gap row when a drop turned out to be one."""
         if event in HANDSHAKE_FAILURES:

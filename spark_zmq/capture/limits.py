@@ -29,12 +29,14 @@ UNLIMITED_TARGET = 1 << 20
 RESERVED_FILES = 64
 
 
-def capture_context() -> zmq.Context:
+def capture_context(thread_prefix: int) -> zmq.Context:
     """A zmq context for capture's sockets: as many as zmq can poll (``ZMQ_SOCKET_LIMIT``),
-    with the process's descriptor limit raised to match (``raise_open_files_limit``)."""
+    with the process's descriptor limit raised to match (``raise_open_files_limit``). Its
+    threads are named ``thread_prefix``/ZMQbg/... (``stats``: capture's CPU is theirs too)."""
     raise_open_files_limit()
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, context.get(zmq.SOCKET_LIMIT))
+    context.set(zmq.THREAD_NAME_PREFIX, thread_prefix)
     return context
 
 

@@ -38,6 +38,7 @@ from spark_zmq.capture.priority import PriorityOutcome, protect_capture, restore
 from spark_zmq.capture.refusals import DEFAULT_MAX_MESSAGE_PARTS, Refusals
 from spark_zmq.capture.sockets import Sockets
 from spark_zmq.capture.spooling import SegmentWriter
+from spark_zmq.capture.stats import DISCOVERY_EVENTS, CaptureCounts, CaptureStats
 from spark_zmq.capture.sync import FlushRequests
 from spark_zmq.capture.upkeep import ConnectionUpkeep
 from spark_zmq.errors import CaptureError, CaptureTimeout
@@ -112,6 +113,7 @@ class Capture:
         self.name = name
         self._mailbox = Mailbox()  # join/leave from discovery; wake-ups for sync/close
         self._core = receiving.make_core(self._mailbox, core)
+        self.stats = CaptureStats()
         #: CURVE client settings of every socket capture opens; receive_hwm: messages zmq
         #: queues per endpoint before it pushes back on the peer (0: no bound)
         sockets = Sockets(
@@ -121,6 +123,7 @@ class Capture:
             receive_hwm=receive_hwm,
             max_message_bytes=max_message_bytes,
             max_message_parts=max_message_parts,
+            thread_prefix=self.stats.thread_prefix,
         )
         self._loop = CaptureThread(
             name,
@@ -133,6 +136,7 @@ class Capture:
             downtime=downtime,
             nice=nice,
             own_process=own_process,
+            stats=self.stats,
         )
         self._thread = threading.Thread(
             target=self._loop.run, name=f"spark_zmq {name}", daemon=True
@@ -195,6 +199,28 @@ class Capture:
         """Messages received per partition since start (read without locking: a statistic)."""
         return {key: conn.received for key, conn in self._loop.members.items()}
 
+    def counts(self) -> CaptureCounts:
+        """What capture counted, for a scrape of its metrics (read without locking: a scrape
+        may see a flush half counted)."""
+        members = self._loop.members
+        connections = [conn for _, conn in members.items()]
+        live = sum(1 for conn in connections if conn.health.up)
+        return CaptureCounts(
+            received={conn.endpoint.key: conn.received for conn in connections},
+            written_bytes={conn.endpoint.key: conn.written_bytes for conn in connections},
+            last_message_at={
+                conn.endpoint.key: conn.last_message_at
+                for conn in connections
+                if conn.last_message_at
+            },
+            live=live,
+            connecting=len(connections) - live,
+            refused=members.refused,
+            discovery_events={event: members.events[event] for event in DISCOVERY_EVENTS},
+            flushes=self.stats.flushes.histogram(),
+            cpu_seconds=self.stats.cpu_seconds(),
+        )
+
     def handshake_failures(self) -> dict[str, int]:
         """Failed handshakes per partition since its last success (a statistic)."""
         return {k: c.health.handshake_failures for k, c in self._loop.members.items()}
@@ -252,9 +278,11 @@ class CaptureThread:
         downtime: Downtime | None,
         nice: int | None,
         own_process: bool,
+        stats: CaptureStats,
     ) -> None:
         self.name = name
         self.spool = spool
+        self.stats = stats
         self.mailbox = mailbox
         self._core = core
         self._sockets = sockets
@@ -273,6 +301,7 @@ class CaptureThread:
         self.failure: BaseException | None = None
 
     def run(self) -> None:
+        self.stats.thread_id = threading.get_native_id()
         # before any socket: zmq's threads inherit it
         self._priority = protect_capture(self.name, self.nice, self.own_process)
         logger.info("%s: capture runs the %s receive loop", self.name, self._core.name)
@@ -307,8 +336,9 @@ class CaptureThread:
         if time.monotonic() >= self._upkeep.next_load_check:
             self._upkeep.end_push_backs()
         if time.monotonic() >= self._next_flush or self.flushes.pending:
-            began = time.time()
+            began, started = time.time(), time.perf_counter()
             self._flush_all()
+            self.stats.flushes.observe(time.perf_counter() - started)
             if self._downtime is not None:
                 self._downtime.alive(began)
             self._next_flush = time.monotonic() + self._flush_interval()

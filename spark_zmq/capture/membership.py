@@ -12,6 +12,7 @@ Only the capture thread calls these (zmq sockets belong to one thread).
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 from spark_zmq.capture.connections import Connection
@@ -60,6 +61,8 @@ class Membership:
         #: endpoints that could not be opened, each logged once (the driver's guard bounds
         #: what discovery reports, ``placement.guard``; this remembers at most as many)
         self._refused = RefusedEndpoints(name, MAX_REFUSALS_REMEMBERED)
+        #: endpoints that joined (or came back), changed and left (``stats.DISCOVERY_EVENTS``)
+        self.events: Counter[str] = Counter()
 
     def __iter__(self) -> Iterator[Connection]:
         return iter(list(self._connections.values()))
@@ -70,6 +73,11 @@ class Membership:
     def __len__(self) -> int:
         return len(self._connections)
 
+    @property
+    def refused(self) -> int:
+        """Endpoints refused now (remembered: at most ``MAX_REFUSALS_REMEMBERED``)."""
+        return len(self._refused)
+
     def items(self) -> list[tuple[str, Connection]]:
         """A copy, safe to read from another thread (for statistics)."""
         return list(self._connections.items())
@@ -79,6 +87,7 @@ class Membership:
         if old is not None and old.leave_by is not None:
             if old.endpoint == endpoint:  # back before it was let go
                 old.leave_by = None
+                self.events["joined"] += 1
                 logger.info("%s: endpoint %s is back", self.name, endpoint.key)
                 return
             self.retire(old)
@@ -119,6 +128,7 @@ class Membership:
             self._refused.refuse(endpoint, problem)
             return
         self._refused.forget(endpoint.key)
+        self.events["joined"] += 1
         logger.info("%s: endpoint joined: %s at %s", self.name, endpoint.key, endpoint.address)
 
     def _update(self, conn: Connection, endpoint: Endpoint) -> None:
@@ -126,6 +136,7 @@ class Membership:
         self._drain(conn)  # rows so far keep the metadata they arrived under
         self._sockets.resubscribe(conn.socket, conn.endpoint.subscriptions, endpoint.subscriptions)
         conn.endpoint = endpoint
+        self.events["changed"] += 1
         logger.info(
             "%s: endpoint %s updated its metadata or subscriptions", self.name, endpoint.key
         )
@@ -138,6 +149,7 @@ class Membership:
         settle = LEAVE_SETTLE if conn.health.disconnected_at is not None else LEAVE_GRACE
         conn.leave_by = time.monotonic() + settle
         conn.health.recheck_at = None
+        self.events["left"] += 1
         logger.info(
             "%s: endpoint left: %s at %s; reading what it sent until it disconnects",
             self.name,

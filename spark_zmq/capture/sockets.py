@@ -36,8 +36,12 @@ class Sockets:
         receive_hwm: int,
         max_message_bytes: int,
         max_message_parts: int,
+        thread_prefix: int = 0,
     ) -> None:
+        """``thread_prefix``: the name prefix of the threads of capture's zmq context
+        (``stats.CaptureStats``)."""
         self.name = name
+        self.thread_prefix = thread_prefix
         self.curve = curve
         self.receive_hwm = receive_hwm
         self.max_message_bytes = max_message_bytes
@@ -89,7 +93,7 @@ class Sockets:
 
     def _own_context(self) -> zmq.Context:
         if self._context is None:
-            self._context = capture_context()
+            self._context = capture_context(self.thread_prefix)
         return self._context
 
     @staticmethod

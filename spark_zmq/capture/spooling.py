@@ -11,6 +11,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
+import numpy as np
+import pyarrow as pa
+
 from spark_zmq.capture.buffer import Buffer, MessageBuffer
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
@@ -92,8 +95,10 @@ class SegmentWriter:
             self._add(flush, self._downtime_row(conn, taken.time_at(0)))
         if conn.drops:
             self._add(flush, self._episode_row(conn, taken.time_at(0)))
-        flush.appends.append(Append(conn.endpoint.key, conn.endpoint.source, taken.table()))
+        table = taken.table()
+        flush.appends.append(Append(conn.endpoint.key, conn.endpoint.source, table))
         flush.written.append(conn.drops.written)
+        flush.written.append(lambda: _count_written(conn, taken, table))
         return flush
 
     @staticmethod
@@ -221,3 +226,17 @@ class SegmentWriter:
         gap = Buffer([[]], [until], {0: text})
         row = Append(conn.endpoint.key, conn.endpoint.source, gap.table(), conn.drops.count, due)
         return row, lambda: conn.drops.ended(text, due)
+
+
+def _count_written(conn: Connection, taken: MessageBuffer, table: pa.Table) -> None:
+    """Count in ``conn`` what its flush wrote: the bytes of its messages' frames (their
+    lengths, from the frames' offsets: no frame is read), and when its newest message was
+    received."""
+    for chunk in table.column("frames").chunks:
+        frames = chunk.flatten()  # every frame of the chunk's rows, in one binary array
+        if len(frames):
+            offsets = np.frombuffer(frames.buffers()[1], dtype=np.int32)  # binary: int32
+            conn.written_bytes += int(offsets[frames.offset + len(frames)] - offsets[frames.offset])
+    newest = next((i for i in reversed(range(len(taken))) if i not in taken.faults), None)
+    if newest is not None:
+        conn.last_message_at = taken.time_at(newest)

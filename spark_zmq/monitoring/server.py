@@ -11,7 +11,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 
 from spark_zmq.log import logger
 from spark_zmq.monitoring.health import Health
@@ -90,8 +90,9 @@ def capture_server(
     live: Callable[[], Health],
     ready: Callable[[], Health],
 ) -> MonitoringServer:
-    """The server of one capture's metrics (``CaptureCollector`` of ``view``) and probes on
-    ``where`` (address, port); OSError if it cannot bind there."""
+    """The server of one capture's metrics (``CaptureCollector`` of ``view``, and the
+    process's own) and probes on ``where`` (address, port); OSError if it cannot bind there."""
     registry = CollectorRegistry()
     registry.register(CaptureCollector(format_name, view))
+    ProcessCollector(registry=registry)  # the process_* series: CPU, memory, open files
     return MonitoringServer(*where, registry, live, ready)

@@ -18,7 +18,7 @@ from spark_zmq.monitoring.health import Health, ready
 from spark_zmq.monitoring.metrics import CaptureView, view_of
 from spark_zmq.monitoring.server import MonitoringServer, capture_server
 from spark_zmq.placement.base import DISCOVERY, Placement
-from spark_zmq.placement.guard import guarded
+from spark_zmq.placement.guard import EndpointGuard, guarded
 from spark_zmq.protocols.contract import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY
@@ -37,6 +37,7 @@ class DriverCapture(Placement):
     _spool: Spool | None = None
     _capture: Capture | None = None
     _discovery: Discovery | None = None
+    _guard: EndpointGuard | None = None
     _server: SpoolServer | None = None
     _monitoring: MonitoringServer | None = None
     #: who writes the spool, in its LOCK (a capture service is a DriverCapture run by itself)
@@ -76,9 +77,8 @@ class DriverCapture(Placement):
         self._serve()
         self._monitor()
         self._discovery = self.protocol.discovery(self.query.decoding, self._spool.state(DISCOVERY))
-        self._discovery.start(
-            guarded(self._capture, self.protocol.name, self.query.source.max_endpoints)
-        )
+        self._guard = guarded(self._capture, self.protocol.name, self.query.source.max_endpoints)
+        self._discovery.start(self._guard)
 
     def _serve(self) -> None:
         """Serve the spool to read tasks on hosts that do not see its folder (option
@@ -118,7 +118,12 @@ class DriverCapture(Placement):
         """What a scrape of the metrics reads (``monitoring.metrics``): without a flush or a
         wait for one."""
         spool, capture, _ = self._running()
-        return view_of(capture, spool)
+        return view_of(capture, spool, self._guard.held() if self._guard is not None else (0, 0))
+
+    def endpoints_read(self) -> int:
+        """Endpoints capture reads now (connected or not)."""
+        _, capture, _ = self._running()
+        return len(capture.received())
 
     def liveness(self) -> Health:
         """Whether capture and discovery run (the liveness probe, ``monitoring.server``)."""

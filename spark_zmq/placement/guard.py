@@ -43,6 +43,11 @@ class EndpointGuard:
         self._held_back_logged = float("-inf")
         self._lock = threading.Lock()
 
+    def held(self) -> tuple[int, int]:
+        """Endpoints waiting at ``max_endpoints`` now, and endpoints refused now."""
+        with self._lock:
+            return len(self._waiting), len(self._refused)
+
     def endpoint_joined(self, endpoint: Endpoint) -> None:
         problem = endpoint.problem()
         with self._lock:

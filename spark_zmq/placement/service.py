@@ -233,7 +233,7 @@ class CaptureService:
         if not ready.ok:
             return ready
         now = time.monotonic()
-        reading = sum(1 for s in self.capture.view().partitions.values() if not s.retired)
+        reading = self.capture.endpoints_read()
         if reading or self._endpoint_seen_at is None:
             self._endpoint_seen_at = now
         silent = now - self._endpoint_seen_at

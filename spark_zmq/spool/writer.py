@@ -108,6 +108,8 @@ class SpoolPartitions:
         self._ledger = RetentionLedger(self.retention, root)
         #: gap rows this process wrote, by cause (``segments.gap_cause``), for metrics
         self.gap_rows: Counter[str] = Counter()
+        #: bytes of the segments this process wrote (a counter: deletions do not lower it)
+        self.written_bytes = 0
         #: a capture service's spool: per partition, below what some reader name committed
         #: (beyond what every name did: ``read_by_some``)
         self._read_ahead: dict[str, int] = {}
@@ -138,6 +140,11 @@ class SpoolPartitions:
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, for planning offsets."""
         return {key: index.state() for key, index in self.partitions.items()}
+
+    @_locked
+    def segment_count(self) -> int:
+        """Segments the spool retains (each a file in its partition's folder)."""
+        return sum(len(index.segments) for index in self.partitions.values())
 
     # -- ownership -----------------------------------------------------------------------------
 
@@ -331,6 +338,7 @@ class SpoolPartitions:
             index.end, index.dropped = before
             raise
         self.nbytes += segment.nbytes
+        self.written_bytes += segment.nbytes
 
     @_locked
     def retire(self, key: str) -> None:

@@ -567,8 +567,8 @@ def test_the_metrics_count_what_a_capture_service_received_and_the_gaps_it_wrote
 ):
     """30 messages, then a frame over maxMessageBytes, on which zmq drops the connection
     (capture reconnects: a gap row). A scrape, parsed by prometheus_client, counts the 30
-    received from the endpoint, 1 gap row for a dropped connection, one live endpoint and what
-    the spool holds; both probes pass."""
+    received from the endpoint and their bytes, 1 gap row for a dropped connection, one live
+    endpoint that joined once, flushes, and what the spool holds; both probes pass."""
     publisher = publishers("metrics")
     spool = tmp_path / "spool"
     service = services(spool, "metrics", "maxMessageBytes=1k", flags=["--metrics-port", "0"])
@@ -586,7 +586,21 @@ def test_the_metrics_count_what_a_capture_service_received_and_the_gaps_it_wrote
     assert samples[("spark_zmq_gap_rows_total", (("cause", "over_bounds"), fmt))] == 0
     assert samples[("spark_zmq_endpoints", (fmt, ("state", "live")))] == 1
     assert samples[("spark_zmq_spool_uncommitted_messages", (fmt,))] == 31
-    assert samples[("spark_zmq_spool_bytes", (fmt,))] > 0
+    sent = sum(16 + len(b"n/%d" % i) for i in range(30))  # an event's 16 bytes, its payload
+    assert samples[("spark_zmq_received_bytes_total", (("endpoint", key), fmt))] == sent
+    age = samples[("spark_zmq_last_message_age_seconds", (("endpoint", key), fmt))]
+    assert 0 <= age < 30
+    assert samples[("spark_zmq_discovery_events_total", (("event", "joined"), fmt))] == 1
+    assert samples[("spark_zmq_discovery_events_total", (("event", "left"), fmt))] == 0
+    assert ("spark_zmq_discovery_events_total", (("event", "changed"), fmt)) in samples
+    spool_bytes = samples[("spark_zmq_spool_bytes", (fmt,))]
+    assert 0 < spool_bytes <= samples[("spark_zmq_spool_written_bytes_total", (fmt,))]
+    assert samples[("spark_zmq_spool_segments", (fmt,))] >= 1
+    flushes = samples[("spark_zmq_flush_duration_seconds_count", (fmt,))]
+    assert flushes >= 1
+    assert flushes == samples[("spark_zmq_flush_duration_seconds_bucket", (fmt, ("le", "+Inf")))]
+    assert samples[("spark_zmq_capture_cpu_seconds_total", (fmt,))] >= 0
+    assert samples[("process_cpu_seconds_total", ())] > 0  # the service's process, all of it
     assert probe(url, "/healthz") == (200, "ok: zeroeq: capture and discovery run\n")
     assert probe(url, "/readyz") == (200, "ok: capture runs, spool writable, 1 endpoints read\n")
     assert probe(url, "/nothing")[0] == 404

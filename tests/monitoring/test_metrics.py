@@ -1,17 +1,27 @@
 """The metrics' own parts, without a capture: counters that only go up over a bounded set of
-series, the cause each kind of gap row is counted under (from the texts the modules that write
-gap rows make), and option ``metrics``. A capture service's metrics scraped for real:
-tests/cli/test_capture_service.py."""
+series (in every per-endpoint family), the cause each kind of gap row is counted under (from
+the texts the modules that write gap rows make), and option ``metrics``. A capture service's
+metrics scraped for real: tests/cli/test_capture_service.py."""
 
 from __future__ import annotations
 
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from spark_zmq.capture.drops import DropEpisode
 from spark_zmq.capture.refusals import ReceiveFailures, Refusals
-from spark_zmq.monitoring.metrics import CAUSES, OTHER_ENDPOINTS, Totals
+from spark_zmq.capture.stats import CaptureCounts, FlushTimes
+from spark_zmq.monitoring.metrics import (
+    CAUSES,
+    MAX_ENDPOINT_SERIES,
+    OTHER_ENDPOINTS,
+    CaptureCollector,
+    CaptureView,
+    EndpointLabels,
+    Totals,
+)
 from spark_zmq.options import OptionError, parse_options
 from spark_zmq.protocols.zeroeq import ZeroEQ
 from spark_zmq.spark.reader import ZmqStreamReader
@@ -28,7 +38,7 @@ def test_totals_only_go_up_when_an_endpoints_count_starts_again():
 
 
 def test_endpoints_beyond_the_bound_share_one_series():
-    totals = Totals(max_series=2)
+    totals = Totals(EndpointLabels(max_series=2))
     assert totals.update({"a": 1, "b": 2, "c": 3, "d": 4}) == {"a": 1, "b": 2, OTHER_ENDPOINTS: 7}
     assert totals.update({"e": 10}) == {"a": 1, "b": 2, OTHER_ENDPOINTS: 17}
 
@@ -88,3 +98,39 @@ def test_option_metrics_is_for_a_querys_own_capture(tmp_path):
     options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, given)
     with pytest.raises(OptionError, match=r"a capture service serves its own \(spark-zmq capture"):
         ZmqStreamReader(protocol, options)
+
+
+def test_hundreds_of_endpoints_make_a_bounded_number_of_series_in_every_family():
+    """300 endpoints: each per-endpoint family has MAX_ENDPOINT_SERIES series and one
+    ``_other`` (the sum of the others' counts; the oldest of their last messages' ages)."""
+    now = time.time_ns()
+    keys = [f"k{n:03}" for n in range(300)]
+    counts = CaptureCounts(
+        received={key: 2 for key in keys},
+        written_bytes={key: 10 for key in keys},
+        last_message_at={key: now - n * 10**9 for n, key in enumerate(keys)},
+        live=300,
+        connecting=0,
+        refused=0,
+        discovery_events={"joined": 300, "changed": 0, "left": 0},
+        flushes=FlushTimes().histogram(),
+        cpu_seconds=None,
+    )
+    view = CaptureView(counts, {}, 0, 0, 0, {})
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector("zeroeq", lambda: view))
+    by_family: dict[str, dict[str, float]] = {}
+    for family in registry.collect():
+        for sample in family.samples:
+            if "endpoint" in sample.labels:
+                by_family.setdefault(sample.name, {})[sample.labels["endpoint"]] = sample.value
+    for name in (
+        "spark_zmq_messages_received_total",
+        "spark_zmq_received_bytes_total",
+        "spark_zmq_last_message_age_seconds",
+    ):
+        assert len(by_family[name]) == MAX_ENDPOINT_SERIES + 1, name
+    assert by_family["spark_zmq_messages_received_total"][OTHER_ENDPOINTS] == 400
+    assert by_family["spark_zmq_received_bytes_total"][OTHER_ENDPOINTS] == 2000
+    assert 299 <= by_family["spark_zmq_last_message_age_seconds"][OTHER_ENDPOINTS] < 310
+    assert by_family["spark_zmq_last_message_age_seconds"]["k000"] < 10

@@ -35,12 +35,27 @@ def refused(url: str) -> bool:
     return False
 
 
+def read_endpoints(url: str) -> list[str]:
+    """The endpoints the metrics at ``url`` count messages of."""
+    try:
+        samples = scrape(url)
+    except OSError:  # not serving yet
+        return []
+    return [
+        dict(labels)["endpoint"]
+        for (name, labels), _ in samples.items()
+        if name == "spark_zmq_messages_received_total"
+    ]
+
+
 def test_a_query_capturing_on_the_driver_serves_its_metrics_while_it_runs(spark, tmp_path):
-    publisher = Publisher("", announce=False)
+    """Two publishers and maxEndpoints=1: one is read (25 messages), the other waits."""
+    publisher, other = Publisher("", announce=False), Publisher("", announce=False)
     url = f"http://127.0.0.1:{free_port()}"
     query = (
         spark.readStream.format("zeroeq")
-        .option("publishers", f"127.0.0.1:{publisher.port}")
+        .option("publishers", f"127.0.0.1:{publisher.port},127.0.0.1:{other.port}")
+        .option("maxEndpoints", "1")
         .option("spoolPath", str(tmp_path / "spool"))
         .option("metrics", url.removeprefix("http://"))
         .load()
@@ -49,14 +64,26 @@ def test_a_query_capturing_on_the_driver_serves_its_metrics_while_it_runs(spark,
         .start()
     )
     try:
+        read = wait_until(lambda: read_endpoints(url), what="an endpoint read in the metrics")
+        if read == [f"127.0.0.1:{other.port}"]:
+            publisher, other = other, publisher
         publisher.wait_for_subscribers(timeout=60)
         for i in range(25):
             publisher.publish(ECHO, b"%d" % i)
         key = f"127.0.0.1:{publisher.port}"
-        received = ("spark_zmq_messages_received_total", (("endpoint", key), ("format", "zeroeq")))
+        fmt = ("format", "zeroeq")
+        received = ("spark_zmq_messages_received_total", (("endpoint", key), fmt))
         wait_until(lambda: scrape(url).get(received) == 25, what="25 received in the metrics")
         samples = scrape(url)
-        assert samples[("spark_zmq_endpoints", (("format", "zeroeq"), ("state", "live")))] == 1
+        states = {
+            labels[1][1]: value
+            for (name, labels), value in samples.items()
+            if name == "spark_zmq_endpoints"
+        }
+        assert states == {"live": 1, "connecting": 0, "waiting": 1, "refused": 0, "retired": 0}
+        sent = sum(16 + len(b"%d" % i) for i in range(25))  # an event's 16 bytes, its payload
+        assert samples[("spark_zmq_received_bytes_total", (("endpoint", key), fmt))] == sent
+        assert samples[("spark_zmq_discovery_events_total", (("event", "joined"), fmt))] == 1
         gaps = [v for (name, _), v in samples.items() if name == "spark_zmq_gap_rows_total"]
         assert gaps and sum(gaps) == 0
         assert probe(url, "/healthz") == (200, "ok: zeroeq: capture and discovery run\n")
@@ -64,4 +91,5 @@ def test_a_query_capturing_on_the_driver_serves_its_metrics_while_it_runs(spark,
     finally:
         query.stop()
         publisher.close()
+        other.close()
     wait_until(lambda: refused(url), timeout=30, what="the metrics port to close with the query")

@@ -50,6 +50,7 @@ def test_an_unusable_endpoint_is_refused_alone_and_logged_once(caplog, key, addr
             guard.endpoint_joined(Endpoint(key, address))
         guard.endpoint_joined(good(1))
     assert listener.events == [("joined", "p1")]
+    assert guard.held() == (0, 1), "the metrics' endpoints refused"
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(refusals) == 1 and why in refusals[0], refusals
     assert "\n" not in refusals[0]  # a peer's text cannot forge log lines
@@ -75,6 +76,7 @@ def test_beyond_max_endpoints_new_ones_wait_their_turn(caplog):
     ]
     held = [r.getMessage() for r in caplog.records if "maxEndpoints (3)" in r.getMessage()]
     assert len(held) == 1, held  # one line per episode, not one per endpoint
+    assert guard.held() == (3, 0), "p3, p4 and p5 wait (the metrics' endpoints waiting)"
     listener.events.clear()
     guard.endpoint_left("p3")  # a waiting one leaves: nothing changes for the listener
     guard.endpoint_left("p1")
