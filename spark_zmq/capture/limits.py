@@ -36,7 +36,10 @@ def capture_context(thread_prefix: int) -> zmq.Context:
     raise_open_files_limit()
     context = zmq.Context()
     context.set(zmq.MAX_SOCKETS, context.get(zmq.SOCKET_LIMIT))
-    context.set(zmq.THREAD_NAME_PREFIX, thread_prefix)
+    try:
+        context.set(zmq.THREAD_NAME_PREFIX, thread_prefix)
+    except (zmq.ZMQError, AttributeError):  # a libzmq before 4.3: capture's CPU is its thread's
+        pass
     return context
 
 

@@ -177,6 +177,7 @@ class DriverCapture(Placement):
         if self._discovery is not None:
             self._discovery.close()
             self._discovery = None
+            self._guard = None
         if self._spool is not None:
             self._spool.close()
             self._spool = None

@@ -15,7 +15,8 @@ hold data.
   (option ``spoolReaderTimeout``); then it stops holding (``ReaderCount`` logs it once). With no
   reader holding, nothing more is let go: what no reader committed stays.
 - Two queries under one name would commit over each other: a query refuses to start under a
-  name that a running query reads under (``ReaderHandle.open``).
+  name that a running query reads under (``ReaderHandle.open``). Taking a name is done under
+  ``@readers/<name>.lock`` (flock), so two queries that start at once cannot both take it.
 
 Nothing here imports pyspark: the capture service uses it too.
 """
@@ -23,6 +24,7 @@ Nothing here imports pyspark: the capture service uses it too.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import socket
 import time
@@ -133,27 +135,31 @@ class ReaderHandle:
         """Take the name for this run: SpoolError if a query reads under it that still runs
         after ``wait`` seconds (a query restarted at once may start before the process of its
         previous run has let go). Returns what earlier runs committed under it."""
-        deadline = time.monotonic() + wait
-        earlier = load_readers(self.root).get(self.name)
-        while earlier is not None and _running(earlier) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        os.makedirs(readers_folder(self.root), exist_ok=True)
+        with open(self._state.path.removesuffix(".json") + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held for the check and the write, no longer
+            deadline = time.monotonic() + wait
             earlier = load_readers(self.root).get(self.name)
-        if earlier is not None and _running(earlier):
-            raise SpoolError(
-                f"spool {self.root} is read under reader name {self.name!r} by a running "
-                f"query ({earlier.running_text()}). Each query reading one spool needs a name "
-                f"of its own (option spoolReader): the spool keeps what each name has not "
-                f"committed, and two queries under one name would let go of each other's data"
+            while earlier is not None and _running(earlier) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                earlier = load_readers(self.root).get(self.name)
+            if earlier is not None and _running(earlier):
+                raise SpoolError(
+                    f"spool {self.root} is read under reader name {self.name!r} by a running "
+                    f"query ({earlier.running_text()}). Each query reading one spool needs a "
+                    f"name of its own (option spoolReader): the spool keeps what each name has "
+                    f"not committed, and two queries under one name would let go of each "
+                    f"other's data"
+                )
+            self._record = ReaderRecord(
+                self.name,
+                dict(earlier.committed) if earlier else {},
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                run=uuid.uuid4().hex[:12],
+                stopped=False,
             )
-        self._record = ReaderRecord(
-            self.name,
-            dict(earlier.committed) if earlier else {},
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            run=uuid.uuid4().hex[:12],
-            stopped=False,
-        )
-        self._write()
+            self._write()
         return self._record
 
     @property
