@@ -126,29 +126,36 @@ def test_a_query_waits_for_the_previous_run_under_its_name_to_let_go(tmp_path):
     assert 0.9 < time.monotonic() - started < 5
 
 
+def take_at_once(root: str, contenders: int) -> tuple[int, list[str]]:
+    """``contenders`` handles open one name at the same instant: how many took it, and the
+    errors of the others."""
+    start = threading.Barrier(contenders)
+    taken: list[ReaderHandle] = []
+    refused: list[str] = []
+
+    def take() -> None:
+        handle = ReaderHandle(root, "archive")
+        start.wait()
+        try:
+            handle.open(wait=0)
+        except SpoolError as exc:
+            refused.append(str(exc))
+        else:
+            taken.append(handle)
+
+    threads = [threading.Thread(target=take) for _ in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(taken), refused
+
+
 def test_two_queries_that_take_one_name_at_once_cannot_both_have_it(tmp_path):
     """Eight handles open one name at the same instant, 20 times over: each time exactly one
     takes it and the others are refused (taking a name is done under its lock file)."""
     for round_ in range(20):
         root = str(tmp_path / f"spool{round_}")
         os.makedirs(root)
-        start = threading.Barrier(8)
-        taken: list[ReaderHandle] = []
-        refused: list[str] = []
-
-        def take(root: str = root, start: threading.Barrier = start) -> None:
-            handle = ReaderHandle(root, "archive")
-            start.wait()
-            try:
-                handle.open(wait=0)
-            except SpoolError as exc:
-                refused.append(str(exc))
-            else:
-                taken.append(handle)
-
-        threads = [threading.Thread(target=take) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(taken) == 1 and len(refused) == 7, (round_, len(taken), refused[:1])
+        taken, refused = take_at_once(root, 8)
+        assert taken == 1 and len(refused) == 7, (round_, taken, refused[:1])
