@@ -95,11 +95,13 @@ def test_capture_and_its_zmq_io_thread_run_at_the_nice_value_asked(tmp_path, cap
     if os.getpriority(os.PRIO_PROCESS, 0) != 0:
         pytest.skip("the test process does not run at nice 0")
     with caplog.at_level(logging.INFO, logger="spark_zmq"):
-        by_nice, _ = capture_one_message(tmp_path, ASKED)
+        by_nice, capture = capture_one_message(tmp_path, ASKED)
     raised = sorted(by_nice.get(ASKED, []))
-    # capture's thread, the I/O thread and the reaper of capture's own zmq context
+    # capture's thread, the I/O thread and the reaper of capture's own zmq context, which
+    # names its threads with the capture's prefix (capture.stats)
+    prefix = f"{capture.stats.thread_prefix}/ZMQbg/"
     assert len(raised) == 3, by_nice
-    assert "ZMQbg/Reaper" in raised and any(n.startswith("ZMQbg/IO") for n in raised), by_nice
+    assert f"{prefix}Reaper" in raised and f"{prefix}IO/0" in raised, by_nice
     lines = [r.getMessage() for r in caplog.records if "capture priority" in r.getMessage()]
     expected = f"prio: capture priority: nice {ASKED} for capture's thread and its zmq I/O thread"
     assert lines == [expected]

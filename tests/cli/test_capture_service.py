@@ -399,11 +399,11 @@ def test_two_streams_and_a_batch_read_of_one_service_spool_each_get_every_messag
     assert any("; readers: 2, slowest " in line for line in service.lines), service.lines
 
 
-def service_and_publisher(publishers, services, spool, session: str, *options: str):
-    """A capture service of ``session`` with ``options``, started, and a publisher of that
-    session it has subscribed to."""
+def service_and_publisher(publishers, services, spool, session: str, *options: str, flags=()):
+    """A capture service of ``session`` with ``options`` (and its own ``flags``), started, and
+    a publisher of that session it has subscribed to."""
     publisher = publishers(session)
-    service = services(spool, session, *options)
+    service = services(spool, session, *options, flags=flags)
     service.wait_started()
     publisher.wait_for_subscribers(timeout=30)
     return service, publisher
@@ -521,8 +521,9 @@ def test_a_service_spool_at_its_bound_gives_the_slow_reader_gap_rows_never_the_f
     message is dropped: "fast" reads on without a gap, "slow" gets a gap row for what went."""
     spool = tmp_path / "spool"
     service, publisher = service_and_publisher(
-        publishers, services, spool, "bound", "maxSpoolBytes=1m"
+        publishers, services, spool, "bound", "maxSpoolBytes=1m", flags=["--metrics-port", "0"]
     )
+    lag = ("spark_zmq_reader_lag_messages", (("format", "zeroeq"), ("reader", "fast")))
 
     def publish(numbers) -> None:
         for i in numbers:  # random, as text: about 2 KB each in the spool's compressed files
@@ -538,7 +539,10 @@ def test_a_service_spool_at_its_bound_gives_the_slow_reader_gap_rows_never_the_f
     run("fast")
     publish([300])
     run("fast")  # reads 300, commits 0..300
-    time.sleep(2)  # the service reads the names' commits every second
+    wait_until(  # the service reads the names' commits about every second
+        lambda: scrape(metrics_url(service)).get(lag) == 1,
+        what="the service to apply fast's commit (its lag 1 in the metrics)",
+    )
     publish(range(301, 601))  # over the bound (a flush is written whole) ...
     publish([601])  # ... so the next one makes room first
     start = read_snapshot(str(spool))[held_key(spool)].start
@@ -580,14 +584,17 @@ def test_the_metrics_count_what_a_capture_service_received_and_the_gaps_it_wrote
     wait_until(lambda: spooled(spool) == 31, what="30 messages and a gap row in the spool")
     key = held_key(spool)
     fmt = ("format", "zeroeq")
+    sent = sum(16 + len(b"n/%d" % i) for i in range(30))  # an event's 16 bytes, its payload
+    written = ("spark_zmq_received_bytes_total", (("endpoint", key), fmt))
+    wait_until(  # counted once the flush's file is in the spool: a moment after it shows
+        lambda: scrape(url).get(written) == sent, what=f"{sent} bytes written in the metrics"
+    )
     samples = scrape(url)
     assert samples[("spark_zmq_messages_received_total", (("endpoint", key), fmt))] == 30
     assert samples[("spark_zmq_gap_rows_total", (("cause", "connection_dropped"), fmt))] == 1
     assert samples[("spark_zmq_gap_rows_total", (("cause", "over_bounds"), fmt))] == 0
     assert samples[("spark_zmq_endpoints", (fmt, ("state", "live")))] == 1
     assert samples[("spark_zmq_spool_uncommitted_messages", (fmt,))] == 31
-    sent = sum(16 + len(b"n/%d" % i) for i in range(30))  # an event's 16 bytes, its payload
-    assert samples[("spark_zmq_received_bytes_total", (("endpoint", key), fmt))] == sent
     age = samples[("spark_zmq_last_message_age_seconds", (("endpoint", key), fmt))]
     assert 0 <= age < 30
     assert samples[("spark_zmq_discovery_events_total", (("event", "joined"), fmt))] == 1

@@ -73,7 +73,12 @@ def test_a_query_capturing_on_the_driver_serves_its_metrics_while_it_runs(spark,
         key = f"127.0.0.1:{publisher.port}"
         fmt = ("format", "zeroeq")
         received = ("spark_zmq_messages_received_total", (("endpoint", key), fmt))
-        wait_until(lambda: scrape(url).get(received) == 25, what="25 received in the metrics")
+        written = ("spark_zmq_received_bytes_total", (("endpoint", key), fmt))
+        sent = sum(16 + len(b"%d" % i) for i in range(25))  # an event's 16 bytes, its payload
+        wait_until(  # bytes are counted when they are written: a flush later
+            lambda: (s := scrape(url)).get(received) == 25 and s.get(written) == sent,
+            what=f"25 received, {sent} bytes written, in the metrics",
+        )
         samples = scrape(url)
         states = {
             labels[1][1]: value
@@ -81,8 +86,6 @@ def test_a_query_capturing_on_the_driver_serves_its_metrics_while_it_runs(spark,
             if name == "spark_zmq_endpoints"
         }
         assert states == {"live": 1, "connecting": 0, "waiting": 1, "refused": 0, "retired": 0}
-        sent = sum(16 + len(b"%d" % i) for i in range(25))  # an event's 16 bytes, its payload
-        assert samples[("spark_zmq_received_bytes_total", (("endpoint", key), fmt))] == sent
         assert samples[("spark_zmq_discovery_events_total", (("event", "joined"), fmt))] == 1
         gaps = [v for (name, _), v in samples.items() if name == "spark_zmq_gap_rows_total"]
         assert gaps and sum(gaps) == 0

@@ -26,9 +26,9 @@ def processes_here(marker: str) -> dict[int, str]:
 
 def threads_here(marker: str) -> list[str]:
     """One line per thread of every process in this network namespace whose command line holds
-    ``marker``: pid, thread id, its name (zmq names its I/O threads ``ZMQbg/IO/<n>``), its
-    state and the kernel function it waits in, for a failure's message (a thread that does
-    not move shows where it waits)."""
+    ``marker``: pid, thread id, its name (capture's zmq context names its I/O threads
+    ``<prefix>/ZMQbg/IO/<n>``), its state and the kernel function it waits in, for a
+    failure's message (a thread that does not move shows where it waits)."""
     lines = []
     for pid in processes_here(marker):
         try:
