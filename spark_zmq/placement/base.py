@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from spark_zmq.protocols.contract import StreamProtocol
-from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.index import Listing, PartitionState
 from spark_zmq.spool.remote import ServedSpool
 from spark_zmq.stream_settings import ReaderSettings
 
@@ -45,6 +45,11 @@ class Placement(ABC):
     @abstractmethod
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, including everything captured before this call."""
+
+    def listing(self, key: str, start: int, end: int) -> Listing | None:
+        """The segments of [start, end) of ``key`` as the last ``snapshot`` saw them, for the
+        read task (None: it loads the partition's index itself)."""
+        return None
 
     def next_claims_round(self, last_round: int | None) -> int | None:
         """The claims round the next offset carries: a new one when capture processes need

@@ -23,7 +23,7 @@ from spark_zmq.protocols.contract import Discovery
 from spark_zmq.spool.downtime import Alive, Downtime, alive_record, down_since, load_alive
 from spark_zmq.spool.epochs import QUERY
 from spark_zmq.spool.identity import spool_identity
-from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.index import Listing, PartitionState
 from spark_zmq.spool.remote import ServedSpool
 from spark_zmq.spool.writer import Spool
 
@@ -113,6 +113,10 @@ class DriverCapture(Placement):
         capture.sync()
         discovery.check()
         return spool.snapshot()
+
+    def listing(self, key: str, start: int, end: int) -> Listing | None:
+        spool, _, _ = self._running()
+        return spool.listing(key, start, end)
 
     def view(self) -> CaptureView:
         """What a scrape of the metrics reads (``monitoring.metrics``): without a flush or a

@@ -32,7 +32,7 @@ from spark_zmq.placement.base import Placement
 from spark_zmq.placement.driver import DriverCapture
 from spark_zmq.protocols.contract import StreamProtocol
 from spark_zmq.spool.epochs import SERVICE, folder_holder, holder_text
-from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.index import Listing, PartitionState
 from spark_zmq.spool.layout import SpoolError, load_indexes
 from spark_zmq.spool.reader import SnapshotReader
 from spark_zmq.spool.readers import (
@@ -107,6 +107,9 @@ class ServiceSpool(Placement):
             self.protocol.name,
             self.spool_path,
         )
+
+    def listing(self, key: str, start: int, end: int) -> Listing | None:
+        return self._snapshots.listing(key, start, end)
 
     def snapshot(self) -> dict[str, PartitionState]:
         """The spool's partitions, each ``committed`` where this query's reader name committed

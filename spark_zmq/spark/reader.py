@@ -232,11 +232,20 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = {}
         if any(k not in start.ends for k in end.ends):  # partitions new since ``start`` begin
             first = {k: s.first_uncommitted for k, s in self._started().snapshot().items()}
-        served = self._started().served()
+        placement = self._started()
+        served = placement.served()
         planned: list[InputPartition] = [
             ReadTask(
                 tuple(
-                    SpoolRange(self.spool_path, r.key, r.start, r.end, self._spool(), served)
+                    SpoolRange(
+                        self.spool_path,
+                        r.key,
+                        r.start,
+                        r.end,
+                        self._spool(),
+                        served,
+                        placement.listing(r.key, r.start, r.end),
+                    )
                     for r in task
                 )
             )

@@ -36,8 +36,8 @@ from spark_zmq.spark.decoding import (
     bounded_errors,
     decode_runs_isolating,
 )
-from spark_zmq.spool.index import Source
-from spark_zmq.spool.remote import ServedSpool, open_range
+from spark_zmq.spool.index import Listing, Source
+from spark_zmq.spool.remote import ServedSpool, open_range, sees_spool
 from spark_zmq.spool.segments import SegmentFiles
 from spark_zmq.stream_settings import RowSettings
 
@@ -89,6 +89,8 @@ class SpoolRange(InputPartition):
     end: int
     spool_id: str | None = None  # None: read the folder's files, whatever spool they are
     served: ServedSpool | None = None
+    #: its segments as the planner saw them (None: the task loads the partition's index)
+    listing: Listing | None = None
 
 
 @dataclass(frozen=True)
@@ -168,9 +170,22 @@ def _runs(parts: Sequence[SpoolRange], joined: int) -> Iterator[_Run]:
     """The runs of ``parts``, in order, as the spool's slices come (joined up to ``joined``
     bytes: ``_joined``)."""
     files = SegmentFiles()  # the ranges of a task read the same flush files
+    seen: dict[tuple[str, str], bool] = {}  # (folder, identity): this host sees that spool
     for index, part in enumerate(parts):
+        spool_id = part.spool_id
+        if spool_id is not None:
+            where = (part.spool_path, spool_id)
+            if seen.setdefault(where, sees_spool(*where)):
+                spool_id = None  # checked once for the task's ranges
         slices = open_range(
-            part.spool_path, part.key, part.start, part.end, part.spool_id, part.served, files
+            part.spool_path,
+            part.key,
+            part.start,
+            part.end,
+            spool_id,
+            part.served,
+            files,
+            part.listing,
         )
         for first, source, table in _joined(slices, joined):
             yield _Run(index, part.key, first, source, table)
@@ -192,13 +207,21 @@ def _joined(
             or rows >= BATCH_ROWS
             or nbytes >= max_bytes
         ):
-            yield pending[0][0], pending[0][1], pa.concat_tables([t for *_, t in pending])
+            yield _concatenated(pending)
             pending, rows, nbytes = [], 0, 0
         pending.append((first, source, table))
         rows += table.num_rows
         nbytes += table.nbytes
     if pending:
-        yield pending[0][0], pending[0][1], pa.concat_tables([t for *_, t in pending])
+        yield _concatenated(pending)
+
+
+def _concatenated(slices: list[tuple[int, Source, pa.Table]]) -> tuple[int, Source, pa.Table]:
+    """Slices that go on from each other under one source, as one."""
+    first, source, table = slices[0]
+    if len(slices) > 1:
+        table = pa.concat_tables([t for *_, t in slices])
+    return first, source, table
 
 
 def _log_failures(

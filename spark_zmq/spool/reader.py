@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from spark_zmq.log import logger
-from spark_zmq.spool.index import PartitionIndex, PartitionState, Segment, Source
+from spark_zmq.spool.index import Listing, PartitionIndex, PartitionState, Segment, Source
 from spark_zmq.spool.layout import (
     INDEX_NAME,
     INDEX_READS,
@@ -110,6 +110,12 @@ class SnapshotReader:
             del self._followed[key]
         return states
 
+    def listing(self, key: str, start: int, end: int) -> Listing | None:
+        """``key``'s ``Listing`` of [start, end) as the last snapshot read it (None: not known
+        here, or not listed whole)."""
+        followed = self._followed.get(key)
+        return followed.partition.listing(start, end) if followed is not None else None
+
     def _index(self, key: str) -> PartitionIndex | None:
         folder = partition_dir(self.root, key)
         for epoch, _ in reversed(epochs(folder)):
@@ -186,14 +192,49 @@ def _read_from(folder: str, epoch: int, name: str, offset: int) -> bytes | None:
 
 
 def read_range(
-    root: str, key: str, start: int, end: int, files: SegmentFiles | None = None
+    root: str,
+    key: str,
+    start: int,
+    end: int,
+    files: SegmentFiles | None = None,
+    listing: Listing | None = None,
 ) -> Iterator[tuple[int, Source, pa.Table]]:
     """Yield (first offset, source, rows) for offsets [start, end) of one partition, in order;
-    ``files``: the flush files read so far (a read task of many ranges reads each once).
+    ``files``: the flush files read so far (a read task of many ranges reads each once);
+    ``listing``: the segments as the planner saw them (``PartitionIndex.listing``), so that
+    the index is not loaded here unless a listed segment is gone.
 
     Offsets that retention deleted (below the index's start, or a segment whose file went after
     the index was read) come as one gap row at the first of them (``_deleted``); a spool that
     never held the range is a SpoolError."""
+    if listing is not None:
+        retained_from, segments = listing.start, listing.segment_list()
+    else:
+        index = _index_of_range(root, key, start, end)
+        retained_from, segments = index.start, index.segments
+    files = files or SegmentFiles()
+    folder = partition_dir(root, key)
+    if start < retained_from:
+        yield _deleted(key, start, min(end, retained_from))
+    for segment in segments:
+        if segment.end <= start or segment.first >= end:
+            continue
+        lo = max(start, segment.first)
+        hi = min(end, segment.end)
+        found = _read_segment(root, key, segment, files, folder)
+        if found is None and listing is not None:  # deleted since it was listed: from lo on,
+            yield from read_range(root, key, lo, end, files)  # as the index says now
+            return
+        if found is None:
+            yield _gone(root, key, segment, lo, hi)
+            continue
+        source, table = found
+        yield lo, source, table.slice(lo - segment.first, hi - lo)
+
+
+def _index_of_range(root: str, key: str, start: int, end: int) -> PartitionIndex:
+    """The index that lists [start, end) of ``key`` (its committed segments too where the
+    range starts among them); SpoolError if the spool does not hold the range."""
     index = load_index(root, key, history=False)
     if index is not None and start < (index.segments[0].first if index.segments else index.end):
         index = load_index(root, key)  # committed segments too, from the history file
@@ -204,21 +245,7 @@ def read_range(
             f"{held}. The spool was deleted or belongs to another query; restore it or start "
             f"the query with a new checkpoint"
         )
-    files = files or SegmentFiles()
-    folder = partition_dir(root, key)
-    if start < index.start:
-        yield _deleted(key, start, min(end, index.start))
-    for segment in index.segments:
-        if segment.end <= start or segment.first >= end:
-            continue
-        lo = max(start, segment.first)
-        hi = min(end, segment.end)
-        found = _read_segment(root, key, segment, files, folder)
-        if found is None:
-            yield _gone(root, key, segment, lo, hi)
-            continue
-        source, table = found
-        yield lo, source, table.slice(lo - segment.first, hi - lo)
+    return index
 
 
 def _gone(root: str, key: str, segment: Segment, lo: int, hi: int) -> tuple[int, Source, pa.Table]:

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from spark_zmq.errors import SpoolError
 from spark_zmq.spool.identity import IDENTITY_NAME
-from spark_zmq.spool.index import Source, checked_version, versioned
+from spark_zmq.spool.index import Listing, Source, checked_version, versioned
 from spark_zmq.spool.layout import remove_quietly, write_atomically
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.segments import SegmentFiles
@@ -188,13 +188,15 @@ def open_range(
     spool_id: str | None = None,
     served: ServedSpool | None = None,
     files: SegmentFiles | None = None,
+    listing: Listing | None = None,
 ) -> Iterator[tuple[int, Source, pa.Table]]:
     """(first offset, source, rows) of offsets [start, end) of partition ``key``, as
     ``reader.read_range`` gives them: from the files where this host sees the spool
-    ``spool_id`` (None: the files, unchecked; ``files``: the flush files read so far), else
-    from its server ``served``; SpoolNotShared if neither."""
+    ``spool_id`` (None: the files, unchecked; ``files``: the flush files read so far;
+    ``listing``: the segments as the planner saw them), else from its server ``served``;
+    SpoolNotShared if neither."""
     if spool_id is None or sees_spool(root, spool_id):
-        return read_range(root, key, start, end, files)
+        return read_range(root, key, start, end, files, listing)
     if served is not None and served.spool_id == spool_id:
         return read_served_range(served, key, start, end)
     raise SpoolNotShared(

@@ -31,7 +31,14 @@ from spark_zmq.spool.epochs import (
     seal,
 )
 from spark_zmq.spool.files import EpochFiles
-from spark_zmq.spool.index import PartitionIndex, PartitionState, Retention, Segment, Source
+from spark_zmq.spool.index import (
+    Listing,
+    PartitionIndex,
+    PartitionState,
+    Retention,
+    Segment,
+    Source,
+)
 from spark_zmq.spool.layout import (
     LEASE_NAME,
     JsonState,
@@ -140,6 +147,12 @@ class SpoolPartitions:
     def snapshot(self) -> dict[str, PartitionState]:
         """Every partition's retained range, for planning offsets."""
         return {key: index.state() for key, index in self.partitions.items()}
+
+    @_locked
+    def listing(self, key: str, start: int, end: int) -> Listing | None:
+        """``key``'s ``Listing`` of [start, end), as published (None: not listed whole)."""
+        index = self.partitions.get(key)
+        return index.listing(start, end) if index is not None else None
 
     @_locked
     def segment_count(self) -> int:

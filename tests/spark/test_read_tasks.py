@@ -169,15 +169,24 @@ def test_a_task_decodes_runs_of_small_segments_at_once_and_keeps_offsets_sources
     ] * 10
 
 
-def read_task(root: str, ranges: list[tuple[str, int, int]], **options: str) -> list[dict]:
-    """The rows of one read task of ``ranges`` (key, start, end) of the spool at ``root``."""
+def read_task(
+    root: str, ranges: list[tuple[str, int, int]], listings=None, **options: str
+) -> list[dict]:
+    """The rows of one read task of ``ranges`` (key, start, end) of the spool at ``root``;
+    ``listings``: each range's segments as a planner saw them (None: the task loads indexes)."""
     from spark_zmq.spark.rows import ReadTask, SpoolRange, read_rows
     from spark_zmq.stream_settings import ReaderSettings
 
     protocol = ZeroEQ()
     parsed = protocol.parse_reader_options(options)
     settings = ReaderSettings.of(parsed, protocol.read_settings(parsed))
-    task = ReadTask(tuple(SpoolRange(root, key, start, end) for key, start, end in ranges))
+    listings = listings or [None] * len(ranges)
+    task = ReadTask(
+        tuple(
+            SpoolRange(root, key, start, end, listing=listing)
+            for (key, start, end), listing in zip(ranges, listings, strict=True)
+        )
+    )
     return [
         row
         for batch in read_rows(protocol, settings.decoding, settings.rows, task)
@@ -341,3 +350,51 @@ def test_hundreds_of_publishers_are_read_by_max_partitions_tasks_each_message_on
     assert sorted(rows) == sorted(sent), "each message once, in its publisher's partition"
     assert all(tasks <= 3 for tasks, _, _ in seen), seen
     assert max(partitions for _, _, partitions in seen) > 3, seen  # grouped, not one each
+
+
+def timeless(rows: list[dict]) -> list[dict]:
+    """``rows`` without the receive times of gap rows (the time of the read that made them)."""
+    return [{**r, "received_at": None} if r["payload"] is None else r for r in rows]
+
+
+def test_a_task_given_the_planners_listings_reads_what_one_loading_the_indexes_reads(
+    tmp_path, monkeypatch
+):
+    """The planner hands each range its segments as it saw them (``Spool.listing`` where
+    capture runs on the driver, ``SnapshotReader.listing`` elsewhere): the task then loads no
+    index (``load_index`` fails here if it does) and reads the same rows, retention's gap row
+    included. Segments that retention deleted after the listing was made read as one gap row."""
+    from spark_zmq.spool import reader as spool_reader
+    from spark_zmq.spool.index import Retention
+    from spark_zmq.spool.reader import SnapshotReader
+
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30, retention=Retention(seconds=0))
+    keys = ["10.9.9.9:1", "10.9.9.9:2", "10.9.9.9:3"]
+    for flush in range(6):
+        for key in keys:
+            frames = [[event_id(ECHO), b"%s-%d-%d" % (key.encode(), flush, n)] for n in range(3)]
+            spool.append(key, Source(f"tcp://{key}", {}), spool_table(frames, [flush] * 3, {}))
+    spool.truncate(keys[0], 6)  # retention deletes [0, 6) of the first at the commit
+    ranges = [(keys[0], 3, 18), (keys[1], 3, 12), (keys[2], 12, 18)]
+    snapshots = SnapshotReader(root)
+    snapshots.snapshot()
+    for listings in (
+        [spool.listing(*r) for r in ranges],
+        [snapshots.listing(*r) for r in ranges[1:]],
+    ):
+        assert all(listing is not None for listing in listings)
+        wanted = ranges[-len(listings) :]
+        loaded = read_task(root, wanted)
+        with monkeypatch.context() as patched:
+            patched.setattr(spool_reader, "load_index", None)  # a call fails
+            assert timeless(read_task(root, wanted, listings)) == timeless(loaded)
+    assert loaded[0]["offset"] == 3 and loaded[1]["error"] is None
+    first = read_task(root, ranges[:1])
+    assert first[0]["error"].startswith("gap: 3 messages at offsets [3, 6)")
+    listing = spool.listing(keys[1], 0, 18)
+    spool.truncate(keys[1], 9)  # deleted after the listing: [0, 9) is a gap row
+    rows = read_task(root, [(keys[1], 0, 18)], [listing])
+    assert rows[0]["offset"] == 0 and rows[0]["error"].startswith("gap: 9 messages at offsets")
+    assert [r["offset"] for r in rows if r["error"] is None] == list(range(9, 18))
+    spool.close()

@@ -60,6 +60,10 @@ class FakePlacement:
     def served(self) -> None:
         return None  # read tasks read the spool's files
 
+    def listing(self, key: str, start: int, end: int) -> tuple:
+        """A stand-in listing that names the range it was asked for."""
+        return ("listed", key, start, end)
+
     def commit(self, end: dict[str, int]) -> None:
         self.committed.append(dict(end))
 
@@ -281,5 +285,7 @@ def test_many_partitions_are_read_by_max_partitions_tasks_each_range_once(tmp_pa
     rows = [sum(p.end - p.start for p in t.ranges) for t in tasks]
     assert max(rows) - min(rows) <= 16, rows  # at most one range's rows apart
     assert reader.partitions(start, end) == tasks  # the same offsets plan the same tasks
+    # each range carries the placement's listing of it: its task loads no index
+    assert all(p.listing == ("listed", p.key, p.start, p.end) for t in tasks for p in t.ranges)
     few = stream_reader(tmp_path, maxPartitions="4", minPartitions="8")
     assert len(few.partitions(start, end)) == 8  # minPartitions wins over maxPartitions

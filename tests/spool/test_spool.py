@@ -263,3 +263,23 @@ def test_long_keys_that_share_a_beginning_are_different_folders(tmp_path):
     spool.close()
     assert sorted(partition_keys(str(tmp_path))) == sorted(keys)
     assert read_all(str(tmp_path), keys[1], 0, 1) == ["m1"]
+
+
+def test_a_listing_names_the_segments_of_a_range_or_none_where_it_cannot(tmp_path):
+    """``PartitionIndex.listing``: the retained start and the segments that hold a range,
+    for read tasks that then load no index; None where the index does not list the range
+    whole (past its end, into committed segments it was loaded without) or it would take more
+    than the bound's segments."""
+    from spark_zmq.spool.index import Listing, PartitionIndex, Segment
+
+    segments = [Segment(first, 10, 100, 0, 0.0, 0) for first in range(20, 100, 10)]
+    index = PartitionIndex("k", start=5, end=100, segments=segments)  # [5, 20) not listed
+    listing = index.listing(35, 62)
+    assert isinstance(listing, Listing) and listing.start == 5
+    assert [s.first for s in listing.segment_list()] == [30, 40, 50, 60]
+    assert listing.segment_list()[0] == segments[1]
+    assert index.listing(20, 100) is not None and index.listing(62, 62) is not None
+    assert index.listing(90, 101) is None, "past the end"
+    assert index.listing(10, 30) is None, "starts in committed segments not loaded"
+    assert index.listing(0, 4) == Listing(5, ()), "all of it deleted: a gap row, no segment"
+    assert index.listing(20, 100, limit=7) is None and index.listing(20, 90, limit=7)

@@ -34,7 +34,7 @@ from spark_zmq.placement.executors.watch import HolderChanges, Holding, ProcessW
 from spark_zmq.placement.guard import guarded
 from spark_zmq.protocols.contract import Discovery, Endpoint, StreamProtocol
 from spark_zmq.spool.contract import assignment_state, commits_state
-from spark_zmq.spool.index import PartitionState
+from spark_zmq.spool.index import Listing, PartitionState
 from spark_zmq.spool.layout import JsonState
 from spark_zmq.spool.processes import ProcessRecord, host_identity, remove_old_records
 from spark_zmq.spool.reader import SnapshotReader
@@ -216,6 +216,9 @@ class ExecutorCapture(Placement):
             return self._watch.live(), self._watch.holders()
 
     # -- planning ------------------------------------------------------------------------------
+
+    def listing(self, key: str, start: int, end: int) -> Listing | None:
+        return self._snapshots.listing(key, start, end)
 
     def snapshot(self) -> dict[str, PartitionState]:
         if self._discovery is not None:
