@@ -233,10 +233,13 @@ def _count_written(conn: Connection, taken: MessageBuffer, table: pa.Table) -> N
     lengths, from the frames' offsets: no frame is read), and when its newest message was
     received."""
     for chunk in table.column("frames").chunks:
-        frames = chunk.flatten()  # every frame of the chunk's rows, in one binary array
-        if len(frames):
-            offsets = np.frombuffer(frames.buffers()[1], dtype=np.int32)  # binary: int32
-            conn.written_bytes += int(offsets[frames.offset + len(frames)] - offsets[frames.offset])
+        if len(chunk):  # list<binary>: its buffers are the rows' then the frames' offsets
+            _, rows, _, frames, _ = chunk.buffers()
+            row_offsets = np.frombuffer(rows, dtype=np.int32)
+            first, end = row_offsets[chunk.offset], row_offsets[chunk.offset + len(chunk)]
+            at = chunk.values.offset
+            offsets = np.frombuffer(frames, dtype=np.int32)
+            conn.written_bytes += int(offsets[at + end] - offsets[at + first])
     newest = next((i for i in reversed(range(len(taken))) if i not in taken.faults), None)
     if newest is not None:
         conn.last_message_at = taken.time_at(newest)
