@@ -74,21 +74,23 @@ class DriverCapture(Placement):
         logger.info(
             "%s: capturing %s, spooling to %s", self.protocol.name, self.runs_where, self.spool_path
         )
-        self._serve()
+        self._serve(self._spool)
         self._monitor()
         self._discovery = self.protocol.discovery(self.query.decoding, self._spool.state(DISCOVERY))
         self._guard = guarded(self._capture, self.protocol.name, self.query.source.max_endpoints)
         self._discovery.start(self._guard)
 
-    def _serve(self) -> None:
+    def _serve(self, spool: Spool) -> None:
         """Serve the spool to read tasks on hosts that do not see its folder (option
-        spoolServer; ``spool.serving``)."""
+        spoolServer; ``spool.serving``), each range with its segments as ``spool`` holds them."""
         address = self.query.source.spool_server
         if address is None:
             return
         from spark_zmq.spool.serving import SpoolServer  # (Flight: only where it serves)
 
-        self._server = SpoolServer(self.spool_path, spool_identity(self.spool_path), address)
+        self._server = SpoolServer(
+            self.spool_path, spool_identity(self.spool_path), address, spool.listing
+        )
         self._server.start()
         if any(self.query.capture.curve) and self._server.served.certificate is None:
             logger.warning(

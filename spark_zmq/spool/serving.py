@@ -26,13 +26,14 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyarrow import flight
 
 from spark_zmq.errors import SpoolError
 from spark_zmq.log import logger
+from spark_zmq.spool.index import Listing
 from spark_zmq.spool.layout import SPOOL_SCHEMA
 from spark_zmq.spool.reader import read_range
 from spark_zmq.spool.remote import (
@@ -86,7 +87,15 @@ class SpoolServer(flight.FlightServerBase):
     """Serves ranges of the spool at ``root`` (identity ``spool_id``) to whoever has the
     token (module doc). ``start`` listens and says where in ``served.json``."""
 
-    def __init__(self, root: str, spool_id: str, settings: ServerSettings) -> None:
+    def __init__(
+        self,
+        root: str,
+        spool_id: str,
+        settings: ServerSettings,
+        listing: Callable[[str, int, int], Listing | None] | None = None,
+    ) -> None:
+        """``listing``: a range's segments as the process that writes the spool holds them
+        (``Spool.listing``), so that a call loads no index; None: each call loads it."""
         host, port = settings.resolved()
         token = secrets.token_urlsafe(32)
         certificate, pairs = _tls(settings)
@@ -103,6 +112,7 @@ class SpoolServer(flight.FlightServerBase):
                 f"Give spoolServer an address of this host (and a free port), or off"
             ) from None
         self.root = root
+        self._listing = listing
         #: the flush files read last, shared by the calls (a task's ranges read the same files)
         self._files = SegmentFiles()
         self.served = ServedSpool(_location(scheme, host, self.port), token, spool_id, certificate)
@@ -143,7 +153,9 @@ class SpoolServer(flight.FlightServerBase):
 
     def _slices(self, key: str, start: int, end: int) -> Iterator[tuple[pa.RecordBatch, bytes]]:
         try:
-            for first, source, table in read_range(self.root, key, start, end, self._files):
+            listing = self._listing(key, start, end) if self._listing is not None else None
+            slices = read_range(self.root, key, start, end, self._files, listing)
+            for first, source, table in slices:
                 offset = first
                 for batch in table.replace_schema_metadata(None).to_batches():
                     slice_ = {"first": offset, "source": source.to_json()}

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from spark_zmq.capture.buffer import spool_table
+from spark_zmq.spool import reader as spool_reader
 from spark_zmq.spool.identity import spool_identity
 from spark_zmq.spool.index import Retention, Source
 from spark_zmq.spool.reader import read_range
@@ -70,7 +71,7 @@ def served_spool(tmp_path):
     spool.append("a", ONE, messages(3, 10_000, {5: "gap: 1 message lost (test)"}))
     spool.append("b", TWO, messages(0, 4))
     spool.truncate("a", 3)  # committed and deleted: offsets 0-2 read as one gap row
-    server = SpoolServer(root, spool_identity(root), ServerSettings("127.0.0.1"))
+    server = SpoolServer(root, spool_identity(root), ServerSettings("127.0.0.1"), spool.listing)
     server.start()
     yield root, server
     server.close()
@@ -91,6 +92,18 @@ def test_a_served_range_gives_the_rows_of_the_files(served_spool):
     # the same range twice: the same rows (a retried task reads what the first attempt read)
     twice = [rows(read_served_range(server.served, "a", 10, 5000)) for _ in range(2)]
     assert twice[0] == twice[1] and len(twice[0]) == 4990
+
+
+def test_a_server_in_the_capturing_process_reads_ranges_without_loading_an_index(
+    served_spool, monkeypatch
+):
+    """The server takes each range's segments from the spool its process writes
+    (``Spool.listing``): a call loads no index (a load fails here) and gives the same rows."""
+    root, server = served_spool
+    loaded = {r: rows(read_range(root, *r)) for r in (("a", 0, 10_003), ("b", 1, 4))}
+    monkeypatch.setattr(spool_reader, "load_index", None)
+    for (key, start, end), expected in loaded.items():
+        assert rows(read_served_range(server.served, key, start, end)) == expected
 
 
 def test_only_the_token_of_the_servers_run_and_its_own_spool_are_let_in(served_spool):
