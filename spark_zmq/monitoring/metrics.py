@@ -171,13 +171,12 @@ class CaptureCollector(Collector):
             counts.flushes,
         )
         if counts.cpu_seconds is not None:
-            cpu = CounterMetricFamily(
+            yield _counter(
                 "spark_zmq_capture_cpu_seconds",
                 "CPU time of the capture thread and of its zmq context's I/O threads",
-                labels=["format"],
+                name,
+                counts.cpu_seconds,
             )
-            cpu.add_metric(name, counts.cpu_seconds)
-            yield cpu
         lag = GaugeMetricFamily(
             "spark_zmq_reader_lag_messages",
             "Messages the spool holds that a reader name (option spoolReader) has not committed",
@@ -252,13 +251,12 @@ class CaptureCollector(Collector):
             name,
             view.spool_segments,
         )
-        written = CounterMetricFamily(
+        yield _counter(
             "spark_zmq_spool_written_bytes",
             "Bytes of the segments this process wrote to the spool",
-            labels=["format"],
+            name,
+            view.spool_written_bytes,
         )
-        written.add_metric(name, view.spool_written_bytes)
-        yield written
         uncommitted = sum(s.end - s.first_uncommitted for s in view.partitions.values())
         yield _gauge(
             "spark_zmq_spool_uncommitted_messages",
@@ -272,6 +270,12 @@ def _gauge(metric: str, documentation: str, name: list[str], value: float) -> Ga
     gauge = GaugeMetricFamily(metric, documentation, labels=["format"])
     gauge.add_metric(name, value)
     return gauge
+
+
+def _counter(metric: str, documentation: str, name: list[str], value: float) -> Metric:
+    counter = CounterMetricFamily(metric, documentation, labels=["format"])
+    counter.add_metric(name, value)
+    return counter
 
 
 def _histogram(
