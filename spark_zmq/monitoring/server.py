@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from spark_zmq.log import logger
 from spark_zmq.monitoring.health import Health
 from spark_zmq.monitoring.metrics import CaptureCollector, CaptureView
+from spark_zmq.protocols.addresses import bracketed
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -56,7 +57,7 @@ class MonitoringServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self._address}:{self._server.server_port}"
+        return f"http://{bracketed(self._address)}:{self._server.server_port}"
 
     def start(self) -> None:
         self._thread.start()

@@ -58,11 +58,16 @@ def check_port(port: int | str) -> int:
     return port
 
 
+def bracketed(host: str) -> str:
+    """``host`` as it goes before ``:port`` in an address or a URL: an IPv6 literal in
+    brackets, anything else as it is."""
+    return f"[{host}]" if ":" in host else host
+
+
 def tcp_address(host: str, port: int | str) -> str:
     """``tcp://host:port``, host and port checked (an IPv6 host goes in brackets)."""
     host = check_host(host.strip("[]") if host.startswith("[") else host)
-    shown = f"[{host}]" if ":" in host else host
-    return f"tcp://{shown}:{check_port(port)}"
+    return f"tcp://{bracketed(host)}:{check_port(port)}"
 
 
 def ipc_address(path: str) -> str:

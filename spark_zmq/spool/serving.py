@@ -33,6 +33,7 @@ from pyarrow import flight
 
 from spark_zmq.errors import SpoolError
 from spark_zmq.log import logger
+from spark_zmq.protocols.addresses import bracketed
 from spark_zmq.spool.index import Listing
 from spark_zmq.spool.layout import SPOOL_SCHEMA
 from spark_zmq.spool.reader import read_range
@@ -47,7 +48,7 @@ from spark_zmq.spool.segments import SegmentFiles
 
 
 def _location(scheme: str, host: str, port: int) -> str:
-    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+    return f"{scheme}://{bracketed(host)}:{port}"
 
 
 def _tls(settings: ServerSettings) -> tuple[str | None, list[flight.CertKeyPair]]:

@@ -52,6 +52,7 @@ from spark_zmq.monitoring.server import MonitoringServer, capture_server
 from spark_zmq.placement.executors.reach import may_capture
 from spark_zmq.placement.executors.spread import spread
 from spark_zmq.placement.executors.watch import ProcessWatch
+from spark_zmq.protocols.addresses import bracketed
 from spark_zmq.protocols.contract import Endpoint
 from spark_zmq.spool.contract import assignment_state, commits_state, register_executor
 from spark_zmq.spool.downtime import Alive, Downtime, down_since
@@ -474,7 +475,7 @@ class Holder:
         host, port = self._monitoring.address
         if host in ("0.0.0.0", "::", ""):
             host = default_host()
-        return f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+        return f"http://{bracketed(host)}:{port}"
 
     def _beat_if_due(self) -> None:
         """Write the record if a tick has passed since it was last written."""

@@ -15,7 +15,7 @@ import os
 import re
 
 from spark_zmq.options import comma_list
-from spark_zmq.protocols.addresses import AddressError, check_host
+from spark_zmq.protocols.addresses import AddressError, bracketed, check_host
 
 PUBLISHER_SERVICE = "_zeroeq_pub._tcp.local."
 SUBSCRIBER_SERVICE = "_zeroeq_sub._tcp.local."
@@ -107,7 +107,7 @@ def publisher_addresses(value: str) -> tuple[tuple[str, int], ...]:
 
 def zmq_host(host: str) -> str:
     """A host as it goes in a zmq tcp:// address (IPv6 in brackets)."""
-    return f"[{host}]" if ":" in host else host
+    return bracketed(host)
 
 
 def in_session(record_session: str | None, session: str) -> bool:
