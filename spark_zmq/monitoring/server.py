@@ -5,6 +5,7 @@ why."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -21,6 +22,12 @@ from spark_zmq.protocols.addresses import bracketed
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+
+class _Server6(_Server):
+    """On an IPv6 address (``WSGIServer`` binds IPv4 only)."""
+
+    address_family = socket.AF_INET6
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -44,7 +51,11 @@ class MonitoringServer:
         self._metrics = make_wsgi_app(registry)
         self._probes = {"/healthz": live, "/readyz": ready}
         self._server = make_server(
-            address, port, self._app, server_class=_Server, handler_class=_QuietHandler
+            address,
+            port,
+            self._app,
+            server_class=_Server6 if ":" in address else _Server,
+            handler_class=_QuietHandler,
         )
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="spark_zmq monitoring", daemon=True

@@ -96,3 +96,23 @@ def test_a_query_capturing_on_the_driver_serves_its_metrics_while_it_runs(spark,
         publisher.close()
         other.close()
     wait_until(lambda: refused(url), timeout=30, what="the metrics port to close with the query")
+
+
+def test_a_server_on_an_ipv6_address_names_a_url_that_reaches_it():
+    """The URL a monitoring server logs and names (the service's start line, a holder's
+    record) puts an IPv6 literal in brackets, so that a scraper can use it as it is."""
+    from prometheus_client import CollectorRegistry
+
+    from spark_zmq.monitoring.health import Health
+    from spark_zmq.monitoring.server import MonitoringServer
+
+    def fine() -> Health:
+        return Health(True, "fine")
+
+    server = MonitoringServer("::1", 0, CollectorRegistry(), fine, fine)
+    server.start()
+    try:
+        assert server.url == f"http://[::1]:{server.address[1]}"
+        assert probe(server.url, "/healthz") == (200, "ok: fine\n")
+    finally:
+        server.close()
