@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from spark_zmq.capture import receiving
@@ -234,6 +236,20 @@ class Capture:
         if not done:
             raise CaptureTimeout(f"{self.name}: capture did not flush within {timeout} s")
 
+    def waive_downtime(self, timeout: float = 10.0) -> set[str]:
+        """Owe no gap row for the time before this capture started: a new query reads from its
+        capture's start, so what an earlier run missed is not its loss. Returns the partitions
+        whose row was written already (``Downtime.waive``)."""
+        waived: Future[set[str]] = Future()
+        self._command(("waive", waived))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                return waived.result(timeout=0.1)
+            except FutureTimeout:
+                self._raise_if_failed()
+        raise CaptureTimeout(f"{self.name}: capture did not answer within {timeout} s")
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop receiving, write what was received, close sockets. Idempotent."""
         if self._mailbox.closed:
@@ -410,8 +426,19 @@ class CaptureThread:
             self.members.join(arg)
         elif command == "drop":
             self.members.drop(*arg)
+        elif command == "waive":
+            arg.set_result(self._waive())
         else:
             self.members.leave(arg)
+
+    def _waive(self) -> set[str]:
+        """See ``Capture.waive_downtime``; between flushes, so each owed row is written or not
+        planned."""
+        if self._downtime is None:
+            return set()
+        for conn in self.members:
+            conn.down_since = None
+        return self._downtime.waive()
 
     def _flush_all(self) -> None:
         tickets = self.flushes.start_flush()

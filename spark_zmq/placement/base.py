@@ -51,6 +51,13 @@ class Placement(ABC):
         read task (None: it loads the partition's index itself)."""
         return None
 
+    def waive_downtime(self) -> set[str]:
+        """A new query starts at ``ends_at_start``: the gap rows this run owes for the time
+        before it started (an earlier run's downtime, ``spool.downtime``) are not its loss, so
+        they are owed no more. Returns the partitions whose row this run wrote already, each
+        at its ``ends_at_start``. Only capture on the driver owes them for its own query."""
+        return set()
+
     def next_claims_round(self, last_round: int | None) -> int | None:
         """The claims round the next offset carries: a new one when capture processes need
         starting on executors now (a micro-batch with a new round runs its claim tasks,

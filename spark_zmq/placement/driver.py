@@ -120,6 +120,17 @@ class DriverCapture(Placement):
         spool, _, _ = self._running()
         return spool.listing(key, start, end)
 
+    def waive_downtime(self) -> set[str]:
+        _, capture, _ = self._running()
+        written = capture.waive_downtime()
+        logger.info(
+            "%s: a new query starts where this run's capture began: no gap row for the time "
+            "an earlier run of it was not capturing%s",
+            self.protocol.name,
+            f" (skipping the {len(written)} already written)" if written else "",
+        )
+        return written
+
     def view(self) -> CaptureView:
         """What a scrape of the metrics reads (``monitoring.metrics``): without a flush or a
         wait for one."""

@@ -160,18 +160,28 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def initialOffset(self) -> dict:
-        state = self._started().snapshot()
-        end = {k: s.end for k, s in state.items()}
-        # latest: what this run captured before Spark's first call is read, not skipped
         placement = self._started()
-        ends_at_start = placement.ends_at_start
-        latest = {k: ends_at_start.get(k, s.start) for k, s in state.items()}
         spec = self.settings.starting_offsets or placement.default_starting_offsets
         if spec == "latest":
-            return StreamOffset(latest, spool=self._spool()).to_json()
+            return StreamOffset(self._latest(placement), spool=self._spool()).to_json()
+        state = placement.snapshot()
+        end = {k: s.end for k, s in state.items()}
         retained = {k: s.start for k, s in state.items()}  # earliest: all the spool keeps
         ends = resolve(spec, retained, end, "earliest", "startingOffsets")
         return StreamOffset(ends, spool=self._spool()).to_json()
+
+    @staticmethod
+    def _latest(placement: Placement) -> PartitionOffsets:
+        """``latest`` for a new query: where this run's capture began (what it captured before
+        Spark's first call is read, not skipped), past the gap rows of an earlier run's downtime,
+        which came before this query."""
+        waived = placement.waive_downtime()
+        ends_at_start = placement.ends_at_start
+        state = placement.snapshot()
+        latest = {k: ends_at_start.get(k, s.start) for k, s in state.items()}
+        for key in waived & latest.keys() & ends_at_start.keys():
+            latest[key] = min(ends_at_start[key] + 1, state[key].end)
+        return latest
 
     def latestOffset(self, start_json: dict, limit: ReadLimit) -> dict:
         offset = self._offset(start_json)

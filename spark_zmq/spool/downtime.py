@@ -102,6 +102,8 @@ class Downtime:
         describe: Describe = restart_gap_text,
     ) -> None:
         self.pending = dict(pending)
+        #: the partitions whose owed gap row this capture wrote (each its first row of the run)
+        self.written: set[str] = set()
         self.describe = describe
         self._record = record
         self._written_at = float("-inf")
@@ -120,6 +122,13 @@ class Downtime:
     def recorded(self, key: str) -> None:
         """The gap row of ``key`` is in the spool: it is owed no more."""
         self.pending.pop(key, None)
+        self.written.add(key)
+
+    def waive(self) -> set[str]:
+        """Owe no more gap rows (a new query starts after them); the partitions whose row was
+        written already. Called on the capture thread, between flushes."""
+        self.pending.clear()
+        return set(self.written)
 
     def alive(self, at: float, force: bool = False) -> None:
         """Everything captured before ``at`` is in the spool: say so in the alive record, if

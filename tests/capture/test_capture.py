@@ -393,8 +393,9 @@ def test_sigterm_writes_what_was_received(tmp_path):
 
 
 def test_latest_starts_before_what_this_run_captures(tmp_path):
-    """startingOffsets=latest skips what an earlier run left in the spool, never what this run
-    received before Spark's first offset call, nor the gap row of the time between the runs."""
+    """startingOffsets=latest skips what an earlier run left in the spool and the gap row of
+    the time between the runs (before this new query), never what this run received before
+    Spark's first offset call."""
     from spark_zmq.options import parse_options
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spark.offsets import StreamOffset
@@ -421,9 +422,9 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
                 what="messages received",
             )
             start = reader.initialOffset()
-            assert StreamOffset.from_json(start).ends == {key: 0 if run == 1 else 5}
+            # run 2: the gap row of the time between the runs (at 5), then its 3 messages
+            assert StreamOffset.from_json(start).ends == {key: 0 if run == 1 else 6}
             end = StreamOffset.from_json(reader.latestOffset(start, None))
-            # run 2: the gap row of the time between the runs, then its 3 messages
             assert end.ends == {key: 5 if run == 1 else 9}
             reader.stop()
             wait_until(lambda: publisher.count_subscribers() == 0, what="disconnect")

@@ -62,8 +62,12 @@ def run_example(example: Example, folder: Path) -> subprocess.CompletedProcess:
     """Runs an example in a fresh folder, with this interpreter (and its bin folder first on
     the PATH, for ``python`` in bash examples), in a network namespace of its own (the tests
     running beside it announce ZeroEQ publishers that an example's discovery would also find:
-    a CI run read a gap row of another test's publisher); kills whatever it left running."""
-    env = dict(os.environ, SPARK_ZMQ_LOG_LEVEL="WARNING")
+    a CI run read a gap row of another test's publisher), with a temporary folder of its own
+    (a default spool folder is named by the options, so a run of the same example, earlier on
+    the machine, would leave it one); kills whatever it left running."""
+    temporary = folder / "tmp"
+    temporary.mkdir()
+    env = dict(os.environ, SPARK_ZMQ_LOG_LEVEL="WARNING", TMPDIR=str(temporary))
     env.pop("SPARK_ZMQ_NETNS", None)  # scripts/netns.sh makes a namespace, nested in ours
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     script = folder / ("example.py" if example.language == "python" else "example.sh")

@@ -380,3 +380,95 @@ def test_a_gap_owed_by_a_run_that_ended_before_its_endpoint_joined_is_owed_by_th
         assert outcome.error is not None, mode
         text = str(outcome.error)
         assert f"partition {key} at offset " in text and "was not running between" in text, text
+
+
+def test_a_new_query_on_a_spool_an_earlier_run_left_gets_no_gap_row_for_before_it(
+    tmp_path, publishers, spark
+):
+    """A new query (no checkpoint, startingOffsets=latest) on the spool an earlier run with the
+    same options left, whose endpoint comes back under the same key (a fixed port; or the
+    default spool folder found again): the earlier run's downtime came before this query, so it
+    gets no gap row, only what was published to it."""
+    from support.queries import rows_of
+    from support.zeroeq import start_query as memory_zeroeq_query
+
+    publisher = publishers("again")
+    key = publisher.instance_name
+    spool = tmp_path / "spool"
+    earlier = placement(spool, "again")
+    earlier.start()
+    try:
+        spooled(earlier, key, publisher, 3)
+    finally:
+        earlier.close()
+    wait_until(lambda: publisher.count_subscribers() == 0, what="the earlier run to disconnect")
+    query = memory_zeroeq_query(spark, tmp_path, "again_new", session="again", spoolPath=str(spool))
+    try:
+        publisher.wait_for_subscribers(timeout=60)
+        for n in range(3):
+            publisher.publish(ECHO, b"%d" % n)
+        wait_until(lambda: len(rows_of(spark, "again_new")) >= 3, what="3 rows")
+        query.processAllAvailable()
+        rows = sorted(rows_of(spark, "again_new"), key=lambda row: row.offset)
+    finally:
+        query.stop()
+    assert [(r.partition, r.error, r.payload and bytes(r.payload)) for r in rows] == [
+        (key, None, b"%d" % n) for n in range(3)
+    ]
+
+
+def test_a_new_query_skips_a_gap_row_of_an_earlier_run_already_written_and_owes_no_other(
+    tmp_path, publishers
+):
+    """``latest`` for a new query: a downtime row capture wrote before Spark's first call is
+    skipped (it sits at the partition's end when this run began), the messages after it are
+    not; a downtime not yet written is owed no more."""
+    from spark_zmq.spark.reader import ZmqStreamReader
+    from spark_zmq.spool.reader import read_range
+
+    written, pending = publishers("written"), publishers("pending")
+    spool = tmp_path / "spool"
+    earlier = placement(spool, "written")
+    earlier.start()
+    try:
+        spooled(earlier, written.instance_name, written, 3)
+    finally:
+        earlier.close()
+    other = placement(tmp_path / "other", "pending")
+    other.start()
+    try:
+        spooled(other, pending.instance_name, pending, 3)
+    finally:
+        other.close()
+
+    def faults(root: Path, key: str, start: int, end: int) -> list[str]:
+        return [
+            fault
+            for _, _, table in read_range(str(root), key, start, end)
+            for fault in table.column("fault").to_pylist()
+            if fault
+        ]
+
+    # written: the gap row and messages after it are in the spool before the new query starts
+    run = placement(spool, "written")
+    run.start()
+    try:
+        began = run.ends_at_start[written.instance_name]
+        end = spooled(run, written.instance_name, written, began + 5)
+        assert len(faults(spool, written.instance_name, began, began + 1)) == 1
+        latest = ZmqStreamReader._latest(run)
+    finally:
+        run.close()
+    assert latest[written.instance_name] == began + 1
+    assert faults(spool, written.instance_name, latest[written.instance_name], end) == []
+
+    # pending: the query starts before the endpoint's first message: no row is written
+    run = placement(tmp_path / "other", "pending")
+    run.start()
+    try:
+        began = run.ends_at_start[pending.instance_name]
+        assert ZmqStreamReader._latest(run)[pending.instance_name] == began
+        end = spooled(run, pending.instance_name, pending, began + 5)
+    finally:
+        run.close()
+    assert faults(tmp_path / "other", pending.instance_name, began, end) == []
