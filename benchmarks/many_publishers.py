@@ -29,10 +29,14 @@ start sending only once every one of them has seen the query's subscription. Pri
   *read tasks* a batch (mean); *latency p50 / p95*;
 - *drain*: from the last publisher's last send until every message sent and not dropped was in
   the sink;
-- *capture CPU / msg*: CPU time (user + system, ``/proc/PID/stat``) of the driver-side reader
-  process (with ``capture=driver`` the one that holds the spool's LOCK: capture, discovery and
-  the reader's answers to Spark) and of the capture processes (``capture=executors``), from the
-  first send until the drain ended, over the messages delivered;
+- *reader and capture CPU / msg*: CPU time (user + system, ``/proc/PID/stat``) of the
+  driver-side reader process (with ``capture=driver`` the one that holds the spool's LOCK:
+  capture, discovery and the reader's answers to Spark: offsets, plans, commits) and of the
+  capture processes (``capture=executors``), from the first send until the drain ended, over
+  the messages delivered; *of which capture's own*: with ``capture=driver``, the capture thread
+  and its zmq context's I/O threads (the query's ``spark_zmq_capture_cpu_seconds_total``,
+  scraped from its metrics endpoint, option ``metrics``), with ``executors`` the capture
+  processes;
 - *spool files / s*: files of the spool closed after writing while the publishers sent
   (inotify, ``harness.files.WrittenFiles``); of them, segment files (the flush files) and index
   writes (a line appended to an appended-segments file counts as one), and messages per
@@ -72,6 +76,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -375,6 +380,28 @@ def capture_cpu(reader: int) -> dict[int, float]:
     return seconds
 
 
+def capture_thread_cpu(port: int) -> float:
+    """CPU seconds of a driver-side capture's own threads, from its metrics endpoint."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "spark_zmq_capture_cpu_seconds"
+        for sample in family.samples
+    )
+
+
+def capture_own_cpu(args: argparse.Namespace, reader: int) -> float:
+    """CPU seconds of capture alone: the driver-side capture's threads (capture=driver), or
+    every capture process (capture=executors)."""
+    if args.metrics_port:
+        return capture_thread_cpu(args.metrics_port)
+    return sum(seconds for pid, seconds in capture_cpu(reader).items() if pid != reader)
+
+
 def cluster_session(cluster: Any, conf: dict[str, str]) -> Any:
     """A session on the standalone ``cluster`` (its driver here, on loopback)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -451,6 +478,8 @@ def start_query(spark: Any, session: str, folder: Path, sink: BatchRecorder, arg
         reader = reader.option("maxPartitions", str(args.max_partitions))
     if args.flush_interval_ms:
         reader = reader.option("flushIntervalMs", str(args.flush_interval_ms))
+    if args.metrics_port:
+        reader = reader.option("metrics", f"{LOOPBACK}:{args.metrics_port}")
     return (
         reader.load()
         .writeStream.foreachBatch(sink)
@@ -474,6 +503,7 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
     """N publishers at ``args.rate`` in all into one query; the figures of the result table."""
     os.environ.setdefault("SPARK_ZMQ_LOG_LEVEL", "WARNING")
     from spark_zmq.spark.session import loopback_session
+    from spark_zmq.testing.standalone import free_port
 
     count = max(1, round(args.rate / n * args.seconds))
     session = f"many-{n}-{uuid.uuid4().hex[:8]}"
@@ -494,18 +524,22 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
         files = WrittenFiles(str(folder / "spool"))
         sink = BatchRecorder(n * count, spark)
         started = time.time()
+        args.metrics_port = free_port() if args.placement == "driver" else None
         query = start_query(spark, session, folder, sink, args)
         connected = publishers.connected() - started
         sampler.reader = reader = reader_process(args.placement, folder / "spool")
+        own_before = capture_own_cpu(args, reader)
         cpu_before, files.counting = capture_cpu(reader), True
         sent = publishers.go(time.time() + 0.5, args.seconds)
         files.counting = False  # (per second of the publishers' sending: ``seconds``)
         stopped = time.monotonic() - (time.time() - sent["ended"])
         done = wait_for_delivery(sink, int(sent["sent"] - sent["dropped"]), args.drain_timeout)
         after = capture_cpu(reader)
+        own = capture_own_cpu(args, reader) - own_before
         cpu = sum(seconds - cpu_before.get(pid, 0.0) for pid, seconds in after.items())
         progress = [json.loads(p.json) for p in query.recentProgress]
         return figures(n, sent, sink, progress, files, sampler.close(), connected, cpu) | {
+            "capture_us": own / sink.unique * 1e6 if sink.unique else 0.0,
             "capture_processes": sampler.most_holders,
             "drain": None if done is None else done - stopped,
         }
@@ -626,7 +660,8 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
         + (f" ({result['untracked']} from rdd)" if result["untracked"] else ""),
         "latency p50 / p95": pair(result["latency_s"]),
         "drain after the stop": "not drained" if drain is None else f"{drain:.1f} s",
-        "capture CPU a message": f"{result['cpu_us']:.1f} us",
+        "reader and capture CPU a message": f"{result['cpu_us']:.1f} us",
+        "  of which capture's own": f"{result['capture_us']:.1f} us",
         "capture processes": str(result.get("capture_processes", 0)),
         "spool files a second": f"{files / result['seconds']:,.0f}",
         "of which segment files": f"{result['segment_files'] / result['seconds']:,.0f}",

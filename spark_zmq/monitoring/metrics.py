@@ -74,48 +74,64 @@ def view_of(capture: Capture, spool: Spool, held: tuple[int, int] = (0, 0)) -> C
 
 
 class EndpointLabels:
-    """The label of each endpoint (partition key): its own for the first ``max_series``
-    seen, ``OTHER_ENDPOINTS`` for the others, for as long as the process runs."""
+    """The label of each endpoint (partition key): its own for the first ``max_series`` seen,
+    for as long as the process runs (a series never changes its endpoint), and
+    ``OTHER_ENDPOINTS`` for the others, which are remembered only while they are read
+    (``forget``): weeks of endpoints that come and go under new keys cost nothing once gone."""
 
     def __init__(self, max_series: int = MAX_ENDPOINT_SERIES) -> None:
         self.max_series = max_series
-        self._labels: dict[str, str] = {}
+        self._named: dict[str, str] = {}
+        self._others: set[str] = set()
 
     def __call__(self, key: str) -> str:
-        label = self._labels.get(key)
-        if label is None:
-            label = key if len(self._labels) < self.max_series else OTHER_ENDPOINTS
-            self._labels[key] = label
-        return label
+        if key in self._named:
+            return key
+        if key not in self._others and len(self._named) < self.max_series:
+            self._named[key] = key
+            return key
+        self._others.add(key)
+        return OTHER_ENDPOINTS
 
-    def keys(self) -> dict[str, str]:
-        """Every endpoint seen, with its label."""
-        return dict(self._labels)
+    def forget(self, key: str) -> None:
+        """``key``'s endpoint is read no more: if it shares ``OTHER_ENDPOINTS``, forget it (it
+        is labelled so again if it comes back: the named ones never make room)."""
+        self._others.discard(key)
 
 
 class Totals:
-    """Counters that only go up, from counts that start again at 0 (an endpoint that left and
-    came back), each under a label of a bounded set (``MAX_ENDPOINT_SERIES``)."""
+    """Counters that only go up, from the counts of the connections read now, each under a
+    label of a bounded set (``MAX_ENDPOINT_SERIES``). An endpoint missing from the counts was
+    left: its total stays in its label's, and its key is forgotten (a connection made when it
+    comes back counts from 0). A count lower than the last is a new count, too."""
 
     def __init__(self, labels: EndpointLabels | None = None) -> None:
         self.labels = labels or EndpointLabels()
         self._last: dict[str, int] = {}
         self._before: dict[str, int] = {}  # what earlier counts of a key reached
+        self._left: dict[str, int] = {}  # per label, what the counts of keys that left reached
 
     def update(self, counts: Mapping[str, int]) -> dict[str, int]:
-        """Take the current ``counts``; the total of each label."""
+        """Take the current ``counts`` (every connection read now); the total of each label."""
+        for key in [key for key in self._last if key not in counts]:
+            label = self.labels(key)
+            self._left[label] = self._left.get(label, 0) + self._total(key)
+            del self._last[key]
+            self._before.pop(key, None)
+            self.labels.forget(key)
         for key, count in counts.items():
             last = self._last.get(key, 0)
             if count < last:  # counting started again
                 self._before[key] = self._before.get(key, 0) + last
             self._last[key] = count
-            self.labels(key)
-        totals: dict[str, int] = {}
-        for key, label in self.labels.keys().items():
-            if key in self._last:
-                total = self._before.get(key, 0) + self._last[key]
-                totals[label] = totals.get(label, 0) + total
+        totals = dict(self._left)
+        for key in self._last:
+            label = self.labels(key)
+            totals[label] = totals.get(label, 0) + self._total(key)
         return totals
+
+    def _total(self, key: str) -> int:
+        return self._before.get(key, 0) + self._last[key]
 
 
 class CaptureCollector(Collector):

@@ -34,13 +34,31 @@ def test_totals_only_go_up_when_an_endpoints_count_starts_again():
     totals = Totals()
     assert totals.update({"a": 5, "b": 2}) == {"a": 5, "b": 2}
     assert totals.update({"a": 7}) == {"a": 7, "b": 2}, "an endpoint that left keeps its total"
-    assert totals.update({"a": 1, "b": 3}) == {"a": 8, "b": 3}, "a came back: counts from 0"
+    # a reconnected: its count starts again; b came back: a new connection, counting from 0
+    assert totals.update({"a": 1, "b": 3}) == {"a": 8, "b": 5}
 
 
 def test_endpoints_beyond_the_bound_share_one_series():
     totals = Totals(EndpointLabels(max_series=2))
     assert totals.update({"a": 1, "b": 2, "c": 3, "d": 4}) == {"a": 1, "b": 2, OTHER_ENDPOINTS: 7}
     assert totals.update({"e": 10}) == {"a": 1, "b": 2, OTHER_ENDPOINTS: 17}
+
+
+def test_endpoints_beyond_the_bound_are_forgotten_once_gone_and_their_counts_kept():
+    """Weeks of endpoints coming and going under new keys: what is remembered is bounded by
+    the endpoints read now and the named series, whatever came before."""
+    labels = EndpointLabels(max_series=2)
+    totals = Totals(labels)
+    totals.update({"a": 1, "b": 1})
+    for n in range(1000):  # one endpoint at a time beyond the bound, each gone by the next
+        assert totals.update({"a": 1, "b": 1, f"gone-{n}": 2}) == {
+            "a": 1,
+            "b": 1,
+            OTHER_ENDPOINTS: 2 * (n + 1),
+        }
+    assert len(totals._last) == 3 and len(labels._others) == 1
+    assert totals.update({}) == {"a": 1, "b": 1, OTHER_ENDPOINTS: 2000}
+    assert labels("new") == OTHER_ENDPOINTS and labels("a") == "a", "named series keep theirs"
 
 
 def test_each_kind_of_gap_row_is_counted_under_its_cause():
