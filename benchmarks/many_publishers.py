@@ -36,7 +36,9 @@ start sending only once every one of them has seen the query's subscription. Pri
   the messages delivered; *of which capture's own*: with ``capture=driver``, the capture thread
   and its zmq context's I/O threads (the query's ``spark_zmq_capture_cpu_seconds_total``,
   scraped from its metrics endpoint, option ``metrics``), with ``executors`` the capture
-  processes;
+  processes; *of which zmq's I/O threads*: the threads of capture's zmq contexts, which
+  capture names ``<n>/ZMQbg/...`` (``capture.limits``), read from ``/proc/PID/task``: the
+  TCP work of each connection, which libzmq does, not the connector;
 - *spool files / s*: files of the spool closed after writing while the publishers sent
   (inotify, ``harness.files.WrittenFiles``); of them, segment files (the flush files) and index
   writes (a line appended to an appended-segments file counts as one), and messages per
@@ -71,6 +73,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -332,9 +335,10 @@ def rss_of(pid: int) -> float:
     return 0.0
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid``, all its threads."""
-    text = Path(f"/proc/{pid}/stat").read_text()
+def process_cpu(pid: int, stat: str = "") -> float:
+    """CPU seconds (user + system) of process ``pid``, all its threads (or of the thread whose
+    ``stat`` file is given)."""
+    text = Path(stat or f"/proc/{pid}/stat").read_text()
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -392,6 +396,26 @@ def capture_thread_cpu(port: int) -> float:
         if family.name == "spark_zmq_capture_cpu_seconds"
         for sample in family.samples
     )
+
+
+#: the name (``comm``) of an I/O thread of capture's zmq context
+CAPTURE_IO_THREAD = re.compile(r"^\d+/ZMQbg/IO")
+
+
+def zmq_io_cpu(reader: int) -> float:
+    """CPU seconds of the I/O threads of capture's zmq contexts, in the reader process and
+    in every capture process."""
+    from spark_zmq.testing.processes import running_holders
+
+    seconds = 0.0
+    for pid in (reader, *running_holders()):
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+                    if CAPTURE_IO_THREAD.match(name):
+                        seconds += process_cpu(int(task), f"/proc/{pid}/task/{task}/stat")
+    return seconds
 
 
 def capture_own_cpu(args: argparse.Namespace, reader: int) -> float:
@@ -528,7 +552,7 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
         query = start_query(spark, session, folder, sink, args)
         connected = publishers.connected() - started
         sampler.reader = reader = reader_process(args.placement, folder / "spool")
-        own_before = capture_own_cpu(args, reader)
+        own_before, io_before = capture_own_cpu(args, reader), zmq_io_cpu(reader)
         cpu_before, files.counting = capture_cpu(reader), True
         sent = publishers.go(time.time() + 0.5, args.seconds)
         files.counting = False  # (per second of the publishers' sending: ``seconds``)
@@ -536,10 +560,12 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
         done = wait_for_delivery(sink, int(sent["sent"] - sent["dropped"]), args.drain_timeout)
         after = capture_cpu(reader)
         own = capture_own_cpu(args, reader) - own_before
+        io = zmq_io_cpu(reader) - io_before
         cpu = sum(seconds - cpu_before.get(pid, 0.0) for pid, seconds in after.items())
         progress = [json.loads(p.json) for p in query.recentProgress]
         return figures(n, sent, sink, progress, files, sampler.close(), connected, cpu) | {
             "capture_us": own / sink.unique * 1e6 if sink.unique else 0.0,
+            "zmq_io_us": io / sink.unique * 1e6 if sink.unique else 0.0,
             "capture_processes": sampler.most_holders,
             "drain": None if done is None else done - stopped,
         }
@@ -662,6 +688,7 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
         "drain after the stop": "not drained" if drain is None else f"{drain:.1f} s",
         "reader and capture CPU a message": f"{result['cpu_us']:.1f} us",
         "  of which capture's own": f"{result['capture_us']:.1f} us",
+        "    of which zmq's I/O threads": f"{result['zmq_io_us']:.1f} us",
         "capture processes": str(result.get("capture_processes", 0)),
         "spool files a second": f"{files / result['seconds']:,.0f}",
         "of which segment files": f"{result['segment_files'] / result['seconds']:,.0f}",
