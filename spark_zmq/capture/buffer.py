@@ -61,6 +61,8 @@ class MessageBuffer(Protocol):
     @property
     def nbytes(self) -> int: ...
     @property
+    def frame_bytes(self) -> int: ...
+    @property
     def received(self) -> int: ...
     def add_fault(self, text: str) -> None: ...
     def take(self) -> MessageBuffer: ...
@@ -95,6 +97,11 @@ class Buffer:
 
     def time_at(self, index: int) -> int:
         return self.times[index]
+
+    @property
+    def frame_bytes(self) -> int:
+        """The bytes of the frames held."""
+        return sum(len(frame) for frames in self.frames for frame in frames)
 
     @property
     def full(self) -> bool:

@@ -11,9 +11,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-import numpy as np
-import pyarrow as pa
-
 from spark_zmq.capture.buffer import Buffer, MessageBuffer
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
@@ -95,10 +92,9 @@ class SegmentWriter:
             self._add(flush, self._downtime_row(conn, taken.time_at(0)))
         if conn.drops:
             self._add(flush, self._episode_row(conn, taken.time_at(0)))
-        table = taken.table()
-        flush.appends.append(Append(conn.endpoint.key, conn.endpoint.source, table))
+        flush.appends.append(Append(conn.endpoint.key, conn.endpoint.source, taken.table()))
         flush.written.append(conn.drops.written)
-        flush.written.append(lambda: _count_written(conn, taken, table))
+        flush.written.append(lambda: _count_written(conn, taken))
         return flush
 
     @staticmethod
@@ -228,18 +224,10 @@ class SegmentWriter:
         return row, lambda: conn.drops.ended(text, due)
 
 
-def _count_written(conn: Connection, taken: MessageBuffer, table: pa.Table) -> None:
-    """Count in ``conn`` what its flush wrote: the bytes of its messages' frames (their
-    lengths, from the frames' offsets: no frame is read), and when its newest message was
-    received."""
-    for chunk in table.column("frames").chunks:
-        if len(chunk):  # list<binary>: its buffers are the rows' then the frames' offsets
-            _, rows, _, frames, _ = chunk.buffers()
-            row_offsets = np.frombuffer(rows, dtype=np.int32)
-            first, end = row_offsets[chunk.offset], row_offsets[chunk.offset + len(chunk)]
-            at = chunk.values.offset
-            offsets = np.frombuffer(frames, dtype=np.int32)
-            conn.written_bytes += int(offsets[at + end] - offsets[at + first])
+def _count_written(conn: Connection, taken: MessageBuffer) -> None:
+    """Count in ``conn`` what its flush wrote: the bytes of its messages' frames, and when its
+    newest message was received."""
+    conn.written_bytes += taken.frame_bytes
     newest = next((i for i in reversed(range(len(taken))) if i not in taken.faults), None)
     if newest is not None:
         conn.last_message_at = taken.time_at(newest)

@@ -148,6 +148,8 @@ def _bind() -> tuple[str | None, str]:
         "DONTWAIT": zmq.DONTWAIT,
         "SNDMORE": zmq.SNDMORE,
         "POLLIN": zmq.POLLIN,
+        "FD": zmq.FD,
+        "EVENTS": zmq.EVENTS,
         "ETERM": zmq.ETERM,
         "EAGAIN": zmq.EAGAIN,
         "EINTR": errno.EINTR,

@@ -111,6 +111,11 @@ cdef class NativeBuffer:
         return footprint(&self.inbox.rows)
 
     @property
+    def frame_bytes(self):
+        """The bytes of the frames held (still read after the arrays went to Arrow)."""
+        return data_bytes(&self.inbox.rows)
+
+    @property
     def received(self):
         return self.inbox.received
 

@@ -33,11 +33,14 @@ cdef extern from *:
         int (*msg_more)(const szq_msg_t *);
         int (*poll)(szq_pollitem_t *, int, long);
         int (*errno_)(void);
+        int (*getsockopt)(void *, int, void *, size_t *);
     } szq_api_t;
 
     #define SZQ_DONTWAIT 1
     #define SZQ_SNDMORE 2
     #define SZQ_POLLIN 1
+    #define SZQ_FD 14
+    #define SZQ_EVENTS 15
     #define SZQ_ETERM (156384712 + 53)
     #define SZQ_INT32_MAX INT_MAX
 
@@ -77,7 +80,8 @@ cdef extern from *:
         int (*msg_more)(const szq_msg_t *) nogil
         int (*poll)(szq_pollitem_t *, int, long) nogil
         int (*errno_)() nogil
-    int SZQ_DONTWAIT, SZQ_SNDMORE, SZQ_POLLIN, SZQ_ETERM, SZQ_INT32_MAX
+        int (*getsockopt)(void *, int, void *, size_t *) nogil
+    int SZQ_DONTWAIT, SZQ_SNDMORE, SZQ_POLLIN, SZQ_FD, SZQ_EVENTS, SZQ_ETERM, SZQ_INT32_MAX
     int CLOCK_REALTIME, CLOCK_MONOTONIC
     int64_t szq_clock_ns(int clock) nogil
     void szq_sleep_ns(int64_t ns) nogil

@@ -39,7 +39,7 @@ cdef extern from *:
 #: the libzmq functions ``bind`` looks up, in the order of ``szq_api_t``'s fields
 FUNCTIONS = (
     "zmq_msg_init", "zmq_msg_init_size", "zmq_msg_recv", "zmq_msg_send", "zmq_msg_close",
-    "zmq_msg_data", "zmq_msg_size", "zmq_msg_more", "zmq_poll", "zmq_errno",
+    "zmq_msg_data", "zmq_msg_size", "zmq_msg_more", "zmq_poll", "zmq_errno", "zmq_getsockopt",
 )
 
 cdef szq_api_t _api
@@ -68,7 +68,8 @@ def bind(str extension_path, dict constants):
     ImportError."""
     global _api, _bound, _library
     expected = {"DONTWAIT": SZQ_DONTWAIT, "SNDMORE": SZQ_SNDMORE, "POLLIN": SZQ_POLLIN,
-                "ETERM": SZQ_ETERM, "EAGAIN": EAGAIN, "EINTR": EINTR}
+                "FD": SZQ_FD, "EVENTS": SZQ_EVENTS, "ETERM": SZQ_ETERM, "EAGAIN": EAGAIN,
+                "EINTR": EINTR}
     differ = {k: (v, constants.get(k)) for k, v in expected.items() if constants.get(k) != v}
     if differ:
         raise ImportError(f"libzmq constants differ from the compiled core's: {differ}")

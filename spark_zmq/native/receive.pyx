@@ -20,16 +20,20 @@ the socket too, so that what comes next starts at a message boundary. EINTR is r
 """
 
 cimport cython
-from libc.errno cimport EAGAIN, EINTR
+from libc.errno cimport EAGAIN, EEXIST, EINTR, errno
 from libc.stdint cimport int64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
+from posix.unistd cimport close
 
 from spark_zmq.native.buffer cimport NativeBuffer as Buffer
 from spark_zmq.native.libzmq cimport (
     CLOCK_MONOTONIC,
     CLOCK_REALTIME,
     SZQ_DONTWAIT,
+    SZQ_EVENTS,
+    SZQ_FD,
+    SZQ_INT32_MAX,
     SZQ_POLLIN,
     api,
     require_bound,
@@ -53,6 +57,20 @@ from spark_zmq.native.rows cimport (
 )
 
 from spark_zmq.native.buffer import NativeBuffer
+
+
+cdef extern from "<sys/epoll.h>" nogil:
+    ctypedef union epoll_data_t:
+        void *ptr
+        int fd
+        unsigned int u32
+    struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_create1(int flags)
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    int epoll_wait(int epfd, epoll_event *events, int maxevents, int timeout)
+    int EPOLL_CLOEXEC, EPOLL_CTL_ADD, EPOLLIN
 
 #: what Python finds here: the buffers too (``buffer.pyx``), beside what fills them
 __all__ = ["MAILBOX", "MONITOR", "FULL", "QUEUE_FULL", "FAILED", "MAX_WAIT_SECONDS",
@@ -195,15 +213,55 @@ cdef enum Mark:
     MARK_FULL = 2, MARK_QUEUE_FULL = 4, MARK_FAILED = 8
 
 
+cdef int _epoll_set(szq_pollitem_t *items, int count) except -1:
+    """A new epoll set of the mailbox (``items[0].fd``, data 0) and each socket's ``ZMQ_FD``
+    (data: the item's index); OSError or ZMQError if one cannot be had."""
+    cdef int epoll = epoll_create1(EPOLL_CLOEXEC)
+    if epoll < 0:
+        raise OSError(errno, "epoll_create1 failed")
+    cdef epoll_event event
+    cdef int i, fd
+    cdef size_t size
+    for i in range(count):
+        if i == 0:
+            fd = items[0].fd
+        else:
+            size = sizeof(int)
+            if szq.getsockopt(items[i].socket, SZQ_FD, &fd, &size) < 0:
+                close(epoll)
+                import zmq
+                raise zmq.ZMQError(szq.errno_())
+        memset(&event, 0, sizeof(event))
+        event.events = EPOLLIN
+        event.data.u32 = i
+        if epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) < 0:
+            if errno == EEXIST:  # one socket watched twice: signalled as its first item
+                continue
+            close(epoll)
+            raise OSError(errno, f"epoll_ctl could not add descriptor {fd}")
+    return epoll
+
+
 @cython.auto_pickle(False)
 cdef class Poller:
-    """zmq_poll over a mailbox (a file descriptor), data sockets with their buffers and monitor
+    """Waits on a mailbox (a file descriptor), data sockets with their buffers and monitor
     sockets, receiving from data sockets in C until something needs Python.
 
     ``watch`` entries are (owner, data socket address, buffer, monitor socket address); the
     owner is what ``wait`` reports events about. Entries change rarely (an endpoint joins or
-    leaves); the arrays are rebuilt then. A receive that fails on one socket is reported about
-    its owner (FAILED); the others go on.
+    leaves); the arrays and the epoll set are rebuilt then. A receive that fails on one socket
+    is reported about its owner (FAILED); the others go on.
+
+    Rounds cost what is ready, not what is watched. ``zmq_poll`` asks every socket for its
+    events each round (a system call for each idle one), so with 1,000 endpoints a round cost
+    2,000 calls. Here an epoll set holds each socket's ``ZMQ_FD``, which libzmq signals when
+    the socket has commands to process (a message arrived on an empty queue, say), and a round
+    asks ``ZMQ_EVENTS`` only of the sockets whose descriptor was signalled or that were left
+    with messages (a burst cut short, or one reported to Python). Invariant: a socket holding
+    a message it was not asked about is signalled or due. ``ZMQ_FD`` is signalled again only
+    after the socket's commands were processed, which any call on the socket does. So the
+    first round of each ``wait`` asks every socket: between two waits, capture's Python takes
+    bursts from sockets itself (a flush takes one from each) and reads monitors.
 
     Pauses: a round that took messages and found every queue it read empty is followed by a
     pause, so that the next round takes a batch rather than the first message to arrive: each
@@ -218,7 +276,7 @@ cdef class Poller:
     at its limit or at the buffer's bound) is followed by the next at once.
     """
 
-    cdef szq_pollitem_t *items
+    cdef szq_pollitem_t *items  # per item: the socket (the mailbox: its fd) and revents
     cdef int *kinds
     cdef Inbox **inboxes
     cdef int count
@@ -226,20 +284,34 @@ cdef class Poller:
     cdef list buffers         # keeps the watched buffers alive while their Inbox is used
     cdef int mailbox
     cdef int64_t longest_pause_ns
+    cdef int epoll            # the epoll set: the mailbox (data 0) and each socket's ZMQ_FD
+    cdef epoll_event *signalled
+    cdef int *due             # the items a round asks ZMQ_EVENTS of
+    cdef char *queued         # per item: in ``due`` already
+    cdef int pending          # the first ``pending`` of ``due`` were left with messages
     # statistics: poll rounds, pauses and their total length, messages received
     cdef int64_t rounds, pauses, paused_ns, messages
 
     def __cinit__(self, int mailbox, double longest_pause_seconds):
         self.mailbox = mailbox
+        self.epoll = -1
         self.longest_pause_ns = <int64_t>(max(longest_pause_seconds, 0.0) * 1e9)
         self.owners = []
         self.buffers = []
         self._build([])
 
     def __dealloc__(self):
+        self._release()
+
+    cdef void _release(self) noexcept:
         free(self.items)
         free(self.kinds)
         free(self.inboxes)
+        free(self.signalled)
+        free(self.due)
+        free(self.queued)
+        if self.epoll >= 0:
+            close(self.epoll)
 
     def statistics(self):
         """Poll rounds, pauses (how many, and their total in seconds) and messages received
@@ -253,6 +325,7 @@ cdef class Poller:
 
     def set_watched(self, list entries not None):
         """Poll the mailbox and these (owner, socket, buffer, monitor) entries from now on."""
+        require_bound()
         self._build(entries)
 
     def set_longest_pause(self, double seconds):
@@ -270,34 +343,50 @@ cdef class Poller:
         cdef szq_pollitem_t *items = <szq_pollitem_t *>malloc(count * sizeof(szq_pollitem_t))
         cdef int *kinds = <int *>malloc(count * sizeof(int))
         cdef Inbox **inboxes = <Inbox **>malloc(count * sizeof(Inbox *))
-        if items == NULL or kinds == NULL or inboxes == NULL:
+        cdef epoll_event *signalled = <epoll_event *>malloc(count * sizeof(epoll_event))
+        cdef int *due = <int *>malloc(count * sizeof(int))
+        cdef char *queued = <char *>malloc(count)
+        if (items == NULL or kinds == NULL or inboxes == NULL or signalled == NULL
+                or due == NULL or queued == NULL):
             free(items)
             free(kinds)
             free(inboxes)
+            free(signalled)
+            free(due)
+            free(queued)
             raise MemoryError()
         memset(items, 0, count * sizeof(szq_pollitem_t))
+        memset(queued, 0, count)
         owners, buffers = [None], []
         items[0].fd = self.mailbox
-        items[0].events = SZQ_POLLIN
         kinds[0] = KIND_MAILBOX
         inboxes[0] = NULL
         cdef int i = 1
         for owner, socket, buffer, monitor in entries:
             items[i].socket = <void *><size_t>socket
-            items[i].events = SZQ_POLLIN
             kinds[i] = KIND_DATA
             inboxes[i] = buffer.inbox
             items[i + 1].socket = <void *><size_t>monitor
-            items[i + 1].events = SZQ_POLLIN
             kinds[i + 1] = KIND_MONITOR
             inboxes[i + 1] = NULL
             owners += [owner, owner]
             buffers.append(buffer)
             i += 2
-        free(self.items)
-        free(self.kinds)
-        free(self.inboxes)
+        cdef int epoll = -1
+        try:
+            epoll = _epoll_set(items, count)
+        except BaseException:
+            free(items)
+            free(kinds)
+            free(inboxes)
+            free(signalled)
+            free(due)
+            free(queued)
+            raise
+        self._release()
         self.items, self.kinds, self.inboxes, self.count = items, kinds, inboxes, count
+        self.signalled, self.due, self.queued, self.pending = signalled, due, queued, 0
+        self.epoll = epoll
         self.owners, self.buffers = owners, buffers
 
     def wait(self, double seconds):
@@ -324,31 +413,59 @@ cdef class Poller:
         return self._events()
 
     cdef int _run(self, int64_t deadline, int *failed) noexcept nogil:
-        """Poll and receive until an item needs Python (its revents, or the marks above, are
-        left set: the number of such items), the deadline passes (0) or zmq_poll fails (-1
-        with ``failed``; EINTR ends the wait with 0); pause between rounds (see the class)."""
-        cdef int64_t now, timeout_ms, pause
-        cdef int i, count, received, attention
-        cdef bint emptied, queue_full, all_emptied
+        """Receive until an item needs Python (its revents, or the marks above, are left set:
+        the number of such items), the deadline passes (0) or a call fails (-1 with
+        ``failed``; EINTR ends the wait with 0); pause between rounds (see the class)."""
+        cdef int64_t now, pause
+        cdef int timeout_ms, signalled, i, k, due, count, received, attention, events
+        cdef bint emptied, queue_full, all_emptied, mailbox
+        cdef size_t size
         cdef Inbox *inbox
+        self._due_all()  # the first round asks every socket (see the class)
         while True:
             now = szq_clock_ns(CLOCK_MONOTONIC)
-            timeout_ms = (deadline - now + 999999) // 1000000 if deadline > now else 0
-            if szq.poll(self.items, self.count, <long>timeout_ms) < 0:
-                failed[0] = szq.errno_()
+            timeout_ms = <int>min((deadline - now + 999999) // 1000000, SZQ_INT32_MAX) if (
+                deadline > now and not self.pending) else 0
+            signalled = epoll_wait(self.epoll, self.signalled, self.count, timeout_ms)
+            if signalled < 0:
+                failed[0] = errno
                 if failed[0] == EINTR:
                     failed[0] = 0
                     return 0
                 return -1
+            mailbox = False
+            due = self.pending
+            for k in range(signalled):
+                i = self.signalled[k].data.u32
+                if i == 0:
+                    mailbox = True
+                elif not self.queued[i]:
+                    self.queued[i] = 1
+                    self.due[due] = i
+                    due += 1
             received = 0
             attention = 0
             all_emptied = True
             pause = self.longest_pause_ns
             self.rounds += 1
-            for i in range(self.count):
-                if not self.items[i].revents:
+            self.pending = 0
+            for k in range(due):
+                i = self.due[k]
+                self.queued[i] = 0
+                events = 0
+                size = sizeof(int)
+                if szq.getsockopt(self.items[i].socket, SZQ_EVENTS, &events, &size) < 0:
+                    failed[0] = szq.errno_()
+                    if failed[0] == EINTR:  # asked again in the next round
+                        failed[0] = 0
+                        self._keep(i)
+                        all_emptied = False
+                        continue
+                    return -1
+                if not events & SZQ_POLLIN:
                     continue
-                if self.kinds[i] != KIND_DATA:
+                if self.kinds[i] == KIND_MONITOR:
+                    self.items[i].revents = SZQ_POLLIN
                     attention += 1
                     continue
                 inbox = self.inboxes[i]
@@ -358,7 +475,6 @@ cdef class Poller:
                 all_emptied = all_emptied and emptied
                 if count:
                     pause = min(pause, _time_to_fill(inbox))
-                self.items[i].revents = 0
                 if inbox.error:
                     self.items[i].revents |= MARK_FAILED
                 if inbox_full(inbox):
@@ -367,6 +483,11 @@ cdef class Poller:
                     self.items[i].revents |= MARK_QUEUE_FULL
                 if self.items[i].revents:
                     attention += 1
+                elif not emptied:
+                    self._keep(i)
+            if mailbox:
+                self.items[0].revents = SZQ_POLLIN
+                attention += 1
             if attention:
                 return attention
             now = szq_clock_ns(CLOCK_MONOTONIC)
@@ -378,7 +499,25 @@ cdef class Poller:
                 self.paused_ns += pause
                 szq_wait_readable_ns(self.mailbox, pause)
 
+    cdef inline void _keep(self, int i) noexcept nogil:
+        """Item ``i`` is asked again next round, without waiting for its descriptor (called
+        while a round walks ``due``: at most one keeps an item per item walked, so the kept
+        ones overwrite only entries already walked)."""
+        self.queued[i] = 1
+        self.due[self.pending] = i
+        self.pending += 1
+
+    cdef void _due_all(self) noexcept nogil:
+        """Every socket is due, and no item is marked for Python."""
+        cdef int i
+        self.pending = 0
+        self.items[0].revents = 0
+        for i in range(1, self.count):
+            self.items[i].revents = 0
+            self._keep(i)
+
     cdef list _events(self):
+        """What the last round left marked for Python, cleared as it is read."""
         events = []
         cdef int i
         cdef short revents
@@ -386,6 +525,7 @@ cdef class Poller:
             revents = self.items[i].revents
             if not revents:
                 continue
+            self.items[i].revents = 0
             if self.kinds[i] == KIND_MAILBOX:
                 events.append((MAILBOX, None))
             elif self.kinds[i] == KIND_MONITOR:
