@@ -486,3 +486,50 @@ def test_the_pause_grows_with_the_endpoints_watched_within_bounds():
     assert longest_pause(100_000, LONGEST_PAUSE_SECONDS) == MOST_PAUSE_SECONDS
     pauses = [longest_pause(n, LONGEST_PAUSE_SECONDS) for n in range(0, 2000, 50)]
     assert pauses == sorted(pauses)
+
+
+def test_messages_left_on_a_socket_between_waits_are_received_without_new_ones_arriving():
+    """The poller asks ``ZMQ_EVENTS`` only of sockets whose ``ZMQ_FD`` libzmq signalled, and a
+    socket signals again only after its commands were processed. Capture's Python takes bursts
+    itself between waits (a flush takes one from each socket), which processes them: what it
+    leaves must still be received by the next wait, with nothing new arriving. Among 200 idle
+    sockets, the one that holds messages is found, and every message of it is taken once."""
+    native = load(RECEIVE)
+    context = zmq.Context.instance()
+    pairs = []
+    for n in range(200):
+        sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+        for sock in (sender, receiver):
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)
+        sender.bind(f"inproc://left-{n}")
+        receiver.connect(f"inproc://left-{n}")
+        pairs.append((sender, receiver, receiver.get_monitor_socket(), new_native_buffer()))
+    mailbox, wake = os.pipe()
+    poller = native.Poller(mailbox, 0.001)
+    poller.set_watched(
+        [(n, receiver.underlying, buffer, monitor.underlying)
+         for n, (_, receiver, monitor, buffer) in enumerate(pairs)]
+    )
+    sender, receiver, _, buffer = pairs[137]
+    try:
+        count = 3 * BURST + 5
+        for i in range(count):
+            sender.send_multipart([b"left", b"%d" % i])
+        deadline = time.monotonic() + 10
+        while len(buffer) < BURST and time.monotonic() < deadline:
+            native.receive(buffer, receiver.underlying)  # as a flush does, between waits
+        assert len(buffer) == BURST, "one burst taken outside the poller"
+        while len(buffer) < count and time.monotonic() < deadline:
+            poller.wait(0.2)
+        frames = buffer.take().table().column("frames").to_pylist()
+        assert frames == [[b"left", b"%d" % i] for i in range(count)]
+        assert all(len(other) == 0 for n, (_, _, _, other) in enumerate(pairs) if n != 137)
+    finally:
+        poller.set_watched([])
+        for sender, receiver, monitor, _ in pairs:
+            receiver.disable_monitor()
+            for sock in (sender, receiver, monitor):
+                sock.close(0)
+        os.close(mailbox)
+        os.close(wake)
