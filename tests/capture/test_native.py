@@ -508,8 +508,10 @@ def test_messages_left_on_a_socket_between_waits_are_received_without_new_ones_a
     mailbox, wake = os.pipe()
     poller = native.Poller(mailbox, 0.001)
     poller.set_watched(
-        [(n, receiver.underlying, buffer, monitor.underlying)
-         for n, (_, receiver, monitor, buffer) in enumerate(pairs)]
+        [
+            (n, receiver.underlying, buffer, monitor.underlying)
+            for n, (_, receiver, monitor, buffer) in enumerate(pairs)
+        ]
     )
     sender, receiver, _, buffer = pairs[137]
     try:
