@@ -102,7 +102,8 @@ class Downtime:
         describe: Describe = restart_gap_text,
     ) -> None:
         self.pending = dict(pending)
-        #: the partitions whose owed gap row this capture wrote (each its first row of the run)
+        #: the partitions whose owed gap row this capture wrote (with capture on the driver,
+        #: which owes rows only from its start, each that partition's first row of the run)
         self.written: set[str] = set()
         self.describe = describe
         self._record = record
