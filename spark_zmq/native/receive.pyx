@@ -346,34 +346,28 @@ cdef class Poller:
         cdef epoll_event *signalled = <epoll_event *>malloc(count * sizeof(epoll_event))
         cdef int *due = <int *>malloc(count * sizeof(int))
         cdef char *queued = <char *>malloc(count)
-        if (items == NULL or kinds == NULL or inboxes == NULL or signalled == NULL
-                or due == NULL or queued == NULL):
-            free(items)
-            free(kinds)
-            free(inboxes)
-            free(signalled)
-            free(due)
-            free(queued)
-            raise MemoryError()
-        memset(items, 0, count * sizeof(szq_pollitem_t))
-        memset(queued, 0, count)
-        owners, buffers = [None], []
-        items[0].fd = self.mailbox
-        kinds[0] = KIND_MAILBOX
-        inboxes[0] = NULL
         cdef int i = 1
-        for owner, socket, buffer, monitor in entries:
-            items[i].socket = <void *><size_t>socket
-            kinds[i] = KIND_DATA
-            inboxes[i] = buffer.inbox
-            items[i + 1].socket = <void *><size_t>monitor
-            kinds[i + 1] = KIND_MONITOR
-            inboxes[i + 1] = NULL
-            owners += [owner, owner]
-            buffers.append(buffer)
-            i += 2
         cdef int epoll = -1
         try:
+            if (items == NULL or kinds == NULL or inboxes == NULL or signalled == NULL
+                    or due == NULL or queued == NULL):
+                raise MemoryError()
+            memset(items, 0, count * sizeof(szq_pollitem_t))
+            memset(queued, 0, count)
+            owners, buffers = [None], []
+            items[0].fd = self.mailbox
+            kinds[0] = KIND_MAILBOX
+            inboxes[0] = NULL
+            for owner, socket, buffer, monitor in entries:
+                items[i].socket = <void *><size_t>socket
+                kinds[i] = KIND_DATA
+                inboxes[i] = buffer.inbox
+                items[i + 1].socket = <void *><size_t>monitor
+                kinds[i + 1] = KIND_MONITOR
+                inboxes[i + 1] = NULL
+                owners += [owner, owner]
+                buffers.append(buffer)
+                i += 2
             epoll = _epoll_set(items, count)
         except BaseException:
             free(items)

@@ -327,6 +327,17 @@ def spooled(capture, key: str, publisher, at_least: int) -> int:
     return wait_until(enough, timeout=30, interval=0.05, what=f"{at_least} rows of {key}")
 
 
+def captured_once(spool: Path, session: str, key: str, publisher, at_least: int) -> int:
+    """A run of capture on the driver of ``session`` into ``spool`` until ``key`` holds
+    ``at_least`` rows, stopped then: the partition's end."""
+    run = placement(spool, session)
+    run.start()
+    try:
+        return spooled(run, key, publisher, at_least)
+    finally:
+        run.close()
+
+
 def test_a_gap_owed_by_a_run_that_ended_before_its_endpoint_joined_is_owed_by_the_next(
     tmp_path, publishers
 ):
@@ -342,12 +353,7 @@ def test_a_gap_owed_by_a_run_that_ended_before_its_endpoint_joined_is_owed_by_th
     publisher = publishers("owed")
     key = publisher.instance_name
     spool = tmp_path / "spool"
-    first = placement(spool, "owed")
-    first.start()
-    try:
-        end = spooled(first, key, publisher, 3)
-    finally:
-        first.close()
+    end = captured_once(spool, "owed", key, publisher, 3)
     stopped = time.time_ns() // 1_000_000
     second = placement(spool, "elsewhere")
     second.start()
@@ -395,12 +401,7 @@ def test_a_new_query_on_a_spool_an_earlier_run_left_gets_no_gap_row_for_before_i
     publisher = publishers("again")
     key = publisher.instance_name
     spool = tmp_path / "spool"
-    earlier = placement(spool, "again")
-    earlier.start()
-    try:
-        spooled(earlier, key, publisher, 3)
-    finally:
-        earlier.close()
+    captured_once(spool, "again", key, publisher, 3)
     wait_until(lambda: publisher.count_subscribers() == 0, what="the earlier run to disconnect")
     query = memory_zeroeq_query(spark, tmp_path, "again_new", session="again", spoolPath=str(spool))
     try:
@@ -428,18 +429,8 @@ def test_a_new_query_skips_a_gap_row_of_an_earlier_run_already_written_and_owes_
 
     written, pending = publishers("written"), publishers("pending")
     spool = tmp_path / "spool"
-    earlier = placement(spool, "written")
-    earlier.start()
-    try:
-        spooled(earlier, written.instance_name, written, 3)
-    finally:
-        earlier.close()
-    other = placement(tmp_path / "other", "pending")
-    other.start()
-    try:
-        spooled(other, pending.instance_name, pending, 3)
-    finally:
-        other.close()
+    captured_once(spool, "written", written.instance_name, written, 3)
+    captured_once(tmp_path / "other", "pending", pending.instance_name, pending, 3)
 
     def faults(root: Path, key: str, start: int, end: int) -> list[str]:
         return [
