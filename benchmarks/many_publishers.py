@@ -402,28 +402,27 @@ def capture_thread_cpu(port: int) -> float:
 CAPTURE_IO_THREAD = re.compile(r"^\d+/ZMQbg/IO")
 
 
-def zmq_io_cpu(reader: int) -> float:
+def zmq_io_cpu(reader: int) -> dict[int, float]:
     """CPU seconds of the I/O threads of capture's zmq contexts, in the reader process and
-    in every capture process."""
+    in every capture process running now, by pid."""
     from spark_zmq.testing.processes import running_holders
 
-    seconds = 0.0
+    seconds: dict[int, float] = {}
     for pid in (reader, *running_holders()):
         with contextlib.suppress(OSError):
             for task in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError):
                     name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
                     if CAPTURE_IO_THREAD.match(name):
-                        seconds += process_cpu(int(task), f"/proc/{pid}/task/{task}/stat")
+                        stat = f"/proc/{pid}/task/{task}/stat"
+                        seconds[pid] = seconds.get(pid, 0.0) + process_cpu(int(task), stat)
     return seconds
 
 
-def capture_own_cpu(args: argparse.Namespace, reader: int) -> float:
-    """CPU seconds of capture alone: the driver-side capture's threads (capture=driver), or
-    every capture process (capture=executors)."""
-    if args.metrics_port:
-        return capture_thread_cpu(args.metrics_port)
-    return sum(seconds for pid, seconds in capture_cpu(reader).items() if pid != reader)
+def spent(before: dict[int, float], after: dict[int, float], but: int | None = None) -> float:
+    """CPU seconds between two readings by pid (a process started meanwhile from 0; one gone
+    meanwhile is not counted), leaving out pid ``but``."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items() if pid != but)
 
 
 def cluster_session(cluster: Any, conf: dict[str, str]) -> Any:
@@ -552,16 +551,20 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
         query = start_query(spark, session, folder, sink, args)
         connected = publishers.connected() - started
         sampler.reader = reader = reader_process(args.placement, folder / "spool")
-        own_before, io_before = capture_own_cpu(args, reader), zmq_io_cpu(reader)
-        cpu_before, files.counting = capture_cpu(reader), True
+        own_before = capture_thread_cpu(args.metrics_port) if args.metrics_port else 0.0
+        io_before, cpu_before, files.counting = zmq_io_cpu(reader), capture_cpu(reader), True
         sent = publishers.go(time.time() + 0.5, args.seconds)
         files.counting = False  # (per second of the publishers' sending: ``seconds``)
         stopped = time.monotonic() - (time.time() - sent["ended"])
         done = wait_for_delivery(sink, int(sent["sent"] - sent["dropped"]), args.drain_timeout)
         after = capture_cpu(reader)
-        own = capture_own_cpu(args, reader) - own_before
-        io = zmq_io_cpu(reader) - io_before
-        cpu = sum(seconds - cpu_before.get(pid, 0.0) for pid, seconds in after.items())
+        # capture's own: its threads (capture=driver), or the capture processes (executors)
+        if args.metrics_port:
+            own = capture_thread_cpu(args.metrics_port) - own_before
+        else:
+            own = spent(cpu_before, after, but=reader)
+        io = spent(io_before, zmq_io_cpu(reader))
+        cpu = spent(cpu_before, after)
         progress = [json.loads(p.json) for p in query.recentProgress]
         return figures(n, sent, sink, progress, files, sampler.close(), connected, cpu) | {
             "capture_us": own / sink.unique * 1e6 if sink.unique else 0.0,

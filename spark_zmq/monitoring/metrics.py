@@ -81,14 +81,14 @@ class EndpointLabels:
 
     def __init__(self, max_series: int = MAX_ENDPOINT_SERIES) -> None:
         self.max_series = max_series
-        self._named: dict[str, str] = {}
+        self._named: set[str] = set()
         self._others: set[str] = set()
 
     def __call__(self, key: str) -> str:
         if key in self._named:
             return key
         if key not in self._others and len(self._named) < self.max_series:
-            self._named[key] = key
+            self._named.add(key)
             return key
         self._others.add(key)
         return OTHER_ENDPOINTS
