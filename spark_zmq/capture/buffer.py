@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import zmq
 
-from spark_zmq.spool.layout import SPOOL_SCHEMA
+from spark_zmq.spool.layout import FRAME_OVERHEAD, ROW_OVERHEAD, SPOOL_SCHEMA
 
 if TYPE_CHECKING:
     from spark_zmq.capture.refusals import Refusals, Run
@@ -37,10 +37,6 @@ MAX_SEGMENT_BYTES = 32 << 20
 #: messages taken from one socket before the loop looks at the others (fewer when their bytes
 #: reach MAX_SEGMENT_BYTES first: a burst of large messages is bounded by bytes, not count)
 BURST = 1024
-#: what a frame and a row cost in a buffer besides the frames' bytes: an int32 frame offset;
-#: an int32 row offset and an int64 receive time (``native`` counts the same)
-FRAME_OVERHEAD = 4
-ROW_OVERHEAD = 12
 
 
 #: the spool's column of frames: a list of byte strings per message
@@ -64,8 +60,10 @@ class MessageBuffer(Protocol):
     def frame_bytes(self) -> int: ...
     @property
     def received(self) -> int: ...
-    def add_fault(self, text: str) -> None: ...
+    def add_fault(self, text: str, at: int | None = None) -> None: ...
     def take(self) -> MessageBuffer: ...
+    def move_to(self, flush: Any) -> int: ...
+    def flush_buffer(self) -> MessageBuffer: ...
     def take_error(self) -> int: ...
     def table(self) -> pa.Table: ...
     def time_at(self, index: int) -> int: ...
@@ -107,9 +105,9 @@ class Buffer:
     def full(self) -> bool:
         return len(self.frames) >= MAX_SEGMENT_ROWS or self.nbytes >= MAX_SEGMENT_BYTES
 
-    def add_fault(self, text: str) -> None:
+    def add_fault(self, text: str, at: int | None = None) -> None:
         self.faults[len(self.frames)] = text
-        self._add_row([], time.time_ns(), 0)
+        self._add_row([], time.time_ns() if at is None else at, 0)
 
     def _add_row(self, frames: list[bytes], received_at: int, nbytes: int) -> None:
         self.frames.append(frames)
@@ -124,16 +122,37 @@ class Buffer:
     def take(self) -> Buffer:
         """What the buffer holds, with the gap texts of its refused messages in ``faults``,
         leaving it empty."""
-        faults = self.faults
+        self._settle_refusals()
+        taken = Buffer(self.frames, self.times, self.faults, self.nbytes)
+        self.frames, self.times, self.faults, self.nbytes = [], [], {}, 0
+        return taken
+
+    def flush_buffer(self) -> Buffer:
+        """An empty buffer of this kind for the rows of a flush (``move_to``)."""
+        return Buffer()
+
+    def move_to(self, flush: Buffer) -> int:
+        """Append the rows (their fault texts too) to ``flush``'s and empty this buffer: where
+        ``flush`` begins them (``native.NativeBuffer.move_to``; a list has no bound here)."""
+        self._settle_refusals()
+        first = len(flush.frames)
+        flush.frames += self.frames
+        flush.times += self.times
+        flush.nbytes += self.nbytes
+        for row, text in self.faults.items():
+            flush.faults[first + row] = text
+        self.frames, self.times, self.faults, self.nbytes = [], [], {}, 0
+        return first
+
+    def _settle_refusals(self) -> None:
+        """The runs of refused messages become gap texts in ``faults``, and are forgotten."""
         if self.runs and self.refusals is not None:
             runs: dict[int, Run] = {
                 row: (count, nbytes, parts, first, last)
                 for row, (count, nbytes, parts, first, last) in self.runs.items()
             }
-            faults.update(self.refusals.gap_texts(runs))
-        taken = Buffer(self.frames, self.times, faults, self.nbytes)
-        self.frames, self.times, self.faults, self.nbytes, self.runs = [], [], {}, 0, {}
-        return taken
+            self.faults.update(self.refusals.gap_texts(runs))
+        self.runs = {}
 
     def table(self) -> pa.Table:
         return spool_table(self.frames, self.times, self.faults)

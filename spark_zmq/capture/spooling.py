@@ -7,27 +7,76 @@ running (``spool.downtime``) gets its gap row just before its first rows.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
-from typing import NamedTuple
+from functools import cached_property
+from typing import NamedTuple, Protocol
 
 from spark_zmq.capture.buffer import Buffer, MessageBuffer
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
 from spark_zmq.spool.downtime import Downtime
 from spark_zmq.spool.layout import LeaseLost, SpoolError, SpoolWriteError
-from spark_zmq.spool.writer import Append, Spool
+from spark_zmq.spool.writer import Append, FlushPart, Spool
 from spark_zmq.units import utc_text
 
+#: a flush's rows in one table take at most about this many bytes (``nbytes``: Arrow's binary
+#: offsets are int32): a flush of more is written in several files
+MAX_FLUSH_BYTES = 1 << 30
 
-class _Flush(NamedTuple):
-    """One connection's share of a flush: the rows it appends, and what to note once they are
-    written (a downtime or a drop episode reported, rows written)."""
+
+class _Taken:
+    """A connection's messages among a flush's rows (what ``MessageBuffer`` reads of taken
+    rows: their count, receive times, fault texts and frames' bytes)."""
+
+    def __init__(self, rows: MessageBuffer, first: int, count: int, frame_bytes: int) -> None:
+        self.rows, self.first, self.count, self.frame_bytes = rows, first, count, frame_bytes
+
+    def __len__(self) -> int:
+        return self.count
+
+    def time_at(self, index: int) -> int:
+        return self.rows.time_at(self.first + index)
+
+    @cached_property
+    def faults(self) -> dict[int, str]:
+        first, stop = self.first, self.first + self.count
+        return {row - first: text for row, text in self.rows.faults.items() if first <= row < stop}
+
+
+class _Rows(Protocol):
+    """Rows taken from a connection, as what drops them reads them (``MessageBuffer``,
+    ``_Taken``)."""
+
+    @property
+    def faults(self) -> dict[int, str]: ...
+    def __len__(self) -> int: ...
+    def time_at(self, index: int) -> int: ...
+
+
+class _Planned(NamedTuple):
+    """One connection's share of a flush: its part of the rows, its messages among them, and
+    what to note once they are written (a downtime or a drop episode reported, rows
+    written)."""
 
     conn: Connection
-    taken: MessageBuffer
-    appends: list[Append]
+    part: FlushPart
+    taken: _Taken
     written: list[Callable[[], object]]
+
+
+class _Flush:
+    """The rows of a flush (connections' buffers moved into ``rows``, a buffer of their kind:
+    one table, not one per connection) and the connections' shares of them."""
+
+    def __init__(self, rows: MessageBuffer) -> None:
+        self.rows = rows
+        self.planned: list[_Planned] = []
+
+    def takes(self, buffer: MessageBuffer) -> bool:
+        """Whether ``buffer``'s rows fit (an empty flush takes any buffer)."""
+        return not self.planned or self.rows.nbytes + buffer.nbytes <= MAX_FLUSH_BYTES
 
 
 class SegmentWriter:
@@ -53,55 +102,67 @@ class SegmentWriter:
             raise lost
 
     def flush_all(self, conns: Iterable[Connection]) -> list[LeaseLost]:
-        """Write what ``conns`` buffered, in one flush file (``spool.segments``): a flush of
-        many endpoints costs one file, not one per endpoint. The partitions taken over by a
-        newer holder (nothing of them is written); SpoolWriteError, once the others are
-        written, when a partition's rows could not be and drops are not allowed."""
-        flushes = [flush for conn in conns if (flush := self._plan(conn)) is not None]
-        failures = self.spool.append_all([a for flush in flushes for a in flush.appends])
+        """Write what ``conns`` buffered, in one flush file (``spool.segments``; several past
+        MAX_FLUSH_BYTES): a flush of many endpoints costs one file and one table, not one per
+        endpoint. The partitions taken over by a newer holder (nothing of them is written);
+        SpoolWriteError, once the others are written, when a partition's rows could not be and
+        drops are not allowed."""
         lost: list[LeaseLost] = []
         fatal: SpoolWriteError | None = None
-        for flush in flushes:
-            failure = failures.get(flush.conn.endpoint.key)
-            if failure is None:
-                for noted in flush.written:
-                    noted()
-            elif isinstance(failure, LeaseLost):
-                lost.append(failure)
-            else:
-                try:
-                    self._not_written(flush.conn, flush.taken, failure)
-                except SpoolWriteError as exc:
-                    fatal = fatal or exc
+        for flush in self._gather(conns):
+            failures = self.spool.append_rows(flush.rows.table(), [p.part for p in flush.planned])
+            for planned in flush.planned:
+                failure = failures.get(planned.conn.endpoint.key)
+                if failure is None:
+                    for noted in planned.written:
+                        noted()
+                elif isinstance(failure, LeaseLost):
+                    lost.append(failure)
+                else:
+                    try:
+                        self._not_written(planned.conn, planned.taken, failure)
+                    except SpoolWriteError as exc:
+                        fatal = fatal or exc
         if fatal is not None:
             raise fatal
         return lost
 
-    def _plan(self, conn: Connection) -> _Flush | None:
-        """What a flush appends for ``conn``: the gap rows of a downtime or drop episode that
-        ended, then what it received. At the spool's bound its messages are dropped and
-        counted instead, written at once (nothing of it goes in the flush file)."""
-        if not len(conn.buffer):
-            return None
-        taken = conn.buffer.take()
-        if not self.spool.has_room(conn.endpoint.key):
-            self._write_now(conn, taken)
-            return None
-        flush = _Flush(conn, taken, [], [])
-        if conn.down_since is not None:
-            self._add(flush, self._downtime_row(conn, taken.time_at(0)))
-        if conn.drops:
-            self._add(flush, self._episode_row(conn, taken.time_at(0)))
-        flush.appends.append(Append(conn.endpoint.key, conn.endpoint.source, taken.table()))
-        flush.written.append(conn.drops.written)
-        flush.written.append(lambda: _count_written(conn, taken))
-        return flush
+    def _gather(self, conns: Iterable[Connection]) -> list[_Flush]:
+        """The rows of a flush of ``conns`` (``_plan``), in one buffer, or several past
+        MAX_FLUSH_BYTES; at the spool's bound a connection's messages are dropped and counted
+        instead, at once (nothing of it goes in the flush)."""
+        flushes: list[_Flush] = []
+        for conn in conns:
+            if not len(conn.buffer):
+                continue
+            if not self.spool.has_room(conn.endpoint.key):
+                self._write_now(conn, conn.buffer.take())
+                continue
+            if not flushes or not flushes[-1].takes(conn.buffer):
+                flushes.append(_Flush(conn.buffer.flush_buffer()))
+            flushes[-1].planned.append(self._plan(conn, flushes[-1].rows))
+        return flushes
 
-    @staticmethod
-    def _add(flush: _Flush, row: tuple[Append, Callable[[], object]] | None) -> None:
-        if row is not None:
-            flush.appends.append(row[0])
-            flush.written.append(row[1])
+    def _plan(self, conn: Connection, rows: MessageBuffer) -> _Planned:
+        """Move into ``rows`` what a flush writes for ``conn``: the gap rows of a downtime or
+        drop episode that ended, then what it received."""
+        begin, until = len(rows), conn.buffer.time_at(0)
+        written: list[Callable[[], object]] = []
+        dropped = 0
+        if conn.down_since is not None and (gap := self._downtime_gap(conn, until)) is not None:
+            rows.add_fault(gap[0], until)
+            written.append(gap[1])
+        if conn.drops:
+            text, dropped = conn.drops.gap_text(until), conn.drops.count
+            rows.add_fault(text, until)
+            written.append(functools.partial(conn.drops.ended, text, False))
+        frame_bytes = conn.buffer.frame_bytes
+        first = conn.buffer.move_to(rows)
+        taken = _Taken(rows, first, len(rows) - first, frame_bytes)
+        written.append(conn.drops.written)
+        written.append(functools.partial(_count_written, conn, taken))
+        part = FlushPart(conn.endpoint.key, conn.endpoint.source, len(rows) - begin, dropped)
+        return _Planned(conn, part, taken, written)
 
     def _write_now(self, conn: Connection, taken: MessageBuffer) -> None:
         """``conn``'s flush on its own (at the spool's bound): its downtime's gap row, then its
@@ -115,7 +176,7 @@ class SegmentWriter:
         except SpoolWriteError as exc:
             self._not_written(conn, taken, exc)
 
-    def _not_written(self, conn: Connection, taken: MessageBuffer, exc: SpoolError) -> None:
+    def _not_written(self, conn: Connection, taken: _Rows, exc: SpoolError) -> None:
         """The storage refused ``conn``'s rows: drop and count them, or stop capture."""
         if not self.drop_on_write_error:
             raise SpoolWriteError(
@@ -151,31 +212,31 @@ class SegmentWriter:
     def _end_downtime(self, conn: Connection, until: int) -> None:
         """Write the gap row of the time ``conn``'s partition was not captured, up to ``until``
         (ns: the first row received again), and log it once."""
-        row = self._downtime_row(conn, until)
-        if row is not None:
-            self._write(row[0])
-            row[1]()
+        gap = self._downtime_gap(conn, until)
+        if gap is not None:
+            row = Buffer([[]], [until], {0: gap[0]})
+            self._write(Append(conn.endpoint.key, conn.endpoint.source, row.table()))
+            gap[1]()
 
-    def _downtime_row(
+    def _downtime_gap(
         self, conn: Connection, until: int
-    ) -> tuple[Append, Callable[[], object]] | None:
-        """The gap row of ``conn``'s downtime up to ``until``, and what to note once it is
-        written."""
+    ) -> tuple[str, Callable[[], object]] | None:
+        """The gap text of ``conn``'s downtime up to ``until``, and what to note once its row
+        is written."""
         since = conn.down_since
         if since is None or self.downtime is None:
             return None
         downtime, key = self.downtime, conn.endpoint.key
         text = downtime.describe(key, utc_text(int(since * 1e9)), utc_text(until))
-        gap = Buffer([[]], [until], {0: text})
 
         def written() -> None:
             conn.down_since = None
             downtime.recorded(key)
             logger.warning("%s: %s", self.name, text)
 
-        return Append(key, conn.endpoint.source, gap.table()), written
+        return text, written
 
-    def _drop(self, conn: Connection, taken: MessageBuffer, cause: str) -> None:
+    def _drop(self, conn: Connection, taken: _Rows, cause: str) -> None:
         """Drop new messages, count them, keep capture's own fault rows if it can, and end
         the episode if it is due (``drops``: waiting for room could last for good)."""
         conn.drops.drop(len(taken) - len(taken.faults), taken.time_at(0), cause)
@@ -186,7 +247,7 @@ class SegmentWriter:
             except SpoolWriteError:
                 pass  # not even the reserve's room: the episode goes on, tried again later
 
-    def _keep_faults(self, conn: Connection, taken: MessageBuffer) -> None:
+    def _keep_faults(self, conn: Connection, taken: _Rows) -> None:
         if not taken.faults:
             return
         kept = sorted(taken.faults)
@@ -203,9 +264,11 @@ class SegmentWriter:
     def _end_drop_episode(self, conn: Connection, until: int, due: bool = False) -> None:
         """Write the gap row of a drop episode (raises SpoolWriteError if it still cannot);
         ``due``: while drops go on, into the spool's reserve if need be."""
-        row, written = self._episode_row(conn, until, due)
-        self._write(row)
-        written()
+        text = conn.drops.gap_text(until)
+        gap = Buffer([[]], [until], {0: text})
+        key, source = conn.endpoint.key, conn.endpoint.source
+        self._write(Append(key, source, gap.table(), conn.drops.count, due))
+        conn.drops.ended(text, due)
 
     def _write(self, row: Append) -> None:
         """Write ``row`` at once (SpoolError if it cannot be)."""
@@ -213,18 +276,8 @@ class SegmentWriter:
             row.key, row.source, row.table, row.dropped, into_reserve=row.into_reserve
         )
 
-    def _episode_row(
-        self, conn: Connection, until: int, due: bool = False
-    ) -> tuple[Append, Callable[[], object]]:
-        """The gap row of ``conn``'s drop episode up to ``until``, and what to note once it is
-        written."""
-        text = conn.drops.gap_text(until)
-        gap = Buffer([[]], [until], {0: text})
-        row = Append(conn.endpoint.key, conn.endpoint.source, gap.table(), conn.drops.count, due)
-        return row, lambda: conn.drops.ended(text, due)
 
-
-def _count_written(conn: Connection, taken: MessageBuffer) -> None:
+def _count_written(conn: Connection, taken: _Taken) -> None:
     """Count in ``conn`` what its flush wrote: the bytes of its messages' frames, and when its
     newest message was received."""
     conn.written_bytes += taken.frame_bytes

@@ -12,11 +12,16 @@ finds it, beside what fills it.
 
 cimport cython
 from cpython.buffer cimport PyBuffer_FillInfo
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
 
-from spark_zmq.native.libzmq cimport CLOCK_MONOTONIC, CLOCK_REALTIME, szq_clock_ns
+from spark_zmq.native.libzmq cimport (
+    CLOCK_MONOTONIC,
+    CLOCK_REALTIME,
+    SZQ_INT32_MAX,
+    szq_clock_ns,
+)
 from spark_zmq.native.rows cimport (
     Inbox,
     Refusal,
@@ -27,10 +32,19 @@ from spark_zmq.native.rows cimport (
     end_row,
     footprint,
     inbox_full,
+    rows_append,
+    rows_clear,
     rows_free,
     rows_init,
     start_row,
 )
+
+
+#: a buffer emptied by ``move_to`` keeps arrays up to these sizes (a burst grew them larger:
+#: new ones, as a new buffer starts with)
+cdef enum:
+    KEPT_DATA_BYTES = 1 << 18
+    KEPT_ROWS = 4096
 
 
 # -- memory handed to Arrow ------------------------------------------------------------------
@@ -140,10 +154,12 @@ cdef class NativeBuffer:
             raise IndexError(index)
         return self.inbox.rows.times[index] * 1000
 
-    def add_fault(self, str text not None):
-        """A row with no frames that carries ``text`` (a gap capture observed)."""
+    def add_fault(self, str text not None, object at=None):
+        """A row with no frames that carries ``text`` (a gap capture observed), received now or
+        ``at`` (ns since the epoch)."""
         self.check_open()
-        if start_row(&self.inbox.rows, szq_clock_ns(CLOCK_REALTIME)):
+        cdef int64_t when = szq_clock_ns(CLOCK_REALTIME) if at is None else at
+        if start_row(&self.inbox.rows, when):
             raise MemoryError()
         self.faults[self.inbox.rows.rows] = text
         end_row(&self.inbox.rows)
@@ -178,6 +194,40 @@ cdef class NativeBuffer:
         taken.faults, self.faults = self.faults, {}
         taken._settle_refusals()
         return taken
+
+    def flush_buffer(self):
+        """An empty buffer of this kind, unbounded, for the rows of a flush (``move_to``)."""
+        return NativeBuffer(INT64_MAX, INT64_MAX, self.inbox.burst, self.inbox.full_run,
+                            self.refusals)
+
+    def move_to(self, NativeBuffer flush not None):
+        """Append the rows (their fault texts too) to ``flush``'s, the buffer of a flush's rows
+        (``capture.spooling``), and empty this one: where the flush begins them. OverflowError,
+        nothing moved, if its bytes would pass Arrow's int32 offsets.
+
+        A flush of many connections then becomes one table, without an Arrow table and new
+        arrays per connection each flush; this buffer keeps its arrays, unless a burst made
+        them larger than a buffer starts with."""
+        self.check_open()
+        flush.check_open()
+        self._settle_refusals()
+        cdef Py_ssize_t first = flush.inbox.rows.rows
+        if data_bytes(&self.inbox.rows) > SZQ_INT32_MAX - data_bytes(&flush.inbox.rows):
+            raise OverflowError("a flush's rows cannot hold more than 2 GiB of frames")
+        if rows_append(&flush.inbox.rows, &self.inbox.rows):
+            raise MemoryError()
+        if self.faults:
+            for row, text in self.faults.items():
+                flush.faults[first + row] = text
+            self.faults = {}
+        cdef Rows *rows = &self.inbox.rows
+        if rows.data_capacity > KEPT_DATA_BYTES or rows.row_capacity > KEPT_ROWS:
+            rows_free(rows)
+            if rows_init(rows):
+                raise MemoryError()
+        else:
+            rows_clear(rows)
+        return first
 
     cdef void _settle_refusals(self) except *:
         """The refusal runs become fault texts (``refusals.gap_texts``) and are forgotten."""

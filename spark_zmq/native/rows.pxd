@@ -213,3 +213,55 @@ cdef inline void measure_pace(Pace *pace, int64_t elapsed, int64_t messages) noe
     pace.spacing_ns = min(measured, pace.last_ns) if pace.last_ns else measured
     pace.last_ns = measured
     pace.span_ns = pace.span_messages = 0
+
+
+cdef inline int grow_rows(Rows *rows, Py_ssize_t needed) noexcept nogil:
+    """Room for ``needed`` rows in ``times`` and ``row_offsets`` (by doubling): 1 if memory ran
+    out (the capacity stays what both arrays have)."""
+    cdef Py_ssize_t capacity = rows.row_capacity
+    if needed <= capacity:
+        return 0
+    if capacity < 1:
+        capacity = 1
+    while capacity < needed:
+        capacity *= 2
+    cdef void *times = realloc(rows.times, capacity * sizeof(int64_t))
+    if times == NULL:
+        return 1
+    rows.times = <int64_t *>times
+    cdef void *offsets = realloc(rows.row_offsets, (capacity + 1) * sizeof(int32_t))
+    if offsets == NULL:
+        return 1
+    rows.row_offsets = <int32_t *>offsets
+    rows.row_capacity = capacity
+    return 0
+
+
+cdef inline int rows_append(Rows *into, Rows *rows) noexcept nogil:
+    """Append ``rows`` (refusals settled: none left) to ``into``: 1, nothing changed, if memory
+    ran out or ``into``'s bytes would pass Arrow's int32 offsets."""
+    cdef Py_ssize_t base_bytes = data_bytes(into), nbytes = data_bytes(rows)
+    cdef Py_ssize_t i, base_frames = into.frames
+    if nbytes > SZQ_INT32_MAX - base_bytes:
+        return 1
+    if (grow_rows(into, into.rows + rows.rows)
+            or grow_array(<void **>&into.frame_offsets, &into.frame_capacity,
+                          into.frames + rows.frames, sizeof(int32_t), 1)
+            or grow_array(<void **>&into.data, &into.data_capacity, base_bytes + nbytes, 1, 0)):
+        return 1
+    memcpy(into.times + into.rows, rows.times, rows.rows * sizeof(int64_t))
+    for i in range(1, rows.rows + 1):
+        into.row_offsets[into.rows + i] = <int32_t>(base_frames + rows.row_offsets[i])
+    for i in range(1, rows.frames + 1):
+        into.frame_offsets[base_frames + i] = <int32_t>(base_bytes + rows.frame_offsets[i])
+    if nbytes:
+        memcpy(into.data + base_bytes, rows.data, nbytes)
+    into.rows += rows.rows
+    into.frames += rows.frames
+    return 0
+
+
+cdef inline void rows_clear(Rows *rows) noexcept nogil:
+    """No rows, the arrays kept (refusals settled: none left)."""
+    rows.rows = 0
+    rows.frames = 0

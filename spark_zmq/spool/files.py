@@ -80,10 +80,12 @@ class EpochFiles:
             )
         return f"{folder[1]}{os.sep}{name}"  # (os.path.join costs more, twice a flush each)
 
-    def segment(self, key: str, segment: Segment, flush_file: str, part: Part) -> None:
+    def segment(
+        self, key: str, segment: Segment, flush_file: str, part: Callable[[], Part]
+    ) -> None:
         """Name the flush file ``flush_file`` as ``segment``'s file (its part ``segment.part``)
         in ``key``'s epoch folder: a hard link, or, on storage that has none, a file of the
-        part alone (which becomes part 0, and sets the segment's size)."""
+        part alone (``part()``: it becomes part 0, and sets the segment's size)."""
         path = self.path(key, segment.file_name)
         try:
             try:
@@ -92,7 +94,9 @@ class EpochFiles:
                 if exc.errno not in NO_LINKS:
                     raise
                 segment.part = 0
-                segment.nbytes = write_flush_file(path, [part])[0]
+                alone = part()
+                rows = [(alone.source, alone.table.num_rows)]
+                segment.nbytes = write_flush_file(path, alone.table, rows)[0]
         except OSError as exc:
             raise self.failed(key, path, exc) from None
 

@@ -78,6 +78,11 @@ SPOOL_SCHEMA = pa.schema(
 
 #: rows per record batch in a segment file
 BATCH_ROWS = 4096
+#: what a frame and a row of SPOOL_SCHEMA take as arrays besides the frames' bytes: an int32
+#: frame offset; an int32 row offset and an int64 receive time (what a capture buffer counts
+#: against its bound, ``native`` too; what a flush file's parts are weighed by)
+FRAME_OVERHEAD = 4
+ROW_OVERHEAD = 12
 INDEX_NAME = "index.json"
 #: committed segments an index no longer lists, one JSON line each (``PartitionIndex``)
 HISTORY_NAME = "history.jsonl"

@@ -22,11 +22,19 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_zmq.log import logger
 from spark_zmq.spool.index import Segment, Source
-from spark_zmq.spool.layout import BATCH_ROWS, SPOOL_SCHEMA, remove_quietly
+from spark_zmq.spool.layout import (
+    BATCH_ROWS,
+    FRAME_OVERHEAD,
+    ROW_OVERHEAD,
+    SPOOL_SCHEMA,
+    remove_quietly,
+)
 
 #: what an Arrow IPC file starts with, before the IPC stream it holds
 IPC_FILE_MAGIC = b"ARROW1\0\0"
@@ -43,18 +51,17 @@ class Part(NamedTuple):
     table: pa.Table
 
 
-def write_flush_file(path: str, parts: Sequence[Part]) -> list[int]:
-    """Write ``parts`` (SPOOL_SCHEMA rows each) as one Arrow IPC file at ``path``, whole or not
-    at all; the bytes of the file that each part accounts for (their sum is its size), which
-    retention counts as its segment's size."""
+def write_flush_file(path: str, rows: pa.Table, parts: Sequence[tuple[Source, int]]) -> list[int]:
+    """Write ``rows`` (SPOOL_SCHEMA) as one Arrow IPC file at ``path``, whole or not at all,
+    its ``parts`` (source, rows) in row order; the bytes of the file that each part accounts
+    for (their sum is its size), which retention counts as its segment's size."""
     listing, row = [], 0
-    for part in parts:  # (JSON made here of each source's own, made once: ``Source.to_json``)
-        listing.append(f"[{row}, {part.table.num_rows}, {part.source.to_json()}]")
-        row += part.table.num_rows
+    for source, count in parts:  # (JSON made here of each source's own, made once)
+        listing.append(f"[{row}, {count}, {source.to_json()}]")
+        row += count
     schema = SPOOL_SCHEMA.with_metadata({"parts": f"[{', '.join(listing)}]"})
     tmp = path + ".tmp"
     try:
-        rows = pa.concat_tables([part.table for part in parts])  # (SPOOL_SCHEMA each)
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             # batches of BATCH_ROWS (not one per part: a batch costs its own metadata to write
             # and read): a file cut short keeps its earlier batches readable
@@ -64,8 +71,21 @@ def write_flush_file(path: str, parts: Sequence[Part]) -> list[int]:
     except OSError:
         remove_quietly(tmp)
         raise
-    # (weighed by their buffers: ``nbytes`` costs 20 times more, and capture's parts own theirs)
-    return _shares(size, [part.table.get_total_buffer_size() for part in parts])
+    return _shares(size, _weights(rows, [count for _, count in parts]))
+
+
+def _weights(rows: pa.Table, counts: list[int]) -> list[int]:
+    """What each run of ``counts`` rows of ``rows`` takes as arrays: its frames' bytes and
+    FRAME_OVERHEAD and ROW_OVERHEAD a frame and a row (what a capture buffer counts)."""
+    frames = rows.column("frames").combine_chunks()
+    row_frames = np.asarray(frames.offsets, dtype=np.int64)
+    row_frames -= row_frames[0]
+    lengths = pc.binary_length(frames.flatten()).fill_null(0)
+    byte_ends = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
+    frame_ends = byte_ends[row_frames] + FRAME_OVERHEAD * row_frames  # per row: before it
+    bounds = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))])
+    taken = frame_ends[bounds] + ROW_OVERHEAD * bounds
+    return [int(weight) for weight in np.diff(taken)]
 
 
 def _shares(size: int, weights: list[int]) -> list[int]:

@@ -259,69 +259,104 @@ class SpoolPartitions:
 
     @_locked
     def append_all(self, appends: Sequence[Append]) -> dict[str, SpoolError]:
-        """Write the rows of ``appends`` (SPOOL_SCHEMA) in one flush file (``segments``), a
-        segment per partition and source (the appends of one partition, in their order), and
-        publish each in its partition's index with its count of dropped messages. A partition
-        whose storage refuses an append with ``into_reserve`` (the gap rows that report drops)
-        is tried once more after deleting the spool's reserve (``reserve``).
+        """Write the rows of ``appends`` (SPOOL_SCHEMA) in one flush file (``append_rows``), a
+        segment per partition and source (the appends of one partition, in their order)."""
+        merged = list(_merged(appends))
+        if not merged:
+            return {}
+        tables = [part.table for _, part, _, _ in merged]
+        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        parts = [
+            FlushPart(key, part.source, part.table.num_rows, dropped, into_reserve)
+            for key, part, dropped, into_reserve in merged
+        ]
+        return self.append_rows(rows, parts)
+
+    @_locked
+    def append_rows(self, rows: pa.Table, parts: Sequence[FlushPart]) -> dict[str, SpoolError]:
+        """Write ``rows`` (SPOOL_SCHEMA), the rows of ``parts`` one after the other, in one
+        flush file (``segments``), a segment per part, and publish each in its partition's
+        index with its count of dropped messages. A partition whose storage refuses a part
+        ``into_reserve`` (the gap rows that report drops) is tried once more after deleting
+        the spool's reserve (``reserve``).
 
         The partitions that could not be written, with why: LeaseLost (taken over, no longer
         held), SpoolWriteError (the storage refused). Such a partition is as it was before
         the call; the others are written."""
-        failures = self._append_all(appends)
-        reserve = {a.key for a in appends if a.into_reserve}
+        runs = _runs(parts)
+        failures = self._append_rows(rows, runs)
+        reserve = {part.key for _, part in runs if part.into_reserve}
         retry = {k for k, e in failures.items() if k in reserve and isinstance(e, SpoolWriteError)}
         if retry and self._reserve.release():
             for key in retry:
                 del failures[key]
-            failures.update(self._append_all([a for a in appends if a.key in retry]))
+            failures.update(self._append_rows(rows, [run for run in runs if run[1].key in retry]))
         self._reserve.keep()
         return failures
 
-    def _append_all(self, appends: Sequence[Append]) -> dict[str, SpoolError]:
+    def _append_rows(
+        self, rows: pa.Table, runs: Sequence[tuple[int, FlushPart]]
+    ) -> dict[str, SpoolError]:
+        """``append_rows`` of the parts in ``runs`` (where each begins in ``rows``), once."""
         failures: dict[str, SpoolError] = {}
-        parts: list[tuple[str, Part, int]] = []
-        for key, part, dropped in _merged(appends):
-            if key in failures:
+        kept: list[tuple[int, FlushPart]] = []
+        for begin, part in runs:
+            if part.key in failures:
                 continue
             try:
-                self.open_partition(key)
+                self.open_partition(part.key)
             except SpoolError as exc:
-                failures[key] = exc
+                failures[part.key] = exc
                 continue
-            if part.table.num_rows:
-                parts.append((key, part, dropped))
-        if not parts:
+            if part.rows:
+                kept.append((begin, part))
+        if not kept:
             return failures
+        if sum(part.rows for _, part in kept) != rows.num_rows:  # (all of them, in order)
+            rows = pa.concat_tables([rows.slice(begin, part.rows) for begin, part in kept])
         flush_file = os.path.join(self.root, FLUSHES, f"{uuid.uuid4().hex}.arrow")
         try:
-            shares = write_flush_file(flush_file, [part for _, part, _ in parts])
+            shares = write_flush_file(flush_file, rows, [(p.source, p.rows) for _, p in kept])
         except OSError as exc:
-            keys = sorted({key for key, _, _ in parts})
+            keys = sorted({part.key for _, part in kept})
             error = SpoolWriteError(
                 f"cannot write {flush_file} (spool {self.root}, {_named(keys)}): {os_cause(exc)}"
             )
-            return failures | {key: error for key, _, _ in parts}
+            return failures | {part.key: error for _, part in kept}
         try:
-            written_at = time.time()
-            for number, ((key, part, dropped), nbytes) in enumerate(
-                zip(parts, shares, strict=True)
-            ):
-                if key in failures:
-                    continue  # an earlier part of it failed: offsets would not go on
-                index = self.partitions[key]
-                segment = Segment(
-                    index.end, part.table.num_rows, nbytes, self.epochs[key], written_at, number
-                )
-                try:
-                    self._publish_segment(index, segment, flush_file, part, dropped)
-                except SpoolError as exc:
-                    failures[key] = exc
-                else:
-                    self._count_gap_rows(part.table)
+            self._publish_all(rows, kept, flush_file, shares, failures)
         finally:
             remove_quietly(flush_file)  # the segments link it
         return failures
+
+    def _publish_all(
+        self,
+        rows: pa.Table,
+        kept: list[tuple[int, FlushPart]],
+        flush_file: str,
+        shares: list[int],
+        failures: dict[str, SpoolError],
+    ) -> None:
+        """Publish a segment for each part of the flush file ``flush_file`` (``rows``); what
+        fails goes in ``failures``."""
+        written_at, begin = time.time(), 0
+        faults = rows.column("fault")
+        counting = faults.null_count < len(faults)  # gap rows to count by cause (rare)
+        for number, ((_, part), nbytes) in enumerate(zip(kept, shares, strict=True)):
+            first, begin = begin, begin + part.rows
+            if part.key in failures:
+                continue  # an earlier part of it failed: offsets would not go on
+            index = self.partitions[part.key]
+            epoch = self.epochs[part.key]
+            segment = Segment(index.end, part.rows, nbytes, epoch, written_at, number)
+            own = _PartRows(part.source, rows, first, part.rows)
+            try:
+                self._publish_segment(index, segment, flush_file, own, part.dropped)
+            except SpoolError as exc:
+                failures[part.key] = exc
+            else:
+                if counting:
+                    self._count_gap_rows(rows.slice(first, part.rows))
 
     def _count_gap_rows(self, table: pa.Table) -> None:
         """Count the gap rows of ``table`` by cause (``gap_rows``)."""
@@ -335,12 +370,12 @@ class SpoolPartitions:
         index: PartitionIndex,
         segment: Segment,
         flush_file: str,
-        part: Part,
+        part: _PartRows,
         dropped: int,
     ) -> None:
         """Link ``segment``'s file and publish it at the end of ``index``, with ``dropped``
         more messages dropped."""
-        self._files.segment(index.key, segment, flush_file, part)
+        self._files.segment(index.key, segment, flush_file, part.part)
         before = (index.end, index.dropped)
         index.segments.append(segment)  # in place: retention may keep many segments
         index.end, index.dropped = segment.end, index.dropped + dropped
@@ -509,9 +544,43 @@ class Append(NamedTuple):
     into_reserve: bool = False  # gap rows that report drops: into the reserve if need be
 
 
-def _merged(appends: Sequence[Append]) -> Iterator[tuple[str, Part, int]]:
-    """(partition, rows, messages dropped) of ``appends``, partition by partition in the order
-    they first come, the rows of consecutive appends of one partition and source together."""
+class FlushPart(NamedTuple):
+    """One partition's rows in a flush's table, which holds those of its parts one after the
+    other (``SpoolPartitions.append_rows``)."""
+
+    key: str
+    source: Source
+    rows: int
+    dropped: int = 0  # messages dropped before these rows, which they report
+    into_reserve: bool = False  # gap rows that report drops: into the reserve if need be
+
+
+class _PartRows(NamedTuple):
+    """A part's rows in the table of a flush file: made a table of their own only where the
+    storage has no hard links (``files.EpochFiles.segment``)."""
+
+    source: Source
+    table: pa.Table  # the flush's
+    begin: int
+    length: int
+
+    def part(self) -> Part:
+        return Part(self.source, self.table.slice(self.begin, self.length))
+
+
+def _runs(parts: Sequence[FlushPart]) -> list[tuple[int, FlushPart]]:
+    """Each part with the row of the flush's table where it begins."""
+    runs, begin = [], 0
+    for part in parts:
+        runs.append((begin, part))
+        begin += part.rows
+    return runs
+
+
+def _merged(appends: Sequence[Append]) -> Iterator[tuple[str, Part, int, bool]]:
+    """(partition, rows, messages dropped, into the reserve) of ``appends``, partition by
+    partition in the order they first come, the rows of consecutive appends of one partition
+    and source together."""
     by_key: dict[str, list[Append]] = {}
     for append in appends:
         by_key.setdefault(append.key, []).append(append)
@@ -525,7 +594,8 @@ def _merged(appends: Sequence[Append]) -> Iterator[tuple[str, Part, int]]:
         for run in runs:
             tables = [a.table for a in run]
             rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-            yield key, Part(run[0].source, rows), sum(a.dropped for a in run)
+            dropped = sum(a.dropped for a in run)
+            yield key, Part(run[0].source, rows), dropped, any(a.into_reserve for a in run)
 
 
 #: partitions a message names (the others are counted)

@@ -142,7 +142,7 @@ def test_a_flush_file_the_storage_refuses_fails_its_partitions_and_changes_nothi
     spool = Spool(root, 1 << 30)
     spool.append("a", source("a"), rows("a", 0, 1))
 
-    def full(path, parts):
+    def full(path, rows, parts):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr("spark_zmq.spool.writer.write_flush_file", full)
