@@ -134,7 +134,7 @@ class Membership:
     def _update(self, conn: Connection, endpoint: Endpoint) -> None:
         """Same address and socket type, new metadata or subscriptions: keep the socket."""
         self._drain(conn)  # rows so far keep the metadata they arrived under
-        self._sockets.resubscribe(conn.socket, conn.endpoint.subscriptions, endpoint.subscriptions)
+        self._sockets.resubscribe(conn, conn.endpoint.subscriptions, endpoint.subscriptions)
         conn.endpoint = endpoint
         self.events["changed"] += 1
         logger.info(

@@ -81,6 +81,10 @@ class Core(Protocol):
         (``take_error``)."""
         ...
 
+    def touched(self, conn: Connection) -> None:
+        """Python called ``conn``'s sockets itself (``wait`` asks them again)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -138,11 +142,14 @@ class PythonCore:
         if not events and 0 < received < COALESCE_BELOW:
             # A thin round: let a batch build up in zmq's queue rather than pay a poll round
             # per message (10+ us of CPU each at moderate rates); a command ends the pause.
-            select.select([self._mailbox.fileno()], [], [], self._pause)
+            select.select([self._mailbox.fileno()], [], [], min(self._pause, max(seconds, 0.0)))
         return events
 
     def receive(self, conn: Connection) -> None:
         cast(Buffer, conn.buffer).receive_burst(conn.socket)
+
+    def touched(self, conn: Connection) -> None:
+        """Nothing to do: each round asks every socket (``zmq_poll``)."""
 
     def close(self) -> None:
         self._poller.unregister(self._mailbox)
@@ -201,6 +208,12 @@ class NativeCore:
 
     def receive(self, conn: Connection) -> None:
         self._native.receive(conn.buffer, conn.socket.underlying)
+        self.touched(conn)
+
+    def touched(self, conn: Connection) -> None:
+        """Python called ``conn``'s sockets: the poller asks them at its next wait (its
+        rounds ask only what libzmq signalled, and a call may take a signal's cause)."""
+        self._poller.touch(conn)
 
     def close(self) -> None:
         self._watched.clear()

@@ -96,15 +96,16 @@ class Sockets:
             self._context = capture_context(self.thread_prefix)
         return self._context
 
-    @staticmethod
-    def resubscribe(sock: zmq.Socket, old: tuple[bytes, ...], new: tuple[bytes, ...]) -> None:
+    def resubscribe(self, conn: Connection, old: tuple[bytes, ...], new: tuple[bytes, ...]) -> None:
         """Change a live SUB socket's subscriptions: no reconnect, nothing in flight lost."""
+        sock = conn.socket
         if sock.type != zmq.SUB:
             return
         for prefix in set(new) - set(old):
             sock.setsockopt(zmq.SUBSCRIBE, prefix)
         for prefix in set(old) - set(new):
             sock.setsockopt(zmq.UNSUBSCRIBE, prefix)
+        self.core.touched(conn)
 
     def _open(self, endpoint: Endpoint) -> tuple[zmq.Socket, zmq.Socket]:
         # inproc:// reaches only sockets of the same context: the process's shared one

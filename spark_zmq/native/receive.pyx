@@ -257,11 +257,14 @@ cdef class Poller:
     2,000 calls. Here an epoll set holds each socket's ``ZMQ_FD``, which libzmq signals when
     the socket has commands to process (a message arrived on an empty queue, say), and a round
     asks ``ZMQ_EVENTS`` only of the sockets whose descriptor was signalled or that were left
-    with messages (a burst cut short, or one reported to Python). Invariant: a socket holding
-    a message it was not asked about is signalled or due. ``ZMQ_FD`` is signalled again only
-    after the socket's commands were processed, which any call on the socket does. So the
-    first round of each ``wait`` asks every socket: between two waits, capture's Python takes
-    bursts from sockets itself (a flush takes one from each) and reads monitors.
+    with messages (a burst cut short). Invariant: a socket holding a message it was not asked
+    about is signalled or due. ``ZMQ_FD`` is signalled again only after the socket's commands
+    were processed, which any call on the socket does. So a socket is due at the next wait
+    once Python may have called it: the items reported to Python (it reads a monitor's event,
+    writes a full buffer, reopens a failed socket), and an owner's two sockets once Python
+    says it ``touch``-ed them (took a burst itself, changed subscriptions). The first wait
+    after ``set_watched``, and one after a failed wait, ask every socket. A wait with nothing
+    signalled and nothing due costs one ``epoll_wait``, whatever the endpoints.
 
     Pauses: a round that took messages and found every queue it read empty is followed by a
     pause, so that the next round takes a batch rather than the first message to arrive: each
@@ -289,6 +292,8 @@ cdef class Poller:
     cdef int *due             # the items a round asks ZMQ_EVENTS of
     cdef char *queued         # per item: in ``due`` already
     cdef int pending          # the first ``pending`` of ``due`` were left with messages
+    cdef bint fresh           # every socket is due at the next wait (new entries, a failure)
+    cdef dict data_items      # the index of each owner's data item, by id (its monitor's + 1)
     # statistics: poll rounds, pauses and their total length, messages received
     cdef int64_t rounds, pauses, paused_ns, messages
 
@@ -380,6 +385,8 @@ cdef class Poller:
         self._release()
         self.items, self.kinds, self.inboxes, self.count = items, kinds, inboxes, count
         self.signalled, self.due, self.queued, self.pending = signalled, due, queued, 0
+        self.fresh = True
+        self.data_items = {id(owners[i]): i for i in range(1, count, 2)}
         self.epoll = epoll
         self.owners, self.buffers = owners, buffers
 
@@ -400,6 +407,7 @@ cdef class Poller:
         with nogil:
             ready = self._run(deadline, &failed)
         if failed:
+            self.fresh = True  # the round's items not walked are no longer due: ask all
             import zmq
             raise zmq.ZMQError(failed)
         if ready <= 0:
@@ -415,7 +423,9 @@ cdef class Poller:
         cdef bint emptied, queue_full, all_emptied, mailbox
         cdef size_t size
         cdef Inbox *inbox
-        self._due_all()  # the first round asks every socket (see the class)
+        if self.fresh:  # (see the class)
+            self._due_all()
+            self.fresh = False
         while True:
             now = szq_clock_ns(CLOCK_MONOTONIC)
             timeout_ms = <int>min((deadline - now + 999999) // 1000000, SZQ_INT32_MAX) if (
@@ -493,6 +503,20 @@ cdef class Poller:
                 self.paused_ns += pause
                 szq_wait_readable_ns(self.mailbox, pause)
 
+    def touch(self, owner):
+        """Python called ``owner``'s sockets (a receive, a subscription): both are asked at
+        the next wait, whether their descriptor is signalled or not (see the class). An owner
+        not watched is ignored."""
+        cdef int i = self.data_items.get(id(owner), 0)
+        if i and self.owners[i] is owner:
+            self._due(i)
+            self._due(i + 1)
+
+    cdef inline void _due(self, int i) noexcept nogil:
+        """Item ``i`` is asked at the next round, if it is not due already."""
+        if not self.queued[i]:
+            self._keep(i)
+
     cdef inline void _keep(self, int i) noexcept nogil:
         """Item ``i`` is asked again next round, without waiting for its descriptor (called
         while a round walks ``due``: at most one keeps an item per item walked, so the kept
@@ -520,6 +544,8 @@ cdef class Poller:
             if not revents:
                 continue
             self.items[i].revents = 0
+            if self.kinds[i] != KIND_MAILBOX:
+                self._due(i)  # Python acts on it (see the class)
             if self.kinds[i] == KIND_MAILBOX:
                 events.append((MAILBOX, None))
             elif self.kinds[i] == KIND_MONITOR:

@@ -183,8 +183,9 @@ def test_a_buffer_is_written_at_its_bound_in_bytes_counting_frames_too(tmp_path,
 
 def test_a_socket_whose_receive_fails_costs_only_its_own_connection(tmp_path, core):
     """A REQ socket cannot receive before it sent (zmq says EFSM): an endpoint read through
-    one fails at every receive. Each failure is a gap row of its own partition and a new
-    socket, logged once; the good publisher beside it loses nothing, and capture goes on."""
+    one fails at every receive (it is never ready, so capture receives from it when it stops,
+    taking what each socket still holds). Each failure is a gap row of its own partition and
+    a new socket, logged once; the good publisher beside it loses nothing."""
     peer = RawPeer()
     replier = zmq.Context.instance().socket(zmq.REP)
     replier.setsockopt(zmq.LINGER, 0)
@@ -197,7 +198,7 @@ def test_a_socket_whose_receive_fails_costs_only_its_own_connection(tmp_path, co
             peer.wait_subscribed()
             for i in range(100):
                 peer.send(good(i))
-                time.sleep(0.01)  # a second of flushes, each receiving from both
+                time.sleep(0.01)  # a second of flushes
             wait_until(lambda: capture.received().get(peer.key) == 100, what="100 messages")
             capture.sync()
             capture.check()
@@ -209,7 +210,7 @@ def test_a_socket_whose_receive_fails_costs_only_its_own_connection(tmp_path, co
     good_rows, _ = spooled(spool.root, peer.key)
     assert good_rows == [(good(i), None) for i in range(100)]
     failed_rows, _ = spooled(spool.root, failing)
-    assert len(failed_rows) >= 5, "a failure at each flush, each a gap row"
+    assert len(failed_rows) >= 1, "a failure, a gap row"
     cause = rf"errno {zmq.EFSM}, {re.escape(zmq.strerror(zmq.EFSM))}"
     for frames, fault in failed_rows:
         assert frames == [] and re.match(

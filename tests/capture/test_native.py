@@ -565,10 +565,11 @@ def test_the_pause_grows_with_the_endpoints_watched_within_bounds():
 
 def test_messages_left_on_a_socket_between_waits_are_received_without_new_ones_arriving():
     """The poller asks ``ZMQ_EVENTS`` only of sockets whose ``ZMQ_FD`` libzmq signalled, and a
-    socket signals again only after its commands were processed. Capture's Python takes bursts
-    itself between waits (a flush takes one from each socket), which processes them: what it
-    leaves must still be received by the next wait, with nothing new arriving. Among 200 idle
-    sockets, the one that holds messages is found, and every message of it is taken once."""
+    socket signals again only after its commands were processed. Capture's Python takes a
+    burst itself between waits (draining an endpoint that changed), which processes them, and
+    says so (``touch``): what it leaves must still be received by the next wait, with nothing
+    new arriving. Among 200 idle sockets, the one that holds messages is found, and every
+    message of it is taken once."""
     native = load(RECEIVE)
     context = zmq.Context.instance()
     pairs = []
@@ -590,13 +591,15 @@ def test_messages_left_on_a_socket_between_waits_are_received_without_new_ones_a
     )
     sender, receiver, _, buffer = pairs[137]
     try:
+        assert poller.wait(0) == []  # its first wait asks every socket: this test is of later ones
         count = 3 * BURST + 5
         for i in range(count):
             sender.send_multipart([b"left", b"%d" % i])
         deadline = time.monotonic() + 10
         while len(buffer) < BURST and time.monotonic() < deadline:
-            native.receive(buffer, receiver.underlying)  # as a flush does, between waits
+            native.receive(buffer, receiver.underlying)  # as capture's Python does, between waits
         assert len(buffer) == BURST, "one burst taken outside the poller"
+        poller.touch(137)
         while len(buffer) < count and time.monotonic() < deadline:
             poller.wait(0.2)
         frames = buffer.take().table().column("frames").to_pylist()
@@ -679,3 +682,35 @@ def test_endpoints_that_join_or_leave_together_cost_one_rebuild_and_the_rest_are
                 sock.close(0)
         for sender in senders:
             sender.close(0)
+
+
+def test_a_monitor_reported_to_python_is_asked_again_while_it_holds_events():
+    """Python reads one monitor event for each report (``upkeep.on_monitor_event``), and the
+    read takes the signal of the events left: the poller asks a reported item again at its
+    next wait, so that every event is reported, one wait each, with no new one arriving."""
+    native = load(RECEIVE)
+    context = zmq.Context.instance()
+    server, client = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    monitor = client.get_monitor_socket()
+    port = server.bind_to_random_port("tcp://127.0.0.1")
+    client.connect(f"tcp://127.0.0.1:{port}")
+    server.send(b"over the connection")
+    assert client.poll(5000)  # connected, handshaken: several events are queued by now
+    time.sleep(0.2)
+    mailbox, wake = os.pipe()
+    poller = native.Poller(mailbox, 0.001)
+    poller.set_watched([("owner", client.underlying, new_native_buffer(), monitor.underlying)])
+    try:
+        reports = 0
+        while reports < 20 and ("monitor", "owner") in poller.wait(1.0):
+            reports += 1
+            monitor.recv_multipart(zmq.NOBLOCK)  # one event a report, as capture reads them
+        assert reports >= 2, "connect and handshake are two events at least"
+        assert not monitor.poll(0), "an event was left unreported"
+    finally:
+        poller.set_watched([])
+        client.disable_monitor()
+        for sock in (monitor, client, server):
+            sock.close(0)
+        os.close(mailbox)
+        os.close(wake)
