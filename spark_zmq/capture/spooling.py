@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterable
-from functools import cached_property
 from typing import NamedTuple, Protocol
 
 from spark_zmq.capture.buffer import Buffer, MessageBuffer
@@ -30,6 +29,8 @@ class _Taken:
     """A connection's messages among a flush's rows (what ``MessageBuffer`` reads of taken
     rows: their count, receive times, fault texts and frames' bytes)."""
 
+    __slots__ = ("count", "first", "frame_bytes", "rows")
+
     def __init__(self, rows: MessageBuffer, first: int, count: int, frame_bytes: int) -> None:
         self.rows, self.first, self.count, self.frame_bytes = rows, first, count, frame_bytes
 
@@ -39,10 +40,18 @@ class _Taken:
     def time_at(self, index: int) -> int:
         return self.rows.time_at(self.first + index)
 
-    @cached_property
+    @property
     def faults(self) -> dict[int, str]:
         first, stop = self.first, self.first + self.count
         return {row - first: text for row, text in self.rows.faults.items() if first <= row < stop}
+
+    def newest_message_at(self) -> int | None:
+        """When the newest message (not a fault row) was received (ns), if there is one."""
+        faults = self.rows.faults
+        for row in range(self.first + self.count - 1, self.first - 1, -1):
+            if row not in faults:
+                return self.rows.time_at(row)
+        return None
 
 
 class _Rows(Protocol):
@@ -57,13 +66,13 @@ class _Rows(Protocol):
 
 class _Planned(NamedTuple):
     """One connection's share of a flush: its part of the rows, its messages among them, and
-    what to note once they are written (a downtime or a drop episode reported, rows
-    written)."""
+    what to note once they are written besides its counts (a downtime or a drop episode
+    reported)."""
 
     conn: Connection
     part: FlushPart
     taken: _Taken
-    written: list[Callable[[], object]]
+    reported: tuple[Callable[[], object], ...]
 
 
 class _Flush:
@@ -114,8 +123,7 @@ class SegmentWriter:
             for planned in flush.planned:
                 failure = failures.get(planned.conn.endpoint.key)
                 if failure is None:
-                    for noted in planned.written:
-                        noted()
+                    _written(planned)
                 elif isinstance(failure, LeaseLost):
                     lost.append(failure)
                 else:
@@ -147,22 +155,20 @@ class SegmentWriter:
         """Move into ``rows`` what a flush writes for ``conn``: the gap rows of a downtime or
         drop episode that ended, then what it received."""
         begin, until = len(rows), conn.buffer.time_at(0)
-        written: list[Callable[[], object]] = []
+        reported: tuple[Callable[[], object], ...] = ()
         dropped = 0
         if conn.down_since is not None and (gap := self._downtime_gap(conn, until)) is not None:
             rows.add_fault(gap[0], until)
-            written.append(gap[1])
+            reported += (gap[1],)
         if conn.drops:
             text, dropped = conn.drops.gap_text(until), conn.drops.count
             rows.add_fault(text, until)
-            written.append(functools.partial(conn.drops.ended, text, False))
+            reported += (functools.partial(conn.drops.ended, text, False),)
         frame_bytes = conn.buffer.frame_bytes
         first = conn.buffer.move_to(rows)
         taken = _Taken(rows, first, len(rows) - first, frame_bytes)
-        written.append(conn.drops.written)
-        written.append(functools.partial(_count_written, conn, taken))
         part = FlushPart(conn.endpoint.key, conn.endpoint.source, len(rows) - begin, dropped)
-        return _Planned(conn, part, taken, written)
+        return _Planned(conn, part, taken, reported)
 
     def _write_now(self, conn: Connection, taken: MessageBuffer) -> None:
         """``conn``'s flush on its own (at the spool's bound): its downtime's gap row, then its
@@ -277,10 +283,14 @@ class SegmentWriter:
         )
 
 
-def _count_written(conn: Connection, taken: _Taken) -> None:
-    """Count in ``conn`` what its flush wrote: the bytes of its messages' frames, and when its
-    newest message was received."""
+def _written(planned: _Planned) -> None:
+    """Note in its connection what a flush wrote: the episodes its gap rows reported, the
+    bytes of its messages' frames, and when its newest message was received."""
+    for noted in planned.reported:
+        noted()
+    conn, taken = planned.conn, planned.taken
+    conn.drops.written()
     conn.written_bytes += taken.frame_bytes
-    newest = next((i for i in reversed(range(len(taken))) if i not in taken.faults), None)
+    newest = taken.newest_message_at()
     if newest is not None:
-        conn.last_message_at = taken.time_at(newest)
+        conn.last_message_at = newest
