@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, Protocol
 
+import pyarrow as pa
+
 from spark_zmq.capture.buffer import Buffer, MessageBuffer
 from spark_zmq.capture.connections import Connection
 from spark_zmq.log import logger
@@ -20,8 +22,13 @@ from spark_zmq.spool.layout import LeaseLost, SpoolError, SpoolWriteError
 from spark_zmq.spool.writer import Append, FlushPart, Spool
 from spark_zmq.units import utc_text
 
-#: a flush's rows in one table take at most about this many bytes (``nbytes``: Arrow's binary
-#: offsets are int32): a flush of more is written in several files
+#: a connection's buffer of at least this many bytes (``nbytes``) goes into a flush whole: its
+#: arrays go to Arrow without a copy, a table of its own after the others in the flush file.
+#: Smaller ones are copied into the flush's one buffer: a table each would cost more than the
+#: copy, and a busy endpoint's copy would cost more than its table
+OWN_TABLE_BYTES = 64 << 10
+#: the flush's one buffer takes at most about this many bytes (``nbytes``: Arrow's binary
+#: offsets are int32): past it a flush is written as several files
 MAX_FLUSH_BYTES = 1 << 30
 
 
@@ -76,16 +83,37 @@ class _Planned(NamedTuple):
 
 
 class _Flush:
-    """The rows of a flush (connections' buffers moved into ``rows``, a buffer of their kind:
-    one table, not one per connection) and the connections' shares of them."""
+    """The rows of one flush file: connections' small buffers moved into ``rows`` (one buffer
+    of their kind: one table, not one per connection), then each large one's own table."""
 
-    def __init__(self, rows: MessageBuffer) -> None:
-        self.rows = rows
-        self.planned: list[_Planned] = []
+    def __init__(self) -> None:
+        self.rows: MessageBuffer | None = None
+        self.merged: list[_Planned] = []
+        self.own: list[tuple[_Planned, pa.Table]] = []
 
     def takes(self, buffer: MessageBuffer) -> bool:
-        """Whether ``buffer``'s rows fit (an empty flush takes any buffer)."""
-        return not self.planned or self.rows.nbytes + buffer.nbytes <= MAX_FLUSH_BYTES
+        """Whether ``buffer``'s rows fit (a flush takes any large buffer, and a first one)."""
+        rows = self.rows
+        return (
+            rows is None
+            or buffer.nbytes >= OWN_TABLE_BYTES
+            or (rows.nbytes + buffer.nbytes <= MAX_FLUSH_BYTES)
+        )
+
+    def rows_for(self, buffer: MessageBuffer) -> MessageBuffer:
+        if self.rows is None:
+            self.rows = buffer.flush_buffer()
+        return self.rows
+
+    @property
+    def planned(self) -> list[_Planned]:
+        """The connections' shares, in the order of their rows."""
+        return self.merged + [planned for planned, _ in self.own]
+
+    def table(self) -> pa.Table:
+        tables = [] if self.rows is None else [self.rows.table()]
+        tables += [table for _, table in self.own]
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 class SegmentWriter:
@@ -119,8 +147,9 @@ class SegmentWriter:
         lost: list[LeaseLost] = []
         fatal: SpoolWriteError | None = None
         for flush in self._gather(conns):
-            failures = self.spool.append_rows(flush.rows.table(), [p.part for p in flush.planned])
-            for planned in flush.planned:
+            planned_all = flush.planned
+            failures = self.spool.append_rows(flush.table(), [p.part for p in planned_all])
+            for planned in planned_all:
                 failure = failures.get(planned.conn.endpoint.key)
                 if failure is None:
                     _written(planned)
@@ -147,28 +176,45 @@ class SegmentWriter:
                 self._write_now(conn, conn.buffer.take())
                 continue
             if not flushes or not flushes[-1].takes(conn.buffer):
-                flushes.append(_Flush(conn.buffer.flush_buffer()))
-            flushes[-1].planned.append(self._plan(conn, flushes[-1].rows))
+                flushes.append(_Flush())
+            self._plan(conn, flushes[-1])
         return flushes
 
-    def _plan(self, conn: Connection, rows: MessageBuffer) -> _Planned:
-        """Move into ``rows`` what a flush writes for ``conn``: the gap rows of a downtime or
-        drop episode that ended, then what it received."""
-        begin, until = len(rows), conn.buffer.time_at(0)
+    def _plan(self, conn: Connection, flush: _Flush) -> None:
+        """Add to ``flush`` what it writes for ``conn``: the gap rows of a downtime or drop
+        episode that ended, then what it received (moved into the flush's buffer, or taken
+        whole if it is large)."""
+        until = conn.buffer.time_at(0)
+        gaps: list[str] = []
         reported: tuple[Callable[[], object], ...] = ()
         dropped = 0
         if conn.down_since is not None and (gap := self._downtime_gap(conn, until)) is not None:
-            rows.add_fault(gap[0], until)
+            gaps.append(gap[0])
             reported += (gap[1],)
         if conn.drops:
             text, dropped = conn.drops.gap_text(until), conn.drops.count
-            rows.add_fault(text, until)
+            gaps.append(text)
             reported += (functools.partial(conn.drops.ended, text, False),)
+        key, source = conn.endpoint.key, conn.endpoint.source
+        if conn.buffer.nbytes >= OWN_TABLE_BYTES:
+            whole = conn.buffer.take()
+            table = whole.table()
+            if gaps:
+                gap_rows = Buffer([[] for _ in gaps], [until] * len(gaps), dict(enumerate(gaps)))
+                table = pa.concat_tables([gap_rows.table(), table])
+            taken = _Taken(whole, 0, len(whole), whole.frame_bytes)
+            part = FlushPart(key, source, table.num_rows, dropped)
+            flush.own.append((_Planned(conn, part, taken, reported), table))
+            return
+        rows = flush.rows_for(conn.buffer)
+        begin = len(rows)
+        for text in gaps:
+            rows.add_fault(text, until)
         frame_bytes = conn.buffer.frame_bytes
         first = conn.buffer.move_to(rows)
         taken = _Taken(rows, first, len(rows) - first, frame_bytes)
-        part = FlushPart(conn.endpoint.key, conn.endpoint.source, len(rows) - begin, dropped)
-        return _Planned(conn, part, taken, reported)
+        part = FlushPart(key, source, len(rows) - begin, dropped)
+        flush.merged.append(_Planned(conn, part, taken, reported))
 
     def _write_now(self, conn: Connection, taken: MessageBuffer) -> None:
         """``conn``'s flush on its own (at the spool's bound): its downtime's gap row, then its

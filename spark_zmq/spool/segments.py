@@ -63,29 +63,34 @@ def write_flush_file(path: str, rows: pa.Table, parts: Sequence[tuple[Source, in
     tmp = path + ".tmp"
     try:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            # batches of BATCH_ROWS (not one per part: a batch costs its own metadata to write
-            # and read): a file cut short keeps its earlier batches readable
-            writer.write_table(rows.combine_chunks(), BATCH_ROWS)
+            # batches of BATCH_ROWS at most, a chunk's rows each (a caller gives few chunks: a
+            # batch costs its own metadata to write and read): a file cut short keeps its
+            # earlier batches readable
+            writer.write_table(rows, BATCH_ROWS)
         os.replace(tmp, path)
         size = os.path.getsize(path)
     except OSError:
         remove_quietly(tmp)
         raise
+    if len(parts) == 1:
+        return [size]
     return _shares(size, _weights(rows, [count for _, count in parts]))
 
 
 def _weights(rows: pa.Table, counts: list[int]) -> list[int]:
     """What each run of ``counts`` rows of ``rows`` takes as arrays: its frames' bytes and
     FRAME_OVERHEAD and ROW_OVERHEAD a frame and a row (what a capture buffer counts)."""
-    frames = rows.column("frames").combine_chunks()
-    row_frames = np.asarray(frames.offsets, dtype=np.int64)
-    row_frames -= row_frames[0]
-    lengths = pc.binary_length(frames.flatten()).fill_null(0)
-    byte_ends = np.concatenate([[0], np.cumsum(np.asarray(lengths, dtype=np.int64))])
-    frame_ends = byte_ends[row_frames] + FRAME_OVERHEAD * row_frames  # per row: before it
+    sizes = []  # per row, chunk by chunk (a chunk's offsets are its own)
+    for chunk in rows.column("frames").chunks:
+        row_frames = np.asarray(chunk.offsets, dtype=np.int64)
+        row_frames -= row_frames[0]
+        lengths = np.asarray(pc.binary_length(chunk.flatten()).fill_null(0), dtype=np.int64)
+        byte_ends = np.concatenate([[0], np.cumsum(lengths)])
+        sizes.append(np.diff(byte_ends[row_frames] + FRAME_OVERHEAD * row_frames))
+    per_row = np.concatenate([np.zeros(0, dtype=np.int64), *sizes]) + ROW_OVERHEAD
+    ends = np.concatenate([[0], np.cumsum(per_row)])
     bounds = np.concatenate([[0], np.cumsum(np.asarray(counts, dtype=np.int64))])
-    taken = frame_ends[bounds] + ROW_OVERHEAD * bounds
-    return [int(weight) for weight in np.diff(taken)]
+    return [int(weight) for weight in np.diff(ends[bounds])]
 
 
 def _shares(size: int, weights: list[int]) -> list[int]:

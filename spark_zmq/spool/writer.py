@@ -265,7 +265,7 @@ class SpoolPartitions:
         if not merged:
             return {}
         tables = [part.table for _, part, _, _ in merged]
-        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
         parts = [
             FlushPart(key, part.source, part.table.num_rows, dropped, into_reserve)
             for key, part, dropped, into_reserve in merged
