@@ -89,16 +89,21 @@ cdef inline void rows_free(Rows *rows) noexcept nogil:
     memset(rows, 0, sizeof(Rows))
 
 
+cdef inline Py_ssize_t doubled(Py_ssize_t capacity, Py_ssize_t needed) noexcept nogil:
+    """``capacity`` (at least 1) doubled until it holds ``needed``."""
+    if capacity < 1:
+        capacity = 1
+    while capacity < needed:
+        capacity *= 2
+    return capacity
+
+
 cdef inline int grow_array(void **pointer, Py_ssize_t *capacity, Py_ssize_t needed,
                            Py_ssize_t item, Py_ssize_t extra) noexcept nogil:
     """Make room for ``needed`` items (plus ``extra``) by doubling: 1 if memory ran out."""
-    cdef Py_ssize_t capacity_now = capacity[0]
-    if needed <= capacity_now:
+    if needed <= capacity[0]:
         return 0
-    if capacity_now < 1:
-        capacity_now = 1
-    while capacity_now < needed:
-        capacity_now *= 2
+    cdef Py_ssize_t capacity_now = doubled(capacity[0], needed)
     cdef void *grown = realloc(pointer[0], (capacity_now + extra) * item)
     if grown == NULL:
         return 1
@@ -107,22 +112,28 @@ cdef inline int grow_array(void **pointer, Py_ssize_t *capacity, Py_ssize_t need
     return 0
 
 
+cdef inline int grow_rows(Rows *rows, Py_ssize_t needed) noexcept nogil:
+    """Room for ``needed`` rows in ``times`` and ``row_offsets`` (by doubling): 1 if memory ran
+    out (the capacity stays what both arrays have)."""
+    if needed <= rows.row_capacity:
+        return 0
+    cdef Py_ssize_t capacity = doubled(rows.row_capacity, needed)
+    cdef void *times = realloc(rows.times, capacity * sizeof(int64_t))
+    if times == NULL:
+        return 1
+    rows.times = <int64_t *>times
+    cdef void *offsets = realloc(rows.row_offsets, (capacity + 1) * sizeof(int32_t))
+    if offsets == NULL:
+        return 1
+    rows.row_offsets = <int32_t *>offsets
+    rows.row_capacity = capacity
+    return 0
+
+
 cdef inline int start_row(Rows *rows, int64_t now) noexcept nogil:
     """Room for one more row, and its time (``now`` in ns; 1 if memory ran out)."""
-    cdef Py_ssize_t capacity = rows.row_capacity
-    cdef void *times
-    cdef void *offsets
-    if rows.rows + 1 > capacity:
-        capacity *= 2
-        times = realloc(rows.times, capacity * sizeof(int64_t))
-        if times == NULL:
-            return 1
-        rows.times = <int64_t *>times
-        offsets = realloc(rows.row_offsets, (capacity + 1) * sizeof(int32_t))
-        if offsets == NULL:
-            return 1
-        rows.row_offsets = <int32_t *>offsets
-        rows.row_capacity = capacity
+    if grow_rows(rows, rows.rows + 1):
+        return 1
     rows.times[rows.rows] = now // 1000
     return 0
 
@@ -213,28 +224,6 @@ cdef inline void measure_pace(Pace *pace, int64_t elapsed, int64_t messages) noe
     pace.spacing_ns = min(measured, pace.last_ns) if pace.last_ns else measured
     pace.last_ns = measured
     pace.span_ns = pace.span_messages = 0
-
-
-cdef inline int grow_rows(Rows *rows, Py_ssize_t needed) noexcept nogil:
-    """Room for ``needed`` rows in ``times`` and ``row_offsets`` (by doubling): 1 if memory ran
-    out (the capacity stays what both arrays have)."""
-    cdef Py_ssize_t capacity = rows.row_capacity
-    if needed <= capacity:
-        return 0
-    if capacity < 1:
-        capacity = 1
-    while capacity < needed:
-        capacity *= 2
-    cdef void *times = realloc(rows.times, capacity * sizeof(int64_t))
-    if times == NULL:
-        return 1
-    rows.times = <int64_t *>times
-    cdef void *offsets = realloc(rows.row_offsets, (capacity + 1) * sizeof(int32_t))
-    if offsets == NULL:
-        return 1
-    rows.row_offsets = <int32_t *>offsets
-    rows.row_capacity = capacity
-    return 0
 
 
 cdef inline int rows_append(Rows *into, Rows *rows) noexcept nogil:
