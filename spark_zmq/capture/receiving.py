@@ -38,10 +38,10 @@ COALESCE_SECONDS = 0.001
 #: 1 ms pause after thin rounds took capture's CPU per message from about 1.5 to 1.15 us
 #: (benchmarks/capture_cpu.py)
 LONGEST_PAUSE_SECONDS = 0.004
-#: ... and with many endpoints, this much more a watched endpoint, up to MOST_PAUSE_SECONDS: the
-#: first round of each wait asks every socket for its events (a system call each; later rounds
-#: ask only the signalled ones, ``receive.Poller``), so rounds cost more with more endpoints.
-#: In a one-off run with zmq_poll, which asked every socket every round
+#: ... and with many endpoints, this much more a watched endpoint, up to MOST_PAUSE_SECONDS.
+#: Chosen when every round asked every socket for its events (zmq_poll); the compiled core's
+#: rounds now ask only the sockets signalled or called since (``receive.Poller``), so a
+#: shorter pause may cost no more, which is not measured yet. In a one-off run with zmq_poll
 #: (capture alone, 300 and 1,000 loopback publishers sending 3,000 msg/s in all) capture took
 #: 0.31 and 0.54 of a core with 4-ms pauses, 0.21 and 0.27 with 50 ms (the rest is the spool's
 #: writes; many_publishers.py measures the whole). The pause still ends

@@ -6,8 +6,10 @@
 # ``bind`` from the library that pyzmq loaded; a module that cimports this file reaches the table
 # through ``api()`` (a pointer: the table is filled after the module was imported) and checks
 # that it was filled with ``require_bound()`` before it calls libzmq. The ABI facts (the 64-byte
-# ``zmq_msg_t``, ``zmq_pollitem_t``, the constants) are those of libzmq >= 4.1; ``bind`` checks
-# the constants against pyzmq's.
+# ``zmq_msg_t``, the constants) are those of libzmq >= 4.1; ``bind`` checks the constants against
+# pyzmq's. ``szq_pollitem_t`` is laid out as ``zmq_pollitem_t`` but only the receive core's
+# poller reads it (its items: a socket or the mailbox's fd, and what is marked for Python);
+# libzmq is not given it.
 
 from libc.stdint cimport int64_t
 
@@ -31,7 +33,6 @@ cdef extern from *:
         void *(*msg_data)(szq_msg_t *);
         size_t (*msg_size)(const szq_msg_t *);
         int (*msg_more)(const szq_msg_t *);
-        int (*poll)(szq_pollitem_t *, int, long);
         int (*errno_)(void);
         int (*getsockopt)(void *, int, void *, size_t *);
     } szq_api_t;
@@ -78,7 +79,6 @@ cdef extern from *:
         void *(*msg_data)(szq_msg_t *) nogil
         size_t (*msg_size)(const szq_msg_t *) nogil
         int (*msg_more)(const szq_msg_t *) nogil
-        int (*poll)(szq_pollitem_t *, int, long) nogil
         int (*errno_)() nogil
         int (*getsockopt)(void *, int, void *, size_t *) nogil
     int SZQ_DONTWAIT, SZQ_SNDMORE, SZQ_POLLIN, SZQ_FD, SZQ_EVENTS, SZQ_ETERM, SZQ_INT32_MAX

@@ -39,7 +39,7 @@ cdef extern from *:
 #: the libzmq functions ``bind`` looks up, in the order of ``szq_api_t``'s fields
 FUNCTIONS = (
     "zmq_msg_init", "zmq_msg_init_size", "zmq_msg_recv", "zmq_msg_send", "zmq_msg_close",
-    "zmq_msg_data", "zmq_msg_size", "zmq_msg_more", "zmq_poll", "zmq_errno", "zmq_getsockopt",
+    "zmq_msg_data", "zmq_msg_size", "zmq_msg_more", "zmq_errno", "zmq_getsockopt",
 )
 
 cdef szq_api_t _api

@@ -518,9 +518,9 @@ cdef class Poller:
             self._keep(i)
 
     cdef inline void _keep(self, int i) noexcept nogil:
-        """Item ``i`` is asked again next round, without waiting for its descriptor (called
-        while a round walks ``due``: at most one keeps an item per item walked, so the kept
-        ones overwrite only entries already walked)."""
+        """Item ``i`` is asked again next round, without waiting for its descriptor. Within a
+        round walking ``due``, at most one keeps an item per item walked, so the kept ones
+        overwrite only entries already walked; between waits ``_due`` adds each item once."""
         self.queued[i] = 1
         self.due[self.pending] = i
         self.pending += 1
@@ -544,11 +544,11 @@ cdef class Poller:
             if not revents:
                 continue
             self.items[i].revents = 0
-            if self.kinds[i] != KIND_MAILBOX:
-                self._due(i)  # Python acts on it (see the class)
             if self.kinds[i] == KIND_MAILBOX:
                 events.append((MAILBOX, None))
-            elif self.kinds[i] == KIND_MONITOR:
+                continue
+            self._due(i)  # Python acts on it (see the class)
+            if self.kinds[i] == KIND_MONITOR:
                 events.append((MONITOR, self.owners[i]))
             else:
                 if revents & MARK_FAILED:
