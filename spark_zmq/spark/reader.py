@@ -101,10 +101,14 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: minRecordsPerTrigger: when the last micro-batch was planned (monotonic seconds)
         self._last_trigger = time.monotonic()
         self._spool_id: str | None = None  # the spool's identity, once the placement started
+        #: what the last ``latestOffset`` found available, for ``reportLatestOffset``, which
+        #: Spark calls right after it in the same trigger (as Kafka's source keeps
+        #: ``latestPartitionOffsets``): reading every partition's index once a trigger, not twice
+        self._last_available: tuple[PartitionOffsets, PartitionOffsets, set[str]] | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(_placement=None)
+        state.update(_placement=None, _last_available=None)
         return state
 
     # -- driver side ---------------------------------------------------------------------------
@@ -186,7 +190,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start_json: dict, limit: ReadLimit) -> dict:
         offset = self._offset(start_json)
         start = offset.ends
-        end, first, retired = self._available()
+        end, first, retired = self._last_available = self._available()
         if self._available_now is not None:
             end = {k: min(v, self._available_now.get(k, first.get(k, 0))) for k, v in end.items()}
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -200,6 +204,7 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         leaving = {k: v for k, v in end.items() if k in retired and start.get(k, first.get(k)) == v}
         if leaving:
             self._started().commit(leaving)
+            first.update(leaving)
         end = {k: v for k, v in end.items() if k not in leaving}
         claims_round = offset.claims_round
         if self._available_now is None:
@@ -228,8 +233,9 @@ class ZmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict:
         """What capture has spooled, per partition, for the query's progress (the backlog, the
         endpoints of the progress lines): a retired partition that holds nothing more is gone,
-        not an endpoint (an earlier run's, once read or skipped)."""
-        end, first, retired = self._available()
+        not an endpoint (an earlier run's, once read or skipped). What the trigger's
+        ``latestOffset`` found, where it ran."""
+        end, first, retired = self._last_available or self._available()
         return StreamOffset(
             {k: v for k, v in end.items() if not (k in retired and first.get(k) == v)}
         ).to_json()

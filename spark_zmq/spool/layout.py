@@ -151,20 +151,35 @@ def make_partition_dir(root: str, key: str) -> str:
     return folder
 
 
-def partition_keys(root: str) -> list[str]:
-    """Keys of every partition the spool folder holds."""
+class PartitionFolder(NamedTuple):
+    """A partition's folder as one listing of it found it."""
+
+    key: str
+    path: str
+    epochs: list[tuple[int, bool]]  # (epoch, sealed), oldest first (``epochs``)
+
+
+def partition_folders(root: str) -> list[PartitionFolder]:
+    """Every partition folder the spool folder holds, with its epochs: one listing of each (a
+    planner asks at every micro-batch, of every partition)."""
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
         return []
-    keys = []
+    found = []
     for name in names:
         folder = os.path.join(root, name)
-        if os.path.isdir(folder) and epochs(folder):
+        held = epochs(folder)  # a file, not a folder, has none
+        if held:
             key = _key_of(folder, name)
             if key is not None:
-                keys.append(key)
-    return keys
+                found.append(PartitionFolder(key, folder, held))
+    return found
+
+
+def partition_keys(root: str) -> list[str]:
+    """Keys of every partition the spool folder holds."""
+    return [partition.key for partition in partition_folders(root)]
 
 
 def _key_of(folder: str, name: str) -> str | None:
@@ -182,7 +197,7 @@ def epochs(folder: str) -> list[tuple[int, bool]]:
     """(epoch, sealed) of every epoch folder of a partition folder, oldest first."""
     try:
         names = os.listdir(folder)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
     found = []
     for name in names:

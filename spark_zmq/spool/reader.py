@@ -21,13 +21,13 @@ from spark_zmq.spool.layout import (
     INDEX_NAME,
     INDEX_READS,
     SEALED,
+    PartitionFolder,
     SpoolError,
     epoch_name,
-    epochs,
     load_index,
     load_indexes,
     partition_dir,
-    partition_keys,
+    partition_folders,
     read_in_epoch,
     segment_paths,
 )
@@ -102,10 +102,10 @@ class SnapshotReader:
 
     def snapshot(self) -> dict[str, PartitionState]:
         states = {}
-        for key in partition_keys(self.root):
-            index = self._index(key)
+        for partition in partition_folders(self.root):
+            index = self._index(partition)
             if index is not None:
-                states[key] = index.state()
+                states[partition.key] = index.state()
         for key in set(self._followed) - set(states):
             del self._followed[key]
         return states
@@ -116,10 +116,9 @@ class SnapshotReader:
         followed = self._followed.get(key)
         return followed.partition.listing(start, end) if followed is not None else None
 
-    def _index(self, key: str) -> PartitionIndex | None:
-        folder = partition_dir(self.root, key)
-        for epoch, _ in reversed(epochs(folder)):
-            index = self._epoch_index(key, folder, epoch)
+    def _index(self, partition: PartitionFolder) -> PartitionIndex | None:
+        for epoch, _ in reversed(partition.epochs):
+            index = self._epoch_index(partition.key, partition.path, epoch)
             if index is not None:
                 return index
         return None

@@ -44,11 +44,13 @@ class FakePlacement:
         #: keys that need a holder now: the next claims round plans a claim for each
         self.unheld: list[str] = []
         self.started = self.closed = False
+        self.snapshots = 0  # how many times the reader read the spool's state
 
     def start(self) -> None:
         self.started = True
 
     def snapshot(self) -> dict[str, PartitionState]:
+        self.snapshots += 1
         return dict(self.state)
 
     def waive_downtime(self) -> set[str]:
@@ -166,9 +168,22 @@ def test_a_retired_partition_is_read_to_its_end_then_leaves_the_offsets(tmp_path
     after = reader.latestOffset(end, ReadAllAvailable())
     assert ends(after) == {LIVE: 2}
     assert placement.committed == [{OLD: 3}]
-    assert set(ends(reader.reportLatestOffset())) == {OLD, LIVE}, "until the spool commits it"
-    placement.state[OLD] = PartitionState(start=0, end=3, retired=True, committed=3)
     assert set(ends(reader.reportLatestOffset())) == {LIVE}, "no endpoint in the progress"
+
+
+def test_the_latest_offset_reported_is_what_the_triggers_latest_offset_found(tmp_path, placement):
+    """Spark asks ``reportLatestOffset`` right after ``latestOffset`` in each trigger: the
+    reader answers from what that call read (all that is available, not what admission control
+    let in) rather than reading every partition's index a second time."""
+    reader = stream_reader(tmp_path, maxRecordsPerTrigger="4")
+    placement.state = {LIVE: PartitionState(0, 0, False)}
+    start = reader.initialOffset()
+    assert ends(reader.reportLatestOffset()) == {LIVE: 0}, "before any trigger: read anew"
+    placement.state[LIVE] = PartitionState(0, 10, False)
+    before = placement.snapshots
+    assert ends(reader.latestOffset(start, reader.getDefaultReadLimit())) == {LIVE: 4}
+    assert ends(reader.reportLatestOffset()) == {LIVE: 10}
+    assert placement.snapshots == before + 1
 
 
 def test_a_retired_partition_skipped_by_latest_leaves_without_being_read(tmp_path, placement):
