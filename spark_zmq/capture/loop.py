@@ -447,6 +447,7 @@ class CaptureThread:
         self._handle(self._core.wait(0))
         for lost in self._writer.flush_all(list(self.members)):
             self._let_go(lost)
+        self.spool.write_commits()  # those that no segment line took along
         self.spool.expire()  # retention by age runs with nothing new written, too
         self.flushes.served(tickets)
 

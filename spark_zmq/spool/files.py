@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from spark_zmq.errors import SpoolError
 from spark_zmq.spool.epochs import remove_unused_epochs
@@ -69,6 +69,8 @@ class EpochFiles:
         self.lines: dict[str, int] = {}
         #: per held partition, its epoch folder (the epoch it was made for, the path)
         self._folders: dict[str, tuple[int, str]] = {}
+        #: per held partition, the line of a commit not written yet (``commit``)
+        self.commits: dict[str, str] = {}
 
     def path(self, key: str, name: str) -> str:
         epoch = self.held[key]
@@ -107,6 +109,7 @@ class EpochFiles:
         self.appended.pop(key, None)
         self._folders.pop(key, None)
         self.lines.pop(key, None)
+        self.commits.pop(key, None)
 
     def save(self, index: PartitionIndex) -> None:
         """Publish ``index``: its committed segments in the history file first, then
@@ -114,6 +117,7 @@ class EpochFiles:
         names a new, empty appended-segments file for the segments that ``append`` adds."""
         key = index.key
         self._save_history(index)
+        self.commits.pop(key, None)  # index.json says what was committed
         old = self.appended.pop(key, None)
         self._numbers += 1
         index.appended = appended_name(self._numbers)
@@ -132,27 +136,49 @@ class EpochFiles:
     def append(self, index: PartitionIndex, segment: Segment) -> None:
         """Publish ``segment``, just added to ``index`` at its end: a line in the
         appended-segments file its index.json names (index.json whole if there is none)."""
-        if not self._append_line(index, index.appended_line(segment)):
+        if not self._append_line(index.key, index.appended_line(segment)):
             self.save(index)
 
-    def commit(self, index: PartitionIndex) -> None:
+    def commit(self, index: PartitionIndex, now: bool = True) -> None:
         """Publish ``index.committed``, just raised: a line in the appended-segments file, as
         long as it holds fewer than LINES_BEFORE_SAVE lines (a commit costs one small write per
         partition, not a new index and history); index.json whole otherwise, which starts a new,
-        empty file (so that a read, which reads the file whole, stays cheap)."""
-        if self.lines.get(index.key, LINES_BEFORE_SAVE) >= LINES_BEFORE_SAVE or not (
-            self._append_line(index, index.commit_line())
-        ):
-            self.save(index)
+        empty file (so that a read, which reads the file whole, stays cheap).
 
-    def _append_line(self, index: PartitionIndex, text: str) -> bool:
-        """Append ``text`` to the appended-segments file of ``index``; False if its index.json
-        names none yet. One ``write`` of the line, newline last: a line cut short is never
-        read, and after a failed write the next one writes index.json whole."""
-        number = self.appended.get(index.key)
+        Not ``now``: the line waits for the partition's next line, a segment's, and goes in the
+        same write (commits come for every partition each micro-batch, and a write costs what
+        the segment's does), or for ``write_commits``; a later commit replaces it."""
+        key = index.key
+        if self.lines.get(key, LINES_BEFORE_SAVE) >= LINES_BEFORE_SAVE or key not in self.appended:
+            self.save(index)
+        elif now:
+            self.commits.pop(key, None)
+            self._append_line(key, index.commit_line())
+        else:
+            self.commits[key] = index.commit_line()
+
+    def write_commits(self, keys: Iterable[str] | None = None) -> dict[str, SpoolError]:
+        """Write the commit lines still waiting (``commit``; of ``keys`` only, if given), a
+        write each; the partitions whose write failed, with why: LeaseLost (no longer held),
+        SpoolWriteError (its next write is index.json whole, which holds the commit)."""
+        failures: dict[str, SpoolError] = {}
+        for key in list(self.commits if keys is None else keys):
+            try:
+                self._append_line(key, "")
+            except SpoolError as exc:
+                failures[key] = exc
+        return failures
+
+    def _append_line(self, key: str, text: str) -> bool:
+        """Append ``text`` to the appended-segments file of partition ``key``, after its commit
+        line still waiting, if any; False if its index.json names none yet. One ``write`` of the
+        lines, newline last: a line cut short is never read, and after a failed write the next
+        one writes index.json whole."""
+        number = self.appended.get(key)
         if number is None:
             return False
-        path = self.path(index.key, appended_name(number))
+        path = self.path(key, appended_name(number))
+        text = self.commits.pop(key, "") + text
         line = text.encode("utf-8")
         try:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -162,9 +188,9 @@ class EpochFiles:
             finally:
                 os.close(fd)
         except OSError as exc:
-            self.appended.pop(index.key, None)
-            raise self.failed(index.key, path, exc) from None
-        self.lines[index.key] = self.lines.get(index.key, 0) + 1
+            self.appended.pop(key, None)
+            raise self.failed(key, path, exc) from None
+        self.lines[key] = self.lines.get(key, 0) + text.count("\n")
         return True
 
     def _save_history(self, index: PartitionIndex) -> None:

@@ -44,9 +44,10 @@ age, by bytes, and first whenever a write needs room at the spool's bound). A se
 committed is never deleted.
 
 An append costs the same however many segments are not committed yet: it links its segment
-and writes one line; a commit writes one line too. index.json, which lists them all, is written
-when something else changes (retention, a claim) or once the appended file holds
-``files.LINES_BEFORE_SAVE`` lines, not at every flush or commit.
+and writes one line; a commit's line goes in the same write as the partition's next segment
+line, or after capture's flush if none comes (``Spool.truncate``). index.json, which lists them
+all, is written when something else changes (retention, a claim) or once the appended file
+holds ``files.LINES_BEFORE_SAVE`` lines, not at every flush or commit.
 
 This module: the folders and files; ``index``: what index.json and the history file hold.
 """

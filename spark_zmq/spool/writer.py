@@ -137,6 +137,7 @@ class SpoolPartitions:
     def close(self) -> None:
         """Let go of every partition held (seal) and of the folder."""
         with self._mutex:
+            self.write_commits()
             for key in list(self.epochs):
                 self.release(key)
         if self._lock_file is not None:
@@ -214,9 +215,26 @@ class SpoolPartitions:
                 self.write_lease(key, failure)
             except SpoolError:
                 pass
+        if key in self._files.commits:
+            self._report(self._files.write_commits([key]))
         epoch = self._forget(key)
         if epoch is not None:
             seal(partition_dir(self.root, key), epoch)
+
+    @_locked
+    def write_commits(self) -> None:
+        """Write the commits that wait for their partition's next segment (``Spool.truncate``):
+        capture calls it after each flush, so that every commit is in the spool within a flush
+        interval."""
+        self._report(self._files.write_commits())
+
+    @staticmethod
+    def _report(failures: dict[str, SpoolError]) -> None:
+        """Log the commits that could not be written: a partition taken over is let go already
+        (its holder says so), and after a refused write its next one writes index.json whole."""
+        for exc in failures.values():
+            if not isinstance(exc, LeaseLost):
+                logger.warning("spool: %s; the next write of the index publishes this commit", exc)
 
     @_locked
     def held(self) -> dict[str, int]:
@@ -433,7 +451,14 @@ class Spool(SpoolPartitions):
     @_locked
     def truncate(self, key: str, end: int) -> None:
         """Spark committed everything below ``end`` in partition ``key``: record it in the index
-        (so that any later holder knows), then apply the retention, which may now delete it."""
+        (so that any later holder knows), then apply the retention, which may now delete it.
+
+        The line that records it goes in the spool with the partition's next segment line, in
+        one write, or after capture's next flush (``write_commits``): within a flush interval.
+        A crash in between loses only that mark: the query's checkpoint holds its offsets, the
+        next commit writes a later one, and retention keeps those segments meanwhile. A retired
+        partition's is written at once: read to its end, it leaves the query's offsets, and a
+        restarted query finds where it stands in its index alone."""
         index = self.partitions.get(key)
         if index is not None and min(end, index.end) > index.committed:
             index = self._held(key)
@@ -525,7 +550,7 @@ class Spool(SpoolPartitions):
         """Publish ``index`` (``commit``: only its ``committed`` changed)."""
         try:
             if commit:
-                self._files.commit(index)
+                self._files.commit(index, now=index.retired)
             else:
                 self._save(index)
         except SpoolWriteError as exc:

@@ -645,7 +645,9 @@ def test_endpoints_that_join_or_leave_together_cost_one_rebuild_and_the_rest_are
     core = NativeCore(mailbox, load(RECEIVE))
     counting = _CountingPoller(core._poller)
     core._poller = counting
-    context = zmq.Context.instance()
+    # a context of its own: 480 sockets (a monitor is two), more than a shared one may have
+    # left under its limit (zmq.MAX_SOCKETS) after the tests before this one in the process
+    context = zmq.Context()
     conns, senders = [], []
     for n in range(120):
         sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
@@ -682,6 +684,7 @@ def test_endpoints_that_join_or_leave_together_cost_one_rebuild_and_the_rest_are
                 sock.close(0)
         for sender in senders:
             sender.close(0)
+        context.destroy(linger=0)
 
 
 def test_a_monitor_reported_to_python_is_asked_again_while_it_holds_events():

@@ -1,7 +1,7 @@
 """An append writes its segment and one line of the appended-segments file that index.json
-names, and so does a commit; index.json itself is written only when something else changes
-(retention, a claim, a file of LINES_BEFORE_SAVE lines). Readers, restarts and claims find
-every segment either way."""
+names, and a commit's line goes with the partition's next one (or after capture's flush);
+index.json itself is written only when something else changes (retention, a claim, a file of
+LINES_BEFORE_SAVE lines). Readers, restarts and claims find every segment either way."""
 
 from __future__ import annotations
 
@@ -87,6 +87,8 @@ def test_appends_and_commits_leave_index_json_alone_and_readers_and_restarts_see
     assert appended_lines(root, "k") == [], "a new index names a new, empty file"
     append(spool, "k")
     spool.truncate("k", 7)
+    assert appended_lines(root, "k")[-1] != {"committed": 7}, "it waits for the next line"
+    spool.write_commits()  # capture's next flush: no segment took it along
     assert appended_lines(root, "k")[-1] == {"committed": 7}
     spool.close()
 
@@ -97,6 +99,45 @@ def test_appends_and_commits_leave_index_json_alone_and_readers_and_restarts_see
     append(again, "k")
     assert messages(root, "k", 0, 11) == [b"m%d" % i for i in range(11)]
     again.close()
+
+
+def test_a_commit_goes_with_the_next_segment_line_in_one_write_or_after_the_flush(
+    tmp_path, monkeypatch
+):
+    """Commits come for every partition each micro-batch: a commit's line waits for the
+    partition's next segment line and goes in the same write; one that no segment takes along
+    is written after capture's flush (``write_commits``); a retired partition's is written at
+    once, since the query's offsets let go of it; closing writes what waits."""
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    append(spool, "k", 3)
+    append(spool, "idle", 2)
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        writes.append(data)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(files.os, "write", counted)
+    spool.truncate("k", 2)
+    spool.truncate("idle", 1)
+    assert writes == [] and read_snapshot(root)["k"].committed == 0
+    assert spool.snapshot()["k"].committed == 2, "the query's own view has it at once"
+    append(spool, "k")
+    assert len(writes) == 1 and writes[0].count(b"\n") == 2, "commit and segment, one write"
+    assert appended_lines(root, "k")[-2:] == [{"committed": 2}, appended_lines(root, "k")[-1]]
+    spool.write_commits()
+    assert len(writes) == 2 and read_snapshot(root)["idle"].committed == 1
+    spool.write_commits()
+    assert len(writes) == 2, "nothing waits any more"
+    spool.retire("idle")
+    writes.clear()
+    spool.truncate("idle", 2)
+    assert read_snapshot(root)["idle"].committed == 2, "a retired partition's at once"
+    spool.truncate("k", 4)
+    spool.close()
+    assert load_index(root, "k").committed == 4, "closing wrote it"
 
 
 def test_a_line_cut_short_is_never_read_and_the_next_append_writes_the_index(tmp_path, monkeypatch):
@@ -209,6 +250,7 @@ def test_a_snapshot_reader_reads_what_changed_and_sees_what_a_whole_read_sees(
         append(spool, "a", 2, dropped=round_)
         assert same()["a"].end == 4 + 2 * round_
         spool.truncate("a", spool.partitions["a"].end - 1)
+        spool.write_commits()  # (capture's next flush)
         assert same()["a"].committed == 3 + 2 * round_
     spool.retire("b")
     assert same()["b"].retired

@@ -58,6 +58,7 @@ def test_committed_segments_stay_until_retention_and_a_restart_knows_they_are_co
     spool = Spool(root, 1 << 30)  # no bound by age or bytes
     fill(spool, "k", 4)
     spool.truncate("k", 3)
+    spool.write_commits()  # (capture's next flush)
     assert kept(root, "k") == [0, 1, 2, 3], "committed, kept for replay"
     assert read_snapshot(root)["k"] == (0, 4, False, 3)
     assert read_snapshot(root)["k"].first_uncommitted == 3
