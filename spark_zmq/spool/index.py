@@ -211,7 +211,7 @@ class PartitionIndex:
 
     def commit_line(self) -> str:
         """The line that publishes ``committed``, just raised (format version 3)."""
-        return json.dumps({"committed": self.committed}) + "\n"
+        return f'{{"committed": {int(self.committed)}}}\n'  # (not json.dumps: one a partition)
 
     def add_appended(self, text: str) -> bool:
         """Add what an appended-segments file's ``text`` publishes, a line each: segments, each
