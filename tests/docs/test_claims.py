@@ -44,6 +44,7 @@ NOT_OPTIONS = {
     "startOffset",
     "endOffset",
     "latestOffset",
+    "reportLatestOffset",  # a DataSourceStreamReader method, as latestOffset
     "availableNow",
     "hostNetwork",  # a Kubernetes pod field
     "processAllAvailable",  # a StreamingQuery method
