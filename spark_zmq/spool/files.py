@@ -162,7 +162,7 @@ class EpochFiles:
         write each; the partitions whose write failed, with why: LeaseLost (no longer held),
         SpoolWriteError (its next write is index.json whole, which holds the commit)."""
         failures: dict[str, SpoolError] = {}
-        for key in list(self.commits if keys is None else keys):
+        for key in [k for k in (self.commits if keys is None else keys) if k in self.commits]:
             try:
                 self._append_line(key, "")
             except SpoolError as exc:

@@ -215,8 +215,7 @@ class SpoolPartitions:
                 self.write_lease(key, failure)
             except SpoolError:
                 pass
-        if key in self._files.commits:
-            self._report(self._files.write_commits([key]))
+        self._report(self._files.write_commits([key]))
         epoch = self._forget(key)
         if epoch is not None:
             seal(partition_dir(self.root, key), epoch)
