@@ -398,6 +398,19 @@ def test_hold_keeps_spark_writes_back_until_the_required_client_is_ready(
     assert texts == [str(n) for n in range(30)]
 
 
+def restarted_daemon(port: int, timeout: float = 10.0) -> GobyDaemon:
+    """A daemon on the port of one just closed: libzmq unbinds a closed socket in its I/O
+    thread, so on a loaded machine the port may still be taken for a moment."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return GobyDaemon(tcp_port=port)
+        except OSError as exc:
+            if "Address already in use" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, tmp_path):
     daemon = GobyDaemon(tcp_port=0)
     manager = ManagerAddress.tcp("127.0.0.1", daemon.tcp_port)
@@ -425,7 +438,7 @@ def test_reader_follows_a_gobyd_restart_without_losing_or_repeating_rows(spark, 
         old_xpub = daemon.xpub_port
         publisher.close()
         daemon.close()
-        daemon = GobyDaemon(tcp_port=manager_port(manager))
+        daemon = restarted_daemon(manager_port(manager))
         assert daemon.xpub_port != old_xpub
         publisher = TestPublisher(manager)
         warm(publisher)  # the reader asked the Manager again and reconnected
