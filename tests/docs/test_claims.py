@@ -50,6 +50,7 @@ NOT_OPTIONS = {
     "processAllAvailable",  # a StreamingQuery method
     "mapInArrow",  # a DataFrame method
     "applySchedulingParameters",  # libzmq's thread function (docs/performance.md)
+    "cProfile",  # Python's profiler (docs/performance.md)
 }
 CAMEL = r"[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+"
 #: `name` or `name=value` in backticks (camelCase), a .option("name", ...) call, --option name=
