@@ -36,8 +36,12 @@ from spark_zmq.spool.segments import Part, write_flush_file
 #: what ``os.link`` fails with where the storage has no hard links (or no more for the file):
 #: each partition's part is then written to a file of its own
 NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
-#: lines an appended-segments file takes before a commit writes index.json whole instead
-LINES_BEFORE_SAVE = 128
+#: lines an appended-segments file takes before a commit writes index.json whole instead. An
+#: index written anew costs a file created and renamed (0.1 to 0.5 ms on the test machine's
+#: ext4, more than its partition's 512 line appends together); a reader that loads an index
+#: whole parses up to this many lines (0.31 ms at 512, 0.10 at 128), but the planners read
+#: only the lines added since, and read tasks take the segments from the plan
+LINES_BEFORE_SAVE = 512
 #: dead lines (segments deleted since) a history file may hold beyond its live ones before it is
 #: written anew
 HISTORY_SLACK = 1024
