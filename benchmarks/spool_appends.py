@@ -21,13 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
 from harness.hermetic import ensure_private_network
-from harness.trees import add_variant_argument, run_in_tree, source_trees
+from harness.trees import (
+    add_variant_argument,
+    median_by_count,
+    print_against_first,
+    run_in_tree,
+    source_trees,
+)
 
 PAYLOAD_BYTES = 100
 
@@ -85,30 +90,20 @@ def main() -> int:
         f"{os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    medians: dict[tuple[str, int], float] = {}
-    for pending in counts:
-        trials: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
-        for _ in range(args.repeats):
-            for label, tree in trees:
-                result = run(tree, pending, args.appends, args.messages)
-                trials[label].append(result)
-                print(
-                    f"  N={pending:<6} {label:<12} {result['cpu_us']:9.0f} us CPU "
-                    f"{result['wall_us']:9.0f} us wall per append",
-                    flush=True,
-                )
-        for label, _ in trees:
-            medians[label, pending] = statistics.median(r["cpu_us"] for r in trials[label])
-    first = trees[0][0]
+    medians = median_by_count(
+        trees,
+        counts,
+        args.repeats,
+        lambda tree, pending: run(tree, pending, args.appends, args.messages),
+        lambda result: (
+            f"{result['cpu_us']:9.0f} us CPU {result['wall_us']:9.0f} us wall per append"
+        ),
+        "cpu_us",
+    )
     print("\nCPU per append, median of the trials (against the first tree):")
-    print(f"{'N uncommitted':<14}" + "".join(f"{label:>22}" for label, _ in trees))
-    for pending in counts:
-        cells = ""
-        for label, _ in trees:
-            cpu = medians[label, pending]
-            cells += f"{cpu:>12,.0f} us ({cpu / medians[first, pending]:.2f}x)"
-        print(f"{pending:<14}{cells}")
-    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+    print_against_first(
+        trees, counts, medians, "N uncommitted", lambda cpu: f"{cpu:>12,.0f} us", 22
+    )
     return 0
 
 

@@ -7,8 +7,7 @@ publishers at a fixed total rate writes them), each after a commit of every part
 (``truncate``) of what the one before wrote, as in a query with a 1-s trigger and 1-s
 flushes, and followed by capture's ``write_commits``; the last ``--flushes`` minus
 ``--warm`` are timed, so that the indexes are written anew in them as often as they are in a
-long run. Reported: the process's CPU per
-flush with its commits, and per partition.
+long run. Reported: the process's CPU per flush with its commits, and per partition.
 
 Each tree (``--variant LABEL=TREE``, default this checkout as ``current``; e.g. ``git archive
 <commit> | tar -x -C /tmp/base`` for an earlier commit, no build needed) runs in a process of
@@ -25,13 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
 from harness.hermetic import ensure_private_network
-from harness.trees import add_variant_argument, run_in_tree, source_trees
+from harness.trees import (
+    add_variant_argument,
+    median_by_count,
+    print_against_first,
+    run_in_tree,
+    source_trees,
+)
 
 PAYLOAD_BYTES = 100
 TOTAL_MESSAGES = 3000
@@ -98,31 +102,20 @@ def main() -> int:
         f"{os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    medians: dict[tuple[str, int], float] = {}
-    for partitions in counts:
-        trials: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
-        for _ in range(args.repeats):
-            for label, tree in trees:
-                result = run(tree, partitions, args.flushes, args.warm)
-                trials[label].append(result)
-                print(
-                    f"  N={partitions:<6} {label:<12} {result['flush_us']:10,.0f} us CPU a "
-                    f"flush, {result['partition_us']:7.1f} us a partition",
-                    flush=True,
-                )
-        for label, _ in trees:
-            medians[label, partitions] = statistics.median(r["partition_us"] for r in trials[label])
-    first = trees[0][0]
+    medians = median_by_count(
+        trees,
+        counts,
+        args.repeats,
+        lambda tree, partitions: run(tree, partitions, args.flushes, args.warm),
+        lambda result: (
+            f"{result['flush_us']:10,.0f} us CPU a flush, "
+            f"{result['partition_us']:7.1f} us a partition"
+        ),
+        "partition_us",
+    )
     print("\nCPU a partition and flush, commits included, median of the trials")
     print("(against the first tree):")
-    print(f"{'N partitions':<14}" + "".join(f"{label:>24}" for label, _ in trees))
-    for partitions in counts:
-        cells = ""
-        for label, _ in trees:
-            cpu = medians[label, partitions]
-            cells += f"{cpu:>14,.1f} us ({cpu / medians[first, partitions]:.2f}x)"
-        print(f"{partitions:<14}{cells}")
-    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
+    print_against_first(trees, counts, medians, "N partitions", lambda cpu: f"{cpu:>14,.1f} us", 24)
     return 0
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 #: the benchmarks' folder (``harness`` is imported from it) and this checkout
@@ -56,3 +58,48 @@ def run_in_tree(tree: str, script: str, arguments: list[str]) -> dict:
         raise RuntimeError(f"{tree}: {done.stderr[-3000:]}")
     result: dict = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def median_by_count(
+    trees: Sequence[tuple[str, str]],
+    counts: Sequence[int],
+    repeats: int,
+    run: Callable[[str, int], dict],
+    describe: Callable[[dict], str],
+    figure: str,
+) -> dict[tuple[str, int], float]:
+    """For each count, ``repeats`` rounds in which each tree runs one trial in turn
+    (``run(tree, count)``), each printed as it ends (``describe``); the median of each
+    trial's ``figure`` per (tree's label, count)."""
+    medians: dict[tuple[str, int], float] = {}
+    for count in counts:
+        trials: dict[str, list[dict]] = {label: [] for label, _ in trees}
+        for _ in range(repeats):
+            for label, tree in trees:
+                result = run(tree, count)
+                trials[label].append(result)
+                print(f"  N={count:<6} {label:<12} {describe(result)}", flush=True)
+        for label, _ in trees:
+            medians[label, count] = statistics.median(r[figure] for r in trials[label])
+    return medians
+
+
+def print_against_first(
+    trees: Sequence[tuple[str, str]],
+    counts: Sequence[int],
+    medians: dict[tuple[str, int], float],
+    first_column: str,
+    cell: Callable[[float], str],
+    width: int,
+) -> None:
+    """A table of ``medians``: a row per count (headed ``first_column``), a column per tree
+    (``width`` wide), each figure (``cell``) with its ratio to the first tree's."""
+    first = trees[0][0]
+    print(f"{first_column:<14}" + "".join(f"{label:>{width}}" for label, _ in trees))
+    for count in counts:
+        cells = ""
+        for label, _ in trees:
+            value = medians[label, count]
+            cells += f"{cell(value)} ({value / medians[first, count]:.2f}x)"
+        print(f"{count:<14}{cells}")
+    print(f"(load average at the end: {os.getloadavg()[0]:.1f})")
