@@ -98,8 +98,8 @@ def main() -> int:
         lambda result: (
             f"{result['cpu_us']:9.0f} us CPU {result['wall_us']:9.0f} us wall per append"
         ),
-        "cpu_us",
-    )
+        ["cpu_us"],
+    )["cpu_us"]
     print("\nCPU per append, median of the trials (against the first tree):")
     print_against_first(
         trees, counts, medians, "N uncommitted", lambda cpu: f"{cpu:>12,.0f} us", 22

@@ -7,7 +7,9 @@ publishers at a fixed total rate writes them), each after a commit of every part
 (``truncate``) of what the one before wrote, as in a query with a 1-s trigger and 1-s
 flushes, and followed by capture's ``write_commits``; the last ``--flushes`` minus
 ``--warm`` are timed, so that the indexes are written anew in them as often as they are in a
-long run. Reported: the process's CPU per flush with its commits, and per partition.
+long run. Reported: the process's CPU per flush with its commits, and per partition; and the
+growth of its resident memory over the timed flushes per segment written (retention keeps
+every one of them: what a writer's memory costs per segment it retains).
 
 Each tree (``--variant LABEL=TREE``, default this checkout as ``current``; e.g. ``git archive
 <commit> | tar -x -C /tmp/base`` for an earlier commit, no build needed) runs in a process of
@@ -56,8 +58,10 @@ def flush_role(partitions: int, flushes: int, warm: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         spool = Spool(folder, max_bytes=1 << 40)
         spool.append_rows(rows, parts)  # (claims every partition)
-        cpu = 0
+        cpu, resident = 0, 0
         for flush in range(flushes):
+            if flush == warm:
+                resident = resident_bytes()
             started = time.process_time_ns()
             for key in keys:  # the micro-batch's commit of what the last flush wrote
                 spool.truncate(key, spool.partitions[key].end)
@@ -65,9 +69,20 @@ def flush_role(partitions: int, flushes: int, warm: int) -> dict[str, float]:
             spool.write_commits()  # what capture calls after its flush: nothing waits
             if flush >= warm:
                 cpu += time.process_time_ns() - started
+        grown = resident_bytes() - resident  # segments kept: 7-day retention, no bound hit
         spool.close()
     timed = flushes - warm
-    return {"flush_us": cpu / timed / 1e3, "partition_us": cpu / timed / partitions / 1e3}
+    return {
+        "flush_us": cpu / timed / 1e3,
+        "partition_us": cpu / timed / partitions / 1e3,
+        "segment_bytes": grown / timed / partitions,
+    }
+
+
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def run(tree: str, partitions: int, flushes: int, warm: int) -> dict[str, float]:
@@ -109,13 +124,19 @@ def main() -> int:
         lambda tree, partitions: run(tree, partitions, args.flushes, args.warm),
         lambda result: (
             f"{result['flush_us']:10,.0f} us CPU a flush, "
-            f"{result['partition_us']:7.1f} us a partition"
+            f"{result['partition_us']:7.1f} us a partition, "
+            f"{result['segment_bytes']:5.0f} bytes resident a segment kept"
         ),
-        "partition_us",
+        ["partition_us", "segment_bytes"],
     )
     print("\nCPU a partition and flush, commits included, median of the trials")
     print("(against the first tree):")
-    print_against_first(trees, counts, medians, "N partitions", lambda cpu: f"{cpu:>14,.1f} us", 24)
+    cpu = medians["partition_us"]
+    print_against_first(trees, counts, cpu, "N partitions", lambda us: f"{us:>14,.1f} us", 24)
+    print("\nResident memory a segment kept (the process's growth over the timed flushes,")
+    print("every segment kept: retention's 7 days, no bound reached), median of the trials:")
+    kept = medians["segment_bytes"]
+    print_against_first(trees, counts, kept, "N partitions", lambda b: f"{b:>10,.0f} bytes", 24)
     return 0
 
 

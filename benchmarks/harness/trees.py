@@ -66,12 +66,12 @@ def median_by_count(
     repeats: int,
     run: Callable[[str, int], dict],
     describe: Callable[[dict], str],
-    figure: str,
-) -> dict[tuple[str, int], float]:
+    figures: Sequence[str],
+) -> dict[str, dict[tuple[str, int], float]]:
     """For each count, ``repeats`` rounds in which each tree runs one trial in turn
-    (``run(tree, count)``), each printed as it ends (``describe``); the median of each
-    trial's ``figure`` per (tree's label, count)."""
-    medians: dict[tuple[str, int], float] = {}
+    (``run(tree, count)``), each printed as it ends (``describe``); for each of ``figures``,
+    the median of the trials' figure per (tree's label, count)."""
+    medians: dict[str, dict[tuple[str, int], float]] = {figure: {} for figure in figures}
     for count in counts:
         trials: dict[str, list[dict]] = {label: [] for label, _ in trees}
         for _ in range(repeats):
@@ -79,8 +79,10 @@ def median_by_count(
                 result = run(tree, count)
                 trials[label].append(result)
                 print(f"  N={count:<6} {label:<12} {describe(result)}", flush=True)
-        for label, _ in trees:
-            medians[label, count] = statistics.median(r[figure] for r in trials[label])
+        for figure in figures:
+            for label, _ in trees:
+                found = [r[figure] for r in trials[label]]
+                medians[figure][label, count] = statistics.median(found)
     return medians
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from spark_zmq.errors import SpoolError
 from spark_zmq.spool.epochs import remove_unused_epochs
@@ -242,7 +242,7 @@ class EpochFiles:
             self.on_lost(key)
         return error
 
-    def delete(self, key: str, gone: list[Segment], kept: list[Segment]) -> None:
+    def delete(self, key: str, gone: list[Segment], kept: Sequence[Segment]) -> None:
         """Delete the files of segments ``gone`` (each in whichever epoch folder it is; gone
         already: nothing to do), then the epoch folders that neither ``kept`` nor the epoch
         held use."""

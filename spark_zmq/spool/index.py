@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterator, Mapping
+import operator
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from spark_zmq.errors import SpoolError
 
@@ -104,6 +106,162 @@ class Segment:
         return f"{self.first:020d}.arrow"
 
 
+#: what a segment listed without them has for its epoch, age and part (``Segments.extend``)
+_MISSING_FIELDS = (0, 0.0, -1)
+
+
+class Segments(Sequence[Segment]):
+    """A partition's segments in offset order, kept as columns of machine numbers and made
+    ``Segment`` objects only when one is asked for: a writer retains every segment of the
+    partitions it holds until retention deletes it, and with hundreds of endpoints, each a
+    segment every flush, those are millions (a segment takes 48 bytes here, about 250 as an
+    object). The commit's searches run in C on the columns.
+
+    Invariants: ``end(i) == first(i + 1)`` is not required (a loaded index may start after
+    ``start``), but firsts and ends both rise; ``nbytes`` is the sum of the segments' sizes.
+    A segment given out is a copy: changing it changes nothing here (``set_unknown_ages``).
+    """
+
+    __slots__ = ("_ats", "_ends", "_epochs", "_firsts", "_parts", "_sizes", "nbytes")
+
+    def __init__(self, segments: Iterable[Segment] = ()) -> None:
+        self._firsts = array("q")
+        self._ends = array("q")
+        self._sizes = array("q")
+        self._epochs = array("q")
+        self._ats = array("d")
+        self._parts = array("q")  # -1: None (a file of its own)
+        self.nbytes = 0  # the sum of the segments' sizes
+        for segment in segments:
+            self.append(segment)
+
+    @classmethod
+    def from_fields(cls, listed: Sequence[Sequence]) -> Segments:
+        """The segments of an index's or history's lines (``extend``)."""
+        made = cls()
+        made.extend(listed)
+        return made
+
+    def extend(self, listed: Sequence[Sequence]) -> None:
+        """Add segments, each as ``Segment.fields`` gives it (first, count, nbytes, then
+        perhaps epoch, age and part), column by column; ValueError or TypeError, and nothing
+        added, if one is not 3 to 6 numbers."""
+        if not listed:
+            return
+        lengths = set(map(len, listed))
+        if not lengths <= {3, 4, 5, 6}:
+            raise ValueError("a segment is listed with fewer than 3 or more than 6 fields")
+        rows = listed if lengths == {6} else [(*f, *_MISSING_FIELDS[len(f) - 3 :]) for f in listed]
+        firsts, counts, sizes, epochs, ats, parts = zip(*rows, strict=True)
+        columns = (
+            array("q", firsts),
+            array("q", map(operator.add, firsts, counts)),
+            array("q", sizes),
+            array("q", epochs),
+            array("d", ats),
+            array("q", parts),
+        )
+        for column, added in zip(self._columns(), columns, strict=True):
+            column.extend(added)
+        self.nbytes += sum(columns[2])
+
+    def __len__(self) -> int:
+        return len(self._firsts)
+
+    @overload
+    def __getitem__(self, at: int) -> Segment: ...
+
+    @overload
+    def __getitem__(self, at: slice) -> list[Segment]: ...
+
+    def __getitem__(self, at: int | slice) -> Segment | list[Segment]:
+        if isinstance(at, slice):
+            return [self._made(i) for i in range(*at.indices(len(self)))]
+        if at < 0:
+            at += len(self)
+        if not 0 <= at < len(self):
+            raise IndexError("segment index out of range")
+        return self._made(at)
+
+    def _made(self, i: int) -> Segment:
+        first, part = self._firsts[i], self._parts[i]
+        return Segment(
+            first,
+            self._ends[i] - first,
+            self._sizes[i],
+            self._epochs[i],
+            self._ats[i],
+            None if part < 0 else part,
+        )
+
+    def __iter__(self) -> Iterator[Segment]:
+        return (self._made(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Segments | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        raise TypeError("Segments change in place, as a list does: they have no hash")
+
+    def __repr__(self) -> str:
+        return f"Segments({list(self)!r})"
+
+    def append(self, segment: Segment) -> None:
+        """Add ``segment`` at the end (it starts at or after the last one's end)."""
+        self._firsts.append(segment.first)
+        self._ends.append(segment.first + segment.count)
+        self._sizes.append(segment.nbytes)
+        self._epochs.append(segment.epoch)
+        self._ats.append(segment.at)
+        self._parts.append(-1 if segment.part is None else segment.part)
+        self.nbytes += segment.nbytes
+
+    def pop(self) -> Segment:
+        """Take the last segment away (an append that could not be published)."""
+        last = self[-1]
+        for column in self._columns():
+            column.pop()
+        self.nbytes -= last.nbytes
+        return last
+
+    def take_first(self, count: int) -> list[Segment]:
+        """Take the first ``count`` segments away (retention deleted them); them."""
+        gone = self[:count]
+        for column in self._columns():
+            del column[:count]
+        self.nbytes -= sum(segment.nbytes for segment in gone)
+        return gone
+
+    def _columns(self) -> tuple[array, ...]:
+        return self._firsts, self._ends, self._sizes, self._epochs, self._ats, self._parts
+
+    def count_ending_by(self, offset: int) -> int:
+        """How many segments, from the first, end at or before ``offset``."""
+        return bisect.bisect_right(self._ends, offset)
+
+    def count_starting_before(self, offset: int) -> int:
+        """How many segments, from the first, start before ``offset``."""
+        return bisect.bisect_left(self._firsts, offset)
+
+    def nbytes_of(self, begin: int, stop: int) -> int:
+        """The sizes of segments ``begin`` to ``stop`` together."""
+        return sum(self._sizes[begin:stop])
+
+    def oldest_at(self, begin: int, stop: int) -> float:
+        """When the oldest of segments ``begin`` to ``stop`` (some) was written."""
+        return min(self._ats[begin:stop])
+
+    def set_unknown_ages(self, now: float) -> None:
+        """Segments whose age is not known (0: written by an earlier release) count from
+        ``now``, for retention by age."""
+        ats = self._ats
+        for i in range(len(ats)):
+            if not ats[i]:
+                ats[i] = now
+
+
 #: segments a planner lists for one range at most (``PartitionIndex.listing``): beyond, the read
 #: task loads the index itself (a backlog's range, read once)
 MAX_LISTED = 64
@@ -135,13 +293,18 @@ class PartitionIndex:
     key: str
     start: int = 0  # first offset still retained (committed or not)
     end: int = 0  # next offset to be written
-    segments: list[Segment] = field(default_factory=list)
+    #: a list of ``Segment`` given here becomes ``Segments``
+    segments: Segments = field(default_factory=Segments)
     dropped: int = 0  # messages dropped at the spool bound, ever
     retired: bool = False  # the endpoint left; no more appends expected
     committed: int = 0  # Spark committed every offset below this one
     #: the file, beside index.json, that lists the segments appended after this index was
     #: written, a line each (``appended_line``); "" in an index of format version 1
     appended: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.segments, Segments):
+            self.segments = Segments(self.segments)
 
     def to_json(self) -> str:
         """index.json: every segment not wholly committed, and the file that lists those
@@ -179,15 +342,15 @@ class PartitionIndex:
         list; without it, ``segments`` may start after ``start``. Segments the history lacks
         (a history cut short) count as deleted: ``start`` moves up to what is listed."""
         obj = checked_version(json.loads(text), where, INDEX_FORMAT_VERSION)
-        segments = [Segment(*s) for s in obj["segments"]]
+        listed = obj["segments"]
         times = obj.get("written_at") or []
-        if len(times) == len(segments):
-            for segment, at in zip(segments, times, strict=True):
-                segment.at = float(at)
+        if len(times) == len(listed):
+            listed = [_with_age(fields, at) for fields, at in zip(listed, times, strict=True)]
         start = obj.get("retained_from", obj["start"])
         if history is not None:
             start, older = _committed_before(history, start, obj["start"])
-            segments = older + segments
+            listed = older + listed
+        segments = Segments.from_fields(listed)
         return cls(
             obj["key"],
             start,
@@ -219,6 +382,14 @@ class PartitionIndex:
         write that failed or a crash), or one that does not go on from ``end``, ends them: the
         writer appends nothing after it. False if a whole line ended them so (nothing after it
         counts, in this text or appended later)."""
+        added: list[list] = []  # (added to the segments at once, column by column)
+        try:
+            return self._add_lines(text, added)
+        finally:
+            self.segments.extend(added)
+
+    def _add_lines(self, text: str, added: list[list]) -> bool:
+        """``add_appended``, the segments put in ``added``."""
         for published in _parsed_lines(text.split("\n")[:-1]):
             if published is UNPARSED:
                 return False
@@ -234,7 +405,7 @@ class PartitionIndex:
                 return False
             if first != self.end or len(part) > 1:
                 return False
-            self.segments.append(Segment(first, count, nbytes, epoch, at, *part))
+            added.append([first, count, nbytes, epoch, at, *part])
             self.end, self.dropped = first + count, dropped
         return True
 
@@ -244,15 +415,15 @@ class PartitionIndex:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.segments)
+        return self.segments.nbytes
 
     def committed_count(self) -> int:
         """How many segments, from the first, are committed (end at or before ``committed``)."""
-        return bisect.bisect_right(self.segments, self.committed, key=lambda s: s.end)
+        return self.segments.count_ending_by(self.committed)
 
     def count_before(self, offset: int) -> int:
         """How many segments, from the first, end at or before ``offset``."""
-        return bisect.bisect_right(self.segments, offset, key=lambda s: s.end)
+        return self.segments.count_ending_by(offset)
 
     def state(self) -> PartitionState:
         return PartitionState(self.start, self.end, self.retired, self.committed)
@@ -264,7 +435,7 @@ class PartitionIndex:
         if end > self.end:
             return None
         begin = self.count_before(start)
-        stop = bisect.bisect_left(self.segments, end, key=lambda s: s.first)
+        stop = self.segments.count_starting_before(end)
         if stop - begin > limit:
             return None
         listed = self.segments[begin:stop]
@@ -326,10 +497,17 @@ def checked_version(doc: object, where: str, newest: int = FORMAT_VERSION) -> di
     return doc
 
 
-def _committed_before(text: str, start: int, listed: int) -> tuple[int, list[Segment]]:
-    """The history's segments that cover [start, listed) without a hole, and where they start
-    (``start`` unless lines are missing: what they named counts as deleted). Lines that do not
-    parse (a line cut short by a crash) and segments outside the range are passed over."""
+def _with_age(fields: list, at: float) -> list:
+    """A segment's fields (first, count, nbytes and perhaps epoch) as an index of format
+    version 1 or 2 lists them, with its age from the index's ``written_at``."""
+    return [*fields[:4], *[0] * (4 - len(fields[:4])), float(at)]
+
+
+def _committed_before(text: str, start: int, listed: int) -> tuple[int, list[list]]:
+    """The history's segments that cover [start, listed) without a hole, each as
+    ``Segment.fields``, and where they start (``start`` unless lines are missing: what they
+    named counts as deleted). Lines that do not parse (a line cut short by a crash) and
+    segments outside the range are passed over."""
     by_end: dict[int, Segment] = {}
     for line in text.splitlines():
         try:
@@ -344,4 +522,4 @@ def _committed_before(text: str, start: int, listed: int) -> tuple[int, list[Seg
         chain.append(by_end[at])
         at = chain[-1].first
     chain.reverse()
-    return at, chain
+    return at, [segment.fields() for segment in chain]

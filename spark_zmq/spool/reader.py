@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -206,6 +206,7 @@ def read_range(
     Offsets that retention deleted (below the index's start, or a segment whose file went after
     the index was read) come as one gap row at the first of them (``_deleted``); a spool that
     never held the range is a SpoolError."""
+    segments: Sequence[Segment]
     if listing is not None:
         retained_from, segments = listing.start, listing.segment_list()
     else:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 
 from spark_zmq.log import logger
-from spark_zmq.spool.index import PartitionIndex, Retention, Segment
+from spark_zmq.spool.index import PartitionIndex, Retention, Segment, Segments
 
 #: at the bound, committed segments are deleted until the spool is this fraction of the bound
 #: below it, so that appends at the bound do not each look for something to delete
@@ -47,23 +47,19 @@ class RetentionLedger:
         count from now."""
         if index is None:
             return
-        now = time.time()
         committed = index.committed_count()
-        for segment in index.segments:
-            if not segment.at:
-                segment.at = now
-        self.nbytes += sign * sum(s.nbytes for s in index.segments[:committed])
+        index.segments.set_unknown_ages(time.time())
+        self.nbytes += sign * index.segments.nbytes_of(0, committed)
         seconds = self.retention.seconds
         if sign > 0 and committed and seconds is not None:
             self.expires_at = min(self.expires_at, index.segments[0].at + seconds)
 
-    def committed(self, newly: list[Segment]) -> None:
-        """Segments ``newly`` were committed."""
-        self.nbytes += sum(s.nbytes for s in newly)
-        if newly and self.retention.seconds is not None:
-            self.expires_at = min(
-                self.expires_at, min(s.at for s in newly) + self.retention.seconds
-            )
+    def committed(self, segments: Segments, begin: int, stop: int) -> None:
+        """Segments ``begin`` to ``stop`` of ``segments`` were committed."""
+        self.nbytes += segments.nbytes_of(begin, stop)
+        if stop > begin and self.retention.seconds is not None:
+            oldest = segments.oldest_at(begin, stop)
+            self.expires_at = min(self.expires_at, oldest + self.retention.seconds)
 
     def freed(self, nbytes: int) -> None:
         """Committed segments of ``nbytes`` were deleted."""

@@ -464,7 +464,7 @@ class Spool(SpoolPartitions):
             if index is not None:
                 before = index.committed_count()
                 index.committed = min(end, index.end)
-                self._ledger.committed(index.segments[before : index.committed_count()])
+                self._ledger.committed(index.segments, before, index.committed_count())
                 if not (self._ledger.due() and self._apply_retention(time.time()).get(key)):
                     self._publish(index, commit=True)  # retention deleted nothing of it
                 return
@@ -535,7 +535,7 @@ class Spool(SpoolPartitions):
         index = self._held(key)
         if index is None:
             return
-        gone, index.segments = index.segments[:count], index.segments[count:]
+        gone = index.segments.take_first(count)
         index.start = index.segments[0].first if index.segments else index.end
         freed = sum(segment.nbytes for segment in gone)
         committed_freed = sum(s.nbytes for s in gone if s.end <= index.committed)
