@@ -91,7 +91,10 @@ class EpochFiles:
     ) -> None:
         """Name the flush file ``flush_file`` as ``segment``'s file (its part ``segment.part``)
         in ``key``'s epoch folder: a hard link, or, on storage that has none, a file of the
-        part alone (``part()``: it becomes part 0, and sets the segment's size)."""
+        part alone (``part()``: it becomes part 0, and sets the segment's size). Nothing for a
+        segment that names its flush file by number (``flushes``)."""
+        if segment.flush:
+            return
         path = self.path(key, segment.file_name)
         try:
             try:
@@ -245,8 +248,11 @@ class EpochFiles:
     def delete(self, key: str, gone: list[Segment], kept: Sequence[Segment]) -> None:
         """Delete the files of segments ``gone`` (each in whichever epoch folder it is; gone
         already: nothing to do), then the epoch folders that neither ``kept`` nor the epoch
-        held use."""
+        held use. A numbered flush file that a segment names is not the segment's alone: the
+        exclusive writer deletes it with the last (``flushes``)."""
         for segment in gone:
+            if segment.flush:
+                continue
             for path in segment_paths(self.root, key, segment):
                 try:
                     os.remove(path)

@@ -23,8 +23,11 @@ FORMAT_VERSION = 1
 #: index.json's own layout: 2 names a file of segments appended since (``appended``), which a
 #: release that reads only version 1 would not see; 3 (0.3) lists segments that are parts of
 #: flush files (``Segment.part``), which a release that reads only versions 1 and 2 would read as
-#: the whole file, and its appended file has commit lines too; this release reads all three
-INDEX_FORMAT_VERSION = 3
+#: the whole file, and its appended file has commit lines too; 4 lists segments whose flush file
+#: is not linked in the epoch folder but named by number in the spool's flush folder
+#: (``Segment.flush``), which a release that reads up to version 3 would not find; this release
+#: reads all four
+INDEX_FORMAT_VERSION = 4
 VERSION_KEY = "format_version"
 
 
@@ -91,10 +94,16 @@ class Segment:
     #: which part of its flush file holds its rows (``segments``); None: the file holds this
     #: segment alone (written before 0.3)
     part: int | None = None
+    #: the number of its flush file in the spool's flush folder (``layout.flush_path``), which
+    #: an exclusive writer keeps for as long as a segment names it (``flushes``); 0: its file
+    #: is in the epoch folder (a link to the flush file, or a file of its own)
+    flush: int = 0
 
     def fields(self) -> list:
         """The segment as an index, history or appended-segments line lists it."""
         listed: list = [self.first, self.count, self.nbytes, self.epoch, self.at]
+        if self.flush:
+            return [*listed, self.part or 0, self.flush]
         return listed if self.part is None else [*listed, self.part]
 
     @property
@@ -106,8 +115,9 @@ class Segment:
         return f"{self.first:020d}.arrow"
 
 
-#: what a segment listed without them has for its epoch, age and part (``Segments.extend``)
-_MISSING_FIELDS = (0, 0.0, -1)
+#: what a segment listed without them has for its epoch, age, part and flush file
+#: (``Segments.extend``)
+_MISSING_FIELDS = (0, 0.0, -1, 0)
 
 
 class Segments(Sequence[Segment]):
@@ -122,7 +132,7 @@ class Segments(Sequence[Segment]):
     A segment given out is a copy: changing it changes nothing here (``set_unknown_ages``).
     """
 
-    __slots__ = ("_ats", "_ends", "_epochs", "_firsts", "_parts", "_sizes", "nbytes")
+    __slots__ = ("_ats", "_ends", "_epochs", "_firsts", "_flushes", "_parts", "_sizes", "nbytes")
 
     def __init__(self, segments: Iterable[Segment] = ()) -> None:
         self._firsts = array("q")
@@ -131,6 +141,7 @@ class Segments(Sequence[Segment]):
         self._epochs = array("q")
         self._ats = array("d")
         self._parts = array("q")  # -1: None (a file of its own)
+        self._flushes = array("q")
         self.nbytes = 0  # the sum of the segments' sizes
         for segment in segments:
             self.append(segment)
@@ -144,15 +155,15 @@ class Segments(Sequence[Segment]):
 
     def extend(self, listed: Sequence[Sequence]) -> None:
         """Add segments, each as ``Segment.fields`` gives it (first, count, nbytes, then
-        perhaps epoch, age and part), column by column; ValueError or TypeError, and nothing
-        added, if one is not 3 to 6 numbers."""
+        perhaps epoch, age, part and flush file), column by column; ValueError or TypeError,
+        and nothing added, if one is not 3 to 7 numbers."""
         if not listed:
             return
         lengths = set(map(len, listed))
-        if not lengths <= {3, 4, 5, 6}:
-            raise ValueError("a segment is listed with fewer than 3 or more than 6 fields")
-        rows = listed if lengths == {6} else [(*f, *_MISSING_FIELDS[len(f) - 3 :]) for f in listed]
-        firsts, counts, sizes, epochs, ats, parts = zip(*rows, strict=True)
+        if not lengths <= {3, 4, 5, 6, 7}:
+            raise ValueError("a segment is listed with fewer than 3 or more than 7 fields")
+        rows = listed if lengths == {7} else [(*f, *_MISSING_FIELDS[len(f) - 3 :]) for f in listed]
+        firsts, counts, sizes, epochs, ats, parts, flushes = zip(*rows, strict=True)
         columns = (
             array("q", firsts),
             array("q", map(operator.add, firsts, counts)),
@@ -160,6 +171,7 @@ class Segments(Sequence[Segment]):
             array("q", epochs),
             array("d", ats),
             array("q", parts),
+            array("q", flushes),
         )
         for column, added in zip(self._columns(), columns, strict=True):
             column.extend(added)
@@ -192,6 +204,7 @@ class Segments(Sequence[Segment]):
             self._epochs[i],
             self._ats[i],
             None if part < 0 else part,
+            self._flushes[i],
         )
 
     def __iter__(self) -> Iterator[Segment]:
@@ -216,6 +229,7 @@ class Segments(Sequence[Segment]):
         self._epochs.append(segment.epoch)
         self._ats.append(segment.at)
         self._parts.append(-1 if segment.part is None else segment.part)
+        self._flushes.append(segment.flush)
         self.nbytes += segment.nbytes
 
     def pop(self) -> Segment:
@@ -235,7 +249,19 @@ class Segments(Sequence[Segment]):
         return gone
 
     def _columns(self) -> tuple[array, ...]:
-        return self._firsts, self._ends, self._sizes, self._epochs, self._ats, self._parts
+        return (
+            self._firsts,
+            self._ends,
+            self._sizes,
+            self._epochs,
+            self._ats,
+            self._parts,
+            self._flushes,
+        )
+
+    def flush_numbers(self, begin: int = 0, stop: int | None = None) -> array:
+        """The flush file numbers (``Segment.flush``) of segments ``begin`` to ``stop``."""
+        return self._flushes[begin:stop]
 
     def count_ending_by(self, offset: int) -> int:
         """How many segments, from the first, end at or before ``offset``."""
@@ -367,6 +393,8 @@ class PartitionIndex:
         count of dropped messages as it now is."""
         s = segment  # (formatted here, not by json.dumps: one per endpoint each flush)
         part = "" if s.part is None else f", {int(s.part)}"
+        if s.flush:
+            part = f", {int(s.part or 0)}, {int(s.flush)}"
         return (
             f"[{int(s.first)}, {int(s.count)}, {int(s.nbytes)}, {int(s.epoch)}, "
             f"{float(s.at)!r}, {int(self.dropped)}{part}]\n"
@@ -400,12 +428,12 @@ class PartitionIndex:
                         return False
                     self.committed = committed
                     continue
-                first, count, nbytes, epoch, at, dropped, *part = published
+                first, count, nbytes, epoch, at, dropped, *where = published
             except (ValueError, TypeError, KeyError):
                 return False
-            if first != self.end or len(part) > 1:
+            if first != self.end or len(where) > 2:
                 return False
-            added.append([first, count, nbytes, epoch, at, *part])
+            added.append([first, count, nbytes, epoch, at, *where])
             self.end, self.dropped = first + count, dropped
         return True
 

@@ -101,6 +101,12 @@ HASHED_PREFIX = 64
 #: what separates that start from the digest (``quote`` never leaves a ``+``)
 HASHED_MARK = "+"
 SEALED = ".sealed"
+#: the folder of a spool where flush files are written (``segments``): a holder's until its
+#: segments link it, an exclusive writer's for as long as a segment names it by number
+#: (``flush_path``); "@" is quoted in partition folder names: no clash
+FLUSHES = "@flushes"
+#: a numbered flush file's name: its number, then this
+FLUSH_SUFFIX = ".arrow"
 _EPOCH_DIR = re.compile(r"e(\d{8,})(\.sealed)?")
 
 
@@ -281,9 +287,23 @@ def load_indexes(root: str, history: bool = True) -> dict[str, PartitionIndex]:
     return {key: index for key, index in indexes.items() if index is not None}
 
 
-def segment_paths(root: str, key: str, segment: Segment, folder: str = "") -> tuple[str, str]:
-    """Where a segment's file is: in its epoch folder, or in that folder once sealed
-    (``folder``: the partition's, if known)."""
+def flush_path(root: str, number: int) -> str:
+    """Where the flush file ``number`` (``Segment.flush``) is."""
+    return f"{root}{os.sep}{FLUSHES}{os.sep}{number:020d}{FLUSH_SUFFIX}"
+
+
+def flush_number(name: str) -> int | None:
+    """The number of a numbered flush file's name (``flush_path``); None for any other name (a
+    holder's flush file, a file being written)."""
+    stem = name[: -len(FLUSH_SUFFIX)] if name.endswith(FLUSH_SUFFIX) else ""
+    return int(stem) if stem.isdigit() and len(stem) == 20 else None
+
+
+def segment_paths(root: str, key: str, segment: Segment, folder: str = "") -> tuple[str, ...]:
+    """Where a segment's file is: the flush file it names by number, or its file in its epoch
+    folder, or in that folder once sealed (``folder``: the partition's, if known)."""
+    if segment.flush:
+        return (flush_path(root, segment.flush),)
     base = os.path.join(folder or partition_dir(root, key), epoch_name(segment.epoch))
     return os.path.join(base, segment.file_name), os.path.join(base + SEALED, segment.file_name)
 

@@ -1,12 +1,13 @@
 """Segment files: the Arrow IPC files that hold a spool's rows, written and read.
 
-Since 0.3 a flush writes *one* file for every partition it has rows of (a *flush file*), and
-each partition's segment is a hard link to it in the partition's epoch folder, named by the
-segment's first offset as before. The file's schema metadata ``parts`` lists, in row order,
-``[row, count, source]`` for each partition's rows, and a segment names its part (``part``).
-So a flush of 300 endpoints costs one file and 300 links, not 300 files; a read task that reads
-many partitions opens each flush file once (``SegmentFiles``); and a file's space is freed
-when retention has deleted the last segment that links it, whoever holds those partitions.
+Since 0.3 a flush writes *one* file for every partition it has rows of (a *flush file*). The
+file's schema metadata ``parts`` lists, in row order, ``[row, count, source]`` for each
+partition's rows, and a segment names its part (``part``). An exclusive writer keeps the file
+in the spool's flush folder under a number that each segment names (``Segment.flush``,
+``flushes``); a holder links it as each partition's segment file in its epoch folder, named by
+the segment's first offset as before, and the file's space is freed with its last link. So a
+flush of 300 endpoints costs one file, not 300 (and, for a holder, 300 links); a read task that
+reads many partitions opens each flush file once (``SegmentFiles``).
 
 A segment of an earlier release (``part`` None) is a file of its own, its source in the schema
 metadata ``source``.

@@ -31,6 +31,7 @@ from spark_zmq.spool.epochs import (
     seal,
 )
 from spark_zmq.spool.files import EpochFiles
+from spark_zmq.spool.flushes import NumberedFlushes
 from spark_zmq.spool.index import (
     Listing,
     PartitionIndex,
@@ -40,11 +41,13 @@ from spark_zmq.spool.index import (
     Source,
 )
 from spark_zmq.spool.layout import (
+    FLUSHES,
     LEASE_NAME,
     JsonState,
     LeaseLost,
     SpoolError,
     SpoolWriteError,
+    flush_number,
     load_index,
     load_indexes,
     os_cause,
@@ -60,10 +63,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 SP = TypeVar("SP", bound="SpoolPartitions")
 
-#: the folder of a spool where a flush file is written before the segments link it
-#: (``segments``); "@" is quoted in partition folder names: no clash
-FLUSHES = "@flushes"
-#: a flush file older than this was left by a writer that stopped before deleting it
+#: a holder's flush file older than this was left by a writer that stopped before deleting it
 STALE_FLUSH_SECONDS = 600.0
 
 
@@ -123,11 +123,18 @@ class SpoolPartitions:
         self._files = EpochFiles(root, self.epochs, self._forget)
         self._reserve = Reserve(root)
         self._reserve.keep()
+        #: an exclusive writer's flush files, named by number and kept while a segment names
+        #: them (``flushes``); None: a holder, whose segments link its flush files
+        self._numbered = NumberedFlushes(root) if exclusive else None
         if exclusive:
             self.partitions = load_indexes(root)
         self.nbytes = sum(p.nbytes for p in self.partitions.values())
         for index in self.partitions.values():
             self._ledger.count(index, +1)
+        if self._numbered is not None:
+            for index in self.partitions.values():
+                self._numbered.count(index, +1)
+            self._numbered.sweep()
 
     def stopping(self) -> None:
         """Say that this process is about to let go of the folder (see ``lock_folder``)."""
@@ -192,6 +199,9 @@ class SpoolPartitions:
         self._beats[key] = 0
         self._ledger.count(old, -1)
         self._ledger.count(index, +1)
+        if self._numbered is not None:
+            self._numbered.count(old, -1)
+            self._numbered.count(index, +1)
         self._save(index)
         self.write_lease(key)
 
@@ -331,7 +341,9 @@ class SpoolPartitions:
             return failures
         if sum(part.rows for _, part in kept) != rows.num_rows:  # (all of them, in order)
             rows = pa.concat_tables([rows.slice(begin, part.rows) for begin, part in kept])
-        flush_file = os.path.join(self.root, FLUSHES, f"{uuid.uuid4().hex}.arrow")
+        number, flush_file = 0, os.path.join(self.root, FLUSHES, f"{uuid.uuid4().hex}.arrow")
+        if self._numbered is not None:
+            number, flush_file = self._numbered.next()
         try:
             shares = write_flush_file(flush_file, rows, [(p.source, p.rows) for _, p in kept])
         except OSError as exc:
@@ -340,23 +352,29 @@ class SpoolPartitions:
                 f"cannot write {flush_file} (spool {self.root}, {_named(keys)}): {os_cause(exc)}"
             )
             return failures | {part.key: error for _, part in kept}
-        try:
-            self._publish_all(rows, kept, flush_file, shares, failures)
-        finally:
-            remove_quietly(flush_file)  # the segments link it
+        if self._numbered is None:
+            try:
+                self._publish_all(rows, kept, (flush_file, 0), shares, failures)
+            finally:
+                remove_quietly(flush_file)  # the segments link it
+        else:  # (kept if this raises: a segment may name it; swept at the next start if not)
+            self._publish_all(rows, kept, (flush_file, number), shares, failures)
+            self._numbered.written(number)
         return failures
 
     def _publish_all(
         self,
         rows: pa.Table,
         kept: list[tuple[int, FlushPart]],
-        flush_file: str,
+        flush_file: tuple[str, int],
         shares: list[int],
         failures: dict[str, SpoolError],
     ) -> None:
-        """Publish a segment for each part of the flush file ``flush_file`` (``rows``); what
-        fails goes in ``failures``."""
+        """Publish a segment for each part of the flush file ``flush_file`` (its path, and
+        its number if it is kept by number: ``flushes``), whose rows are ``rows``; what fails
+        goes in ``failures``."""
         written_at, begin = time.time(), 0
+        path, flush = flush_file
         faults = rows.column("fault")
         counting = faults.null_count < len(faults)  # gap rows to count by cause (rare)
         for number, ((_, part), nbytes) in enumerate(zip(kept, shares, strict=True)):
@@ -365,13 +383,15 @@ class SpoolPartitions:
                 continue  # an earlier part of it failed: offsets would not go on
             index = self.partitions[part.key]
             epoch = self.epochs[part.key]
-            segment = Segment(index.end, part.rows, nbytes, epoch, written_at, number)
+            segment = Segment(index.end, part.rows, nbytes, epoch, written_at, number, flush)
             own = _PartRows(part.source, rows, first, part.rows)
             try:
-                self._publish_segment(index, segment, flush_file, own, part.dropped)
+                self._publish_segment(index, segment, path, own, part.dropped)
             except SpoolError as exc:
                 failures[part.key] = exc
             else:
+                if self._numbered is not None:
+                    self._numbered.named(flush)
                 if counting:
                     self._count_gap_rows(rows.slice(first, part.rows))
 
@@ -544,6 +564,8 @@ class Spool(SpoolPartitions):
         self.nbytes -= freed
         self._ledger.freed(committed_freed)
         self._files.delete(key, gone, index.segments)
+        if self._numbered is not None:
+            self._numbered.release(gone)
 
     def _publish(self, index: PartitionIndex, commit: bool = False) -> None:
         """Publish ``index`` (``commit``: only its ``committed`` changed)."""
@@ -637,13 +659,15 @@ def _named(keys: list[str]) -> str:
 def _clear_flushes(root: str) -> None:
     """The folder of flush files, made, without what was left there by a writer that stopped
     between writing one and deleting it (older than STALE_FLUSH_SECONDS: writers of other
-    processes share the folder)."""
+    processes share the folder). Numbered flush files, which segments name, are an exclusive
+    writer's to delete (``flushes``)."""
     folder = os.path.join(root, FLUSHES)
     _make_folder(folder)
     now = time.time()
     for entry in os.scandir(folder):
         try:
-            if now - entry.stat().st_mtime > STALE_FLUSH_SECONDS:
+            stale = now - entry.stat().st_mtime > STALE_FLUSH_SECONDS
+            if stale and flush_number(entry.name) is None:
                 os.remove(entry.path)
         except OSError:
             continue

@@ -1,11 +1,14 @@
-"""Flush files: one Arrow file for every partition a flush writes, linked as each partition's
-segment (``spool.segments``); retention frees the file with its last segment; a spool of
-release 0.2.0 (``data/release-0.2.0``, made by ``data/make_release_0_2_spool.py`` with that
-release) is read and written on in place."""
+"""Flush files: one Arrow file for every partition a flush writes (``spool.segments``). An
+exclusive writer names it by number from each partition's segment and deletes it with the last
+segment that names it (``spool.flushes``); a holder links it as each partition's segment file,
+and the file goes with its last link. A spool of release 0.2.0 (``data/release-0.2.0``, made
+by ``data/make_release_0_2_spool.py`` with that release) and one of index format 3
+(``data/format-3``, by ``data/make_format_3_spool.py``) are read and written on in place."""
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 
@@ -14,12 +17,21 @@ import pytest
 from spark_zmq.capture.buffer import spool_table
 from spark_zmq.spool import files as spool_files
 from spark_zmq.spool.index import Retention, Source
-from spark_zmq.spool.layout import LeaseLost, SpoolWriteError, load_index, partition_dir
+from spark_zmq.spool.layout import (
+    FLUSHES,
+    INDEX_NAME,
+    LeaseLost,
+    SpoolWriteError,
+    epochs,
+    load_index,
+    partition_dir,
+)
 from spark_zmq.spool.reader import read_range, read_snapshot
 from spark_zmq.spool.segments import SegmentFiles
-from spark_zmq.spool.writer import FLUSHES, Append, Spool
+from spark_zmq.spool.writer import Append, Spool
 
 RELEASE_0_2 = os.path.join(os.path.dirname(__file__), "data", "release-0.2.0")
+FORMAT_3 = os.path.join(os.path.dirname(__file__), "data", "format-3")
 
 
 def rows(name: str, first: int, count: int):
@@ -48,15 +60,57 @@ def arrow_files(folder) -> list[str]:
     )
 
 
-def test_one_flush_writes_one_file_that_every_partition_links(tmp_path):
-    root = str(tmp_path / "spool")
-    spool = Spool(root, 1 << 30, retention=Retention(seconds=0))
-    keys = [f"p{n}" for n in range(50)]
+def holder(root: str, keys: list[str]) -> Spool:
+    """A holder's spool (``capture=executors``) that has claimed ``keys``."""
+    spool = Spool(root, 1 << 30, exclusive=False, retention=Retention(seconds=0))
+    for key in keys:
+        spool.open_partition(key, expect_epoch=0)
+    return spool
+
+
+def three_flushes(spool: Spool, keys: list[str]) -> None:
     for flush in range(3):
         failures = spool.append_all(
             [Append(key, source(key), rows(key, 2 * flush, 2)) for key in keys]
         )
         assert failures == {}
+
+
+def test_one_flush_writes_one_file_that_every_partition_names_by_number(tmp_path):
+    """An exclusive writer: no link per partition; the file goes with the last segment."""
+    root = str(tmp_path / "spool")
+    spool = Spool(root, 1 << 30, retention=Retention(seconds=0))
+    keys = [f"p{n}" for n in range(50)]
+    three_flushes(spool, keys)
+    flushes = arrow_files(os.path.join(root, FLUSHES))
+    assert len(flushes) == 3 and arrow_files(root) == flushes, "a file a flush, no links"
+    assert {s.flush for key in keys for s in load_index(root, key).segments} == {
+        int(os.path.basename(path).split(".")[0]) for path in flushes
+    }
+    files = SegmentFiles()
+    for key in keys:
+        assert read(root, key, 1, 6, files) == [(f"tcp://{key}", f"{key}/{n}") for n in range(1, 6)]
+    assert len(files._files) == 3, "a read of many partitions opens each flush file once"
+    assert spool.nbytes == sum(os.stat(path).st_size for path in flushes)
+    for key in keys[:-1]:
+        spool.truncate(key, 6)
+    assert arrow_files(root) == flushes, "p49 keeps them"
+    spool.truncate(keys[-1], 2)
+    assert arrow_files(root) == flushes[1:]
+    assert read(root, keys[-1], 2, 6) == [("tcp://p49", f"p49/{n}") for n in range(2, 6)]
+    spool.close()
+    again = Spool(root, 1 << 30, retention=Retention(seconds=0))  # counts what indexes name
+    assert arrow_files(root) == flushes[1:]
+    again.truncate(keys[-1], 6)
+    assert arrow_files(root) == []
+    again.close()
+
+
+def test_one_flush_writes_one_file_that_every_partition_of_a_holder_links(tmp_path):
+    root = str(tmp_path / "spool")
+    keys = [f"p{n}" for n in range(50)]
+    spool = holder(root, keys)
+    three_flushes(spool, keys)
     links = arrow_files(root)
     assert len(links) == 150, "one segment per partition and flush"
     assert len({os.stat(path).st_ino for path in links}) == 3, "one file per flush"
@@ -76,6 +130,32 @@ def test_one_flush_writes_one_file_that_every_partition_links(tmp_path):
     assert len({os.stat(path).st_ino for path in arrow_files(root)}) == 2
     assert read(root, keys[-1], 2, 6) == [("tcp://p49", f"p49/{n}") for n in range(2, 6)]
     spool.close()
+
+
+def test_a_flush_not_published_is_deleted_and_its_file_too_at_the_next_start(tmp_path, monkeypatch):
+    """A flush none of whose segments was published leaves no file: at once when its lines
+    fail, at the writer's next start when it crashed in between."""
+    root = str(tmp_path)
+    spool = Spool(root, 1 << 30)
+    assert spool.append_all([Append("a", source("a"), rows("a", 0, 2))]) == {}
+    kept = arrow_files(root)
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(spool_files.os, "open", refused)  # the line's write fails
+        failures = spool.append_all([Append("a", source("a"), rows("a", 2, 2))])
+    assert isinstance(failures["a"], SpoolWriteError)
+    assert arrow_files(root) == kept, "the file no segment names is gone"
+    number, path = spool._numbered.next()  # a crash after the file, before its lines
+    shutil.copy(kept[0], path)
+    spool.close()
+    again = Spool(root, 1 << 30)
+    assert arrow_files(root) == kept
+    assert read(root, "a", 0, 2) == [("tcp://a", "a/0"), ("tcp://a", "a/1")]
+    assert again._numbered.next()[0] > number, "numbers are never given twice"
+    again.close()
 
 
 def test_appends_of_one_partition_in_a_flush_become_one_segment_in_order(tmp_path):
@@ -128,7 +208,7 @@ def test_storage_without_hard_links_gets_a_file_per_partition(tmp_path, monkeypa
 
     monkeypatch.setattr(spool_files, "_link", no_links)
     root = str(tmp_path)
-    spool = Spool(root, 1 << 30)
+    spool = holder(root, ["a", "b"])
     assert spool.append_all([Append(k, source(k), rows(k, 0, 3)) for k in "ab"]) == {}
     assert len({os.stat(path).st_ino for path in arrow_files(root)}) == 2
     assert read(root, "b", 0, 3) == [("tcp://b", f"b/{n}") for n in range(3)]
@@ -159,7 +239,7 @@ def test_a_damaged_flush_file_gives_each_partition_its_rows_then_a_gap(tmp_path)
     spool = Spool(root, 1 << 30)
     spool.append_all([Append(k, source(k), rows(k, 0, 5000)) for k in "ab"])
     spool.close()
-    path = arrow_files(os.path.join(root, "a"))[0]
+    path = arrow_files(os.path.join(root, FLUSHES))[0]
     with open(path, "r+b") as f:  # cut short, as a crash of its host leaves it
         f.truncate(os.path.getsize(path) * 97 // 100)  # in b's last batch
     a = read(root, "a", 0, 5000)
@@ -196,3 +276,32 @@ def test_a_spool_of_release_0_2_is_read_and_written_on(tmp_path):
     spool.close()
     with pytest.raises(FileNotFoundError):
         os.stat(os.path.join(partition_dir(root, a), "e00000001.sealed", f"{5:020d}.arrow"))
+
+
+def test_a_spool_of_index_format_3_is_read_and_written_on_in_place(tmp_path):
+    """Index format 3 (0.3 before flush files were named by number: every segment a link in
+    its epoch folder), left by a capture that stopped without letting go: read as it is; an
+    exclusive writer goes on from it with numbered flush files, and retention deletes the old
+    links and the new files alike."""
+    root = str(tmp_path / "spool")
+    shutil.copytree(FORMAT_3, root)
+    a, b = "tcp://10.0.0.1:5000", "tcp://10.0.0.2:5000"
+    assert read_snapshot(root) == {a: (0, 6, False, 5), b: (0, 5, False, 0)}
+    assert [text for _, text in read(root, b, 3, 5)] == ["b/3", "gap: 2 messages dropped"]
+    spool = Spool(root, 1 << 30, retention=Retention(seconds=0))
+    spool.append_all(
+        [Append(a, source("a"), rows("a", 6, 2)), Append(b, source("b"), rows("b", 5, 1))]
+    )
+    epoch = epochs(partition_dir(root, a))[-1][0]
+    doc = json.loads(open(os.path.join(partition_dir(root, a), f"e{epoch:08d}", INDEX_NAME)).read())
+    assert doc["format_version"] == 4
+    assert [text for _, text in read(root, a, 4, 8)] == ["a/4", "a/5", "a/6", "a/7"]
+    assert len(arrow_files(os.path.join(root, FLUSHES))) == 1
+    spool.truncate(a, 6)  # the format 3 segments go, the new one stays
+    assert load_index(root, a).start == 6
+    assert not [path for path in arrow_files(partition_dir(root, a)) if "e00000001" in path]
+    spool.truncate(b, 6)
+    spool.truncate(a, 8)
+    assert arrow_files(root) == [], "the numbered file went with its last segment"
+    assert load_index(root, b).dropped == 2
+    spool.close()

@@ -178,7 +178,8 @@ def test_an_index_written_before_retention_existed_still_loads(tmp_path, monkeyp
     load, and retention works on them once committed."""
     monkeypatch.setattr(spool_files, "LINES_BEFORE_SAVE", 0)  # every commit writes index.json
     root = str(tmp_path)
-    spool = Spool(root, 1 << 30)
+    spool = Spool(root, 1 << 30, exclusive=False)  # (a holder: segment files in the epoch folder)
+    spool.open_partition("k", expect_epoch=0)
     fill(spool, "k", 3)
     spool.truncate("k", 1)
     spool.close()

@@ -81,7 +81,7 @@ def test_an_index_lists_and_reloads_its_segments_through_the_columns() -> None:
     assert [s.at for s in old] == [99.0, 99.0]
 
 
-@pytest.mark.parametrize("listed", [[[0, 1]], [[0, 1, 2, 3, 4, 5, 6]], [["a", 1, 2]], [7]])
+@pytest.mark.parametrize("listed", [[[0, 1]], [[0, 1, 2, 3, 4, 5, 6, 7]], [["a", 1, 2]], [7]])
 def test_a_damaged_segment_line_is_refused(listed: list) -> None:
     """A line of too few or too many fields, or not numbers: an error, as ``Segment(*fields)``
     gave one, not a segment made up."""

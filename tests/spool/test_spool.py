@@ -174,9 +174,9 @@ def test_an_exclusive_spool_takes_every_partition_over(tmp_path):
 def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     """index.json, lease.json and the driver's documents say which layout wrote them; a file
     of another layout is refused with a clear error, one without a version (an earlier
-    release) is read as version 1. index.json has a layout of its own (version 3: it names an
-    appended-segments file, and its segments are parts of flush files) and this release reads
-    its versions 1 and 2 too."""
+    release) is read as version 1. index.json has a layout of its own (version 4: it names an
+    appended-segments file, and its segments are parts of flush files, which an exclusive
+    writer's segments name by number) and this release reads its versions 1 to 3 too."""
     import json
 
     from spark_zmq.spool.index import FORMAT_VERSION, INDEX_FORMAT_VERSION
@@ -188,8 +188,8 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     epoch = epochs(partition_dir(root, "p"))[-1][0]
     folder = tmp_path / "spool" / "p" / f"e{epoch:08d}"
     assert json.loads((folder / LEASE_NAME).read_text())["format_version"] == FORMAT_VERSION
-    assert json.loads((folder / INDEX_NAME).read_text())["format_version"] == 3
-    assert INDEX_FORMAT_VERSION == 3
+    assert json.loads((folder / INDEX_NAME).read_text())["format_version"] == 4
+    assert INDEX_FORMAT_VERSION == 4
     state = JsonState(str(tmp_path / "spool" / "assignment.json"))
     state.save({"beat": 1})
     assert json.loads((tmp_path / "spool" / "assignment.json").read_text())["format_version"] == 1
@@ -204,12 +204,12 @@ def test_every_json_file_of_the_spool_carries_its_format_version(tmp_path):
     doc["format_version"] = 1
     index.write_text(json.dumps(doc))
     assert load_index(root, "p").end == 3
-    doc["format_version"] = 4
+    doc["format_version"] = 5
     index.write_text(json.dumps(doc))
     with pytest.raises(
         SpoolError,
         match=r"e00000001\.sealed/index\.json has spool format "
-        r"version 4; this release of spark_zmq reads versions 1 to 3",
+        r"version 5; this release of spark_zmq reads versions 1 to 4",
     ):
         load_index(root, "p")
     lease = folder.parent / f"e{epoch:08d}.sealed" / LEASE_NAME
