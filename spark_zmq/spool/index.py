@@ -124,7 +124,7 @@ class Segments(Sequence[Segment]):
     """A partition's segments in offset order, kept as columns of machine numbers and made
     ``Segment`` objects only when one is asked for: a writer retains every segment of the
     partitions it holds until retention deletes it, and with hundreds of endpoints, each a
-    segment every flush, those are millions (a segment takes 48 bytes here, about 250 as an
+    segment every flush, those are millions (a segment takes 56 bytes here, about 250 as an
     object). The commit's searches run in C on the columns.
 
     Invariants: ``end(i) == first(i + 1)`` is not required (a loaded index may start after
