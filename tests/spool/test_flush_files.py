@@ -305,3 +305,28 @@ def test_a_spool_of_index_format_3_is_read_and_written_on_in_place(tmp_path):
     assert arrow_files(root) == [], "the numbered file went with its last segment"
     assert load_index(root, b).dropped == 2
     spool.close()
+
+
+def test_holders_leave_numbered_flush_files_to_the_next_exclusive_writer(tmp_path):
+    """A folder that capture on the driver wrote, then capture processes: a holder's start does
+    not delete the numbered files (old as they are), it reads them, and its retention deletes
+    their segments but not the files, which the next exclusive writer's start deletes once no
+    segment names them."""
+    root = str(tmp_path)
+    driver = Spool(root, 1 << 30)
+    assert driver.append_all([Append(k, source(k), rows(k, 0, 2)) for k in "ab"]) == {}
+    driver.close()
+    [numbered] = arrow_files(os.path.join(root, FLUSHES))
+    os.utime(numbered, (1, 1))  # older than any stale holder's file
+    spool = Spool(root, 1 << 30, exclusive=False, retention=Retention(seconds=0))
+    for key in "ab":
+        spool.open_partition(key, expect_epoch=1)
+    assert arrow_files(os.path.join(root, FLUSHES)) == [numbered]
+    assert read(root, "a", 0, 2) == [("tcp://a", "a/0"), ("tcp://a", "a/1")]
+    spool.truncate("a", 2)
+    spool.truncate("b", 2)
+    assert load_index(root, "a").start == 2 and load_index(root, "b").start == 2
+    assert arrow_files(os.path.join(root, FLUSHES)) == [numbered], "not a holder's to delete"
+    spool.close()
+    Spool(root, 1 << 30).close()
+    assert arrow_files(os.path.join(root, FLUSHES)) == []
