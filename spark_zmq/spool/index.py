@@ -431,7 +431,7 @@ class PartitionIndex:
                 first, count, nbytes, epoch, at, dropped, *where = published
             except (ValueError, TypeError, KeyError):
                 return False
-            if first != self.end or len(where) > 2:
+            if first != self.end or len(where) > 2 or not _numbers(published):
                 return False
             added.append([first, count, nbytes, epoch, at, *where])
             self.end, self.dropped = first + count, dropped
@@ -523,6 +523,12 @@ def checked_version(doc: object, where: str, newest: int = FORMAT_VERSION) -> di
             f"it, or give the query a new spoolPath (and checkpoint)"
         )
     return doc
+
+
+def _numbers(values: list) -> bool:
+    """Whether a parsed line's ``values`` are all numbers, as a segment's line holds (a damaged
+    line's are not: it ends the lines, as one cut short does)."""
+    return all(type(value) in (int, float) for value in values)
 
 
 def _with_age(fields: list, at: float) -> list:

@@ -108,3 +108,12 @@ def test_a_retained_segment_takes_a_quarter_of_the_memory_of_a_segment_object() 
         tracemalloc.stop()
     assert len(kept) == 20_000
     assert as_columns / 20_000 < 64, f"{as_columns / 20_000:.0f} bytes a segment"  # 7 x 8
+
+
+def test_an_appended_line_of_other_than_numbers_ends_the_lines() -> None:
+    """A line that parses but does not hold numbers (damage) ends what the file publishes, as
+    a line cut short does; the lines before it count."""
+    index = PartitionIndex("k")
+    text = '[0, 2, 10, 1, 5.0, 0, 0, 7]\n[2, 1, "x", 1, 5.0, 0]\n[3, 1, 10, 1, 5.0, 0]\n'
+    assert index.add_appended(text) is False
+    assert index.end == 2 and index.segments == [Segment(0, 2, 10, 1, 5.0, 0, 7)]
