@@ -103,7 +103,8 @@ def worker_command(
 def wait_for_workers(
     master_state: Callable[[], dict], count: int, timeout: float, logs: Path
 ) -> None:
-    """Returns once the master's JSON (``master_state``; an OSError: not answering yet) lists
+    """Returns once the master's JSON (``master_state``; an OSError: not answering yet; a
+    ValueError: its web UI answered with a page, not JSON, as it can while it starts) lists
     ``count`` live workers; raises RuntimeError after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -111,7 +112,7 @@ def wait_for_workers(
             workers = master_state().get("workers", [])
             if sum(w["state"] == "ALIVE" for w in workers) >= count:
                 return
-        except OSError:
+        except (OSError, ValueError):
             pass
         if time.monotonic() > deadline:
             raise RuntimeError(
