@@ -392,9 +392,10 @@ class PartitionIndex:
         """The line that publishes ``segment``, just appended (it ends at ``end``), with the
         count of dropped messages as it now is."""
         s = segment  # (formatted here, not by json.dumps: one per endpoint each flush)
-        part = "" if s.part is None else f", {int(s.part)}"
         if s.flush:
             part = f", {int(s.part or 0)}, {int(s.flush)}"
+        else:
+            part = "" if s.part is None else f", {int(s.part)}"
         return (
             f"[{int(s.first)}, {int(s.count)}, {int(s.nbytes)}, {int(s.epoch)}, "
             f"{float(s.at)!r}, {int(self.dropped)}{part}]\n"

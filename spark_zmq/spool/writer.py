@@ -555,9 +555,10 @@ class Spool(SpoolPartitions):
         index = self._held(key)
         if index is None:
             return
+        before = index.nbytes
         gone = index.segments.take_first(count)
+        freed = before - index.nbytes  # (the segments keep the sum of their sizes)
         index.start = index.segments[0].first if index.segments else index.end
-        freed = sum(segment.nbytes for segment in gone)
         committed_freed = sum(s.nbytes for s in gone if s.end <= index.committed)
         index.committed = max(index.committed, index.start)
         self._publish(index)  # publish first, then delete: a listed file is there or retained
@@ -665,9 +666,10 @@ def _clear_flushes(root: str) -> None:
     _make_folder(folder)
     now = time.time()
     for entry in os.scandir(folder):
+        if flush_number(entry.name) is not None:
+            continue  # (no stat for each of an exclusive writer's thousands of files)
         try:
-            stale = now - entry.stat().st_mtime > STALE_FLUSH_SECONDS
-            if stale and flush_number(entry.name) is None:
+            if now - entry.stat().st_mtime > STALE_FLUSH_SECONDS:
                 os.remove(entry.path)
         except OSError:
             continue
