@@ -14,6 +14,7 @@ addresses, and serves its vocabulary there (``subscriber``).
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from spark_zmq.protocols.zeroeq.reqrep import RequestError
 from spark_zmq.protocols.zeroeq.selection import Known, Selection, describe
 from spark_zmq.protocols.zeroeq.subscriber import SubscriberRecord
 from spark_zmq.protocols.zeroeq.vocabulary import request_vocabulary
-from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, tcp_endpoint
+from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE, in_session, tcp_endpoint
 from spark_zmq.security import NO_CURVE, Curve
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class ZeroEQDiscovery(Discovery):
         self._known: dict[str, Known] = {}
         self._joined: dict[str, Endpoint] = {}
         self._passed_over: set[str] = set()  # publishers not read, logged once each
-        self.records = RecordReader(curve, self._known_changed)
+        self.records = RecordReader(curve, self._known_changed, session)
         self._lock = threading.RLock()
         self._listener: EndpointListener | None = None
         self._zeroconf: ZeroEQZeroconf | None = None
@@ -212,11 +213,16 @@ class RecordReader:
     """What the ZeroConf browser reports of publisher records, as what is known of each
     publisher: ``on_known(key, Known)`` for a record read (with its vocabulary), ``on_known(key,
     None)`` for one removed. Faults are logged once per record and reason (at most
-    MAX_FAULTY_RECORDS remembered: peers choose the names)."""
+    MAX_FAULTY_RECORDS remembered: peers choose the names). A vocabulary that a record of
+    another session than ``session`` fails to give is logged at debug level only: such a
+    publisher is read only if a management request asks for it, and its TXT ids then serve."""
 
-    def __init__(self, curve: Curve, on_known: Callable[[str, Known | None], None]) -> None:
+    def __init__(
+        self, curve: Curve, on_known: Callable[[str, Known | None], None], session: str
+    ) -> None:
         self.curve = curve
         self.on_known = on_known
+        self.session = session
         self.lookups = RecordLookups()
         #: record name -> the faults logged for it (each logged once)
         self._faulty: dict[str, set[str]] = {}
@@ -281,13 +287,14 @@ class RecordReader:
         record = PublisherRecord.parse(name, info.properties)
         vocabulary, fault = self._vocabulary_of(record)
         if fault:
-            self._fault(name, fault)
+            ours = in_session(record.session, self.session)
+            self._fault(name, fault, logging.WARNING if ours else logging.DEBUG)
         else:
             with self._faulty_lock:  # a fault logged before is over: log it if it comes back
                 self._faulty.pop(name, None)
         self.on_known(key, Known(record, vocabulary))
 
-    def _fault(self, name: str, why: str) -> None:
+    def _fault(self, name: str, why: str, level: int = logging.WARNING) -> None:
         """One line per faulty record and reason, however often its publisher announces it."""
         with self._faulty_lock:
             reasons = self._faulty.setdefault(name, set())
@@ -296,7 +303,7 @@ class RecordReader:
             while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
                 del self._faulty[next(iter(self._faulty))]
         if new:
-            logger.warning("zeroeq: publisher record %r: %s", name, why)
+            logger.log(level, "zeroeq: publisher record %r: %s", name, why)
 
     def _vocabulary_of(self, record: PublisherRecord) -> tuple[dict[bytes, str | None], str | None]:
         """The publisher's vocabulary (asked for when it serves one, else its TXT ids), and why

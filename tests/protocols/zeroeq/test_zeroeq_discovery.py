@@ -261,3 +261,55 @@ def test_a_record_s_changes_run_in_order_and_only_its_newest_waits():
         gate.set()
         lookups.close()
     assert ran == ["b1", "a1", "a3"]
+
+
+def test_a_vocabulary_fault_is_a_warning_only_in_the_reader_s_session(caplog):
+    """A publisher of another session is read only if a management request asks for it: that
+    its vocabulary server does not answer is logged at debug level, not as a warning on every
+    reader of every session that hears its record (a CLI subscriber of an empty session
+    printed one). The same fault in the reader's session stays a warning."""
+    import logging
+    import socket
+
+    from zeroconf import ServiceInfo
+
+    from spark_zmq.protocols.zeroeq import make_zeroconf
+    from spark_zmq.protocols.zeroeq.wire import PUBLISHER_SERVICE
+
+    with socket.socket() as closed:  # a port nobody listens on: the request goes unanswered
+        closed.bind(("127.0.0.1", 0))
+        silent = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
+    discovery = session_discovery("vocabulary-faults")
+    sender = make_zeroconf(("127.0.0.1",))
+    caplog.set_level(logging.DEBUG, logger="spark_zmq")
+    names = {}
+    try:
+        discovery.start(Joined())
+        for port, session in ((1, "vocabulary-faults"), (2, "elsewhere")):
+            names[session] = f"127.0.0.1:{port}.{PUBLISHER_SERVICE}"
+            properties = {"session": session, "vocabulary_request": silent}
+            sender.register_service(
+                ServiceInfo(
+                    PUBLISHER_SERVICE,
+                    names[session],
+                    addresses=[socket.inet_aton("127.0.0.1")],
+                    port=port,
+                    properties=properties,
+                ),
+                strict=False,  # the shipped library's service type has an underscore
+            )
+
+        def faults() -> dict[str, int] | None:
+            levels = {
+                session: r.levelno
+                for r in caplog.records
+                for session, name in names.items()
+                if repr(name) in r.getMessage() and "no vocabulary from" in r.getMessage()
+            }
+            return levels if len(levels) == 2 else None
+
+        levels = wait_until(faults, timeout=60, what="both vocabulary faults to be logged")
+    finally:
+        discovery.close()
+        sender.close()
+    assert levels == {"vocabulary-faults": logging.WARNING, "elsewhere": logging.DEBUG}
