@@ -1,14 +1,15 @@
 """What capture needs of its process to read many endpoints: zmq sockets and file descriptors.
 
 Each endpoint costs capture three zmq sockets (its own, and the pair of its monitor) and about
-four file descriptors (each socket's mailbox, and its TCP connection). zmq allows 1,023 sockets
-per context by default, which is 341 endpoints, and many systems give a process a soft limit of
-1,024 descriptors (about 250 endpoints) under a far higher hard limit, while ``maxEndpoints``
-lets a query read 1,000. So capture's context allows as many sockets as zmq can poll, and
-capture raises its process's soft descriptor limit to the hard one, as the JVM does for itself
-(``-XX:+MaxFDLimit``). Where the hard limit is still too low, the endpoints beyond it are
-refused before zmq runs out (``no_room_for_endpoint``), each alone with a message that names the
-limit and how to raise it.
+five file descriptors (each socket's mailbox, its TCP connection, and its partition's
+appended-segments file, which a capture on local storage keeps open: ``spool.files.KeptOpen``).
+zmq allows 1,023 sockets per context by default, which is 341 endpoints, and many systems give
+a process a soft limit of 1,024 descriptors (about 200 endpoints) under a far higher hard limit,
+while ``maxEndpoints`` lets a query read 1,000. So capture's context allows as many sockets as
+zmq can poll, and capture raises its process's soft descriptor limit to the hard one, as the JVM
+does for itself (``-XX:+MaxFDLimit``). Where the hard limit is still too low, the endpoints
+beyond it are refused before zmq runs out (``no_room_for_endpoint``), each alone with a message
+that names the limit and how to raise it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from spark_zmq.log import logger
 
 #: zmq sockets and file descriptors capture takes per endpoint (see the module doc)
 SOCKETS_PER_ENDPOINT = 3
-FILES_PER_ENDPOINT = 4
+FILES_PER_ENDPOINT = 5
 #: the soft descriptor limit aimed at when the hard one is unlimited
 UNLIMITED_TARGET = 1 << 20
 #: descriptors an endpoint may not take: the spool's files, the spool server, discovery

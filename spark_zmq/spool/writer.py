@@ -30,7 +30,7 @@ from spark_zmq.spool.epochs import (
     mark_stopping,
     seal,
 )
-from spark_zmq.spool.files import EpochFiles
+from spark_zmq.spool.files import EpochFiles, local_storage
 from spark_zmq.spool.flushes import NumberedFlushes
 from spark_zmq.spool.index import (
     Listing,
@@ -120,7 +120,9 @@ class SpoolPartitions:
         #: a capture service's spool: per partition, below what some reader name committed
         #: (beyond what every name did: ``read_by_some``)
         self._read_ahead: dict[str, int] = {}
-        self._files = EpochFiles(root, self.epochs, self._forget)
+        self._files = EpochFiles(
+            root, self.epochs, self._forget, keep_open=exclusive and local_storage(root)
+        )
         self._reserve = Reserve(root)
         self._reserve.keep()
         #: an exclusive writer's flush files, named by number and kept while a segment names
@@ -147,6 +149,7 @@ class SpoolPartitions:
             self.write_commits()
             for key in list(self.epochs):
                 self.release(key)
+            self._files.close()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None

@@ -144,7 +144,7 @@ def test_a_flush_not_published_is_deleted_and_its_file_too_at_the_next_start(tmp
         raise OSError(errno.EIO, os.strerror(errno.EIO))
 
     with monkeypatch.context() as patch:
-        patch.setattr(spool_files.os, "open", refused)  # the line's write fails
+        patch.setattr(spool_files, "_write_whole", refused)  # the line's write fails
         failures = spool.append_all([Append("a", source("a"), rows("a", 2, 2))])
     assert isinstance(failures["a"], SpoolWriteError)
     assert arrow_files(root) == kept, "the file no segment names is gone"
