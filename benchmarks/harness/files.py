@@ -1,5 +1,6 @@
-"""What a benchmark counts of a spool's files: the files its writers close after writing, by
-kind (inotify, every subfolder watched as it appears)."""
+"""What a benchmark counts of a spool's files: the files its writers close after writing, and
+the writes to appended-segments files, by kind (inotify, every subfolder watched as it
+appears)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import struct
 import threading
 from collections import Counter
 
-IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_ISDIR = 0x8, 0x80, 0x100, 0x40000000
+IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_ISDIR = 0x2, 0x8, 0x80, 0x100, 0x40000000
 #: the kinds of file counted, by what a written file's name is (its temporary name's stem)
 KINDS = (
     "process records",
@@ -38,9 +39,17 @@ def kind_of(relative: str) -> str:
     return "other"
 
 
+def appended_lines(relative: str) -> bool:
+    """Whether a path under the spool is an appended-segments file (not its temporary name),
+    whose writes count one by one: an exclusive writer keeps it open between its lines."""
+    name = os.path.basename(relative)
+    return name.startswith("appended.") and ".tmp" not in name
+
+
 class WrittenFiles:
-    """Counts the files closed after writing below a folder (inotify, every subfolder watched
-    as it appears), by kind, while ``counting``."""
+    """Counts the files closed after writing below a folder, and each write to an
+    appended-segments file (inotify, every subfolder watched as it appears), by kind, while
+    ``counting``."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -55,7 +64,7 @@ class WrittenFiles:
         self._thread.start()
 
     def _watch_tree(self, folder: str) -> None:
-        mask = IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
+        mask = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE
         wd = self._libc.inotify_add_watch(self._fd, folder.encode(), mask)
         if wd >= 0:
             self._folders[wd] = folder
@@ -83,8 +92,10 @@ class WrittenFiles:
                         self._watch_tree(path)
                     except OSError:
                         pass
-                elif mask & IN_CLOSE_WRITE and self.counting:
-                    self.counts[kind_of(os.path.relpath(path, self.root))] += 1
+                elif self.counting and mask & (IN_CLOSE_WRITE | IN_MODIFY):
+                    relative = os.path.relpath(path, self.root)
+                    if bool(mask & IN_MODIFY) == appended_lines(relative):
+                        self.counts[kind_of(relative)] += 1
 
     def close(self) -> None:
         self._stop.set()
