@@ -48,6 +48,13 @@ start sending only once every one of them has seen the query's subscription. Pri
   workers share count once each), this process (the driver's Python), and the publisher
   processes (summed).
 
+Placement ``bare`` is the reference a connector is measured against: no Spark, no spool, a
+plain pyzmq subscriber (``bare_subscriber_main``) that connects a SUB socket to each
+publisher's address and drains the ready ones in a ``zmq.Poller`` loop, pausing after each
+round as capture's compiled core does with that many endpoints. Its *CPU a message* is its
+whole process's and *zmq's I/O threads* its context's: what libzmq and pyzmq alone cost a
+subscriber of N publishers at the same total rate.
+
 Read tasks are counted from the status tracker (the tasks of the batch's new jobs in the
 query's job group); a batch for which it has none is counted with ``rdd.getNumPartitions()``,
 which plans the batch's read once more, and the table says how many batches were.
@@ -60,9 +67,9 @@ grouping, so a run can compare the two.
 
 Run it as ``python benchmarks/many_publishers.py [--counts 10,100,300,1000] [--seconds 40]
 [--rate 3000] [--processes 4] [--max-partitions K] [--flush-interval-ms F] [--trigger-ms
-1000] [--placements driver,executors]`` (about 2 minutes per N and placement at the
-defaults, more where the drain is slow); it re-executes itself in a private network
-namespace, as every benchmark does.
+1000] [--placements driver,executors,bare]`` (about 2 minutes per N and placement at the
+defaults, more where the drain is slow; under a minute for ``bare``); it re-executes itself
+in a private network namespace, as every benchmark does.
 """
 
 from __future__ import annotations
@@ -151,7 +158,7 @@ def publishers_main(
         with ThreadPoolExecutor(ANNOUNCE_THREADS) as pool:
             publishers = list(pool.map(make, range(members)))
             try:
-                conn.send(("ready", members))
+                conn.send(("ready", [p.address for p in publishers]))
                 wait_for_subscribers(publishers, wire)
                 conn.send(("connected", time.time()))
                 kind, start = conn.recv()
@@ -226,8 +233,12 @@ class Publishers:
                 self.children.append(
                     Child(context, publishers_main, session, int(share[0]), len(share), count, rate)
                 )
-            for child in self.children:
-                child.expect("ready", CONNECT_TIMEOUT)
+            #: every publisher's address (``tcp://host:port``), for the bare subscriber
+            self.addresses = [
+                address
+                for child in self.children
+                for address in child.expect("ready", CONNECT_TIMEOUT)
+            ]
         except BaseException:
             self.stop()
             raise
@@ -252,6 +263,113 @@ class Publishers:
     def stop(self) -> None:
         for child in self.children:
             child.stop(60.0)
+
+
+# -- the bare subscriber (placement ``bare``) -------------------------------------------------
+
+
+def bare_subscriber_main(
+    addresses: list[str], expected: int, conn: multiprocessing.connection.Connection
+) -> None:
+    """A plain pyzmq subscriber of every publisher: a SUB socket each, subscribed to
+    everything, with capture's receive high-water mark; a ``zmq.Poller`` loop that drains each
+    ready socket, then pauses as capture's compiled core pauses after a thin round with this
+    many endpoints (``receiving.longest_pause``), so that both read each socket as often.
+    Reports "subscribed", then, once it has ``expected`` messages or none for IDLE_SECONDS
+    after the first, what it received and the CPU seconds of its process and of its zmq I/O
+    threads, counted from the first message on."""
+
+    def body() -> None:
+        import zmq
+
+        from spark_zmq.capture.limits import raise_open_files_limit
+        from spark_zmq.capture.receiving import LONGEST_PAUSE_SECONDS, longest_pause
+        from spark_zmq.stream_options import RECEIVE_HIGH_WATER_MARK
+
+        raise_open_files_limit()
+        context = zmq.Context()
+        context.set(zmq.MAX_SOCKETS, context.get(zmq.SOCKET_LIMIT))
+        poller = zmq.Poller()
+        sockets = []
+        for address in addresses:
+            sock = context.socket(zmq.SUB)
+            sock.setsockopt(zmq.RCVHWM, RECEIVE_HIGH_WATER_MARK.parsed_default())
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SUBSCRIBE, b"")
+            sock.connect(address)
+            poller.register(sock, zmq.POLLIN)
+            sockets.append(sock)
+        conn.send(("subscribed", None))
+        pause = longest_pause(len(sockets), LONGEST_PAUSE_SECONDS)
+        received, last, before = 0, 0.0, None
+        while received < expected and (not last or time.monotonic() - last < IDLE_SECONDS):
+            ready = poller.poll(100)
+            if ready and before is None:
+                before = (process_cpu(os.getpid()), own_io_cpu())
+            for sock, _ in ready:
+                while True:
+                    try:
+                        sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    received += 1
+                last = time.monotonic()
+            if ready:
+                time.sleep(pause)
+        cpu, io = process_cpu(os.getpid()), own_io_cpu()
+        start = before or (cpu, io)
+        conn.send(("received", {"received": received, "cpu": cpu - start[0], "io": io - start[1]}))
+        for sock in sockets:
+            sock.close()
+        context.term()
+
+    report_errors(conn, body)
+
+
+#: a bare subscriber that has had messages and then none for this long stops waiting
+IDLE_SECONDS = 5.0
+
+
+def own_io_cpu() -> float:
+    """CPU seconds of this process's zmq I/O threads (named ``ZMQbg/IO/...``)."""
+    total = 0.0
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            if "ZMQbg/IO" in Path(f"/proc/self/task/{task}/comm").read_text():
+                total += process_cpu(int(task), f"/proc/self/task/{task}/stat")
+    return total
+
+
+def run_bare_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """N publishers at ``args.rate`` in all into the bare subscriber: what zmq alone costs a
+    subscriber of N publishers (its CPU a message, and its I/O threads' share)."""
+    count = max(1, round(args.rate / n * args.seconds))
+    session = f"many-{n}-{uuid.uuid4().hex[:8]}"
+    publishers = Publishers(session, n, args.processes, count, args.rate / n)
+    subscriber = None
+    try:
+        started = time.time()
+        context = multiprocessing.get_context("spawn")
+        subscriber = Child(context, bare_subscriber_main, publishers.addresses, n * count)
+        subscriber.expect("subscribed", CONNECT_TIMEOUT)
+        connected = publishers.connected() - started
+        sent = publishers.go(time.time() + 0.5, args.seconds)
+        got = subscriber.expect("received", args.drain_timeout + IDLE_SECONDS)
+        received = got["received"] or 1
+        return {
+            "n": n,
+            "bare": True,
+            "connected": connected,
+            **sent,
+            "delivered": got["received"],
+            "cpu_us": got["cpu"] / received * 1e6,
+            "capture_us": got["cpu"] / received * 1e6,
+            "zmq_io_us": got["io"] / received * 1e6,
+        }
+    finally:
+        if subscriber is not None:
+            subscriber.stop(30.0)
+        publishers.stop()
 
 
 # -- the sink and the trial's processes --------------------------------------------------------
@@ -670,6 +788,16 @@ def rows_of(result: dict[str, Any]) -> dict[str, str]:
     """One column of the table: each figure of one N, as text."""
     if "error" in result:
         return {"error": result["error"][:40]}
+    if result.get("bare"):
+        sent = int(result["sent"])
+        return {
+            "all endpoints connected": f"{result['connected']:.1f} s",
+            "sent (dropped at HWM)": f"{sent:,} ({int(result['dropped']):,})",
+            "delivered / sent": f"{result['delivered'] / sent:.4f}" if sent else "-",
+            "reader and capture CPU a message": f"{result['cpu_us']:.1f} us",
+            "  of which capture's own": f"{result['capture_us']:.1f} us",
+            "    of which zmq's I/O threads": f"{result['zmq_io_us']:.1f} us",
+        }
     sent, files = int(result["sent"]), result["files"]
     rss = result["rss"]
     drain = result["drain"]
@@ -737,8 +865,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--placements",
-        default="driver,executors",
-        help="capture placements, each N in each (default driver,executors)",
+        default="driver,executors,bare",
+        help="capture placements, each N in each, and bare: a plain pyzmq subscriber "
+        "(default driver,executors,bare)",
     )
     parser.add_argument("--placement", default="driver", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -755,7 +884,8 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     counts = [int(n) for n in args.counts.split(",")]
     if args.role:
-        print(json.dumps(run_trial(counts[0], args)))
+        trial = run_bare_trial if args.placement == "bare" else run_trial
+        print(json.dumps(trial(counts[0], args)))
         return 0
     ensure_private_network(__file__)
     print_environment("many_publishers benchmark: N ZeroEQ publishers, one session")
