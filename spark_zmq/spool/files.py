@@ -58,9 +58,9 @@ LOCAL_FILE_SYSTEMS = frozenset(
 
 class KeptOpen:
     """The appended-segments files of the partitions an exclusive writer appends to, each kept
-    open (O_APPEND) between its lines: an open and a close per partition and flush were a
-    fifth of the capture thread's time with 1,000 endpoints, nearly all of it the kernel
-    walking the file's path (``perf``, many_publishers.py).
+    open (O_APPEND) between its lines: an open and a close per partition and flush were about
+    a seventh of the capture thread's time with 1,000 endpoints, most of it the kernel walking
+    the file's path (``perf``, many_publishers.py).
 
     Only for a writer that no one fences (``exclusive``: the folder's LOCK keeps any other
     off): a holder's open fails once a claimer sealed its epoch folder, and that failure is
