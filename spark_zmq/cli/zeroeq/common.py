@@ -11,15 +11,12 @@ from spark_zmq.protocols.zeroeq import (
     Record,
     request_vocabulary,
 )
+from spark_zmq.protocols.zeroeq.discovery import VOCABULARY_TIMEOUT
 from spark_zmq.protocols.zeroeq.reqrep import RequestError
 
 PROG = "python -m spark_zmq zeroeq"
 #: the TXT ``Application`` of the CLI's publisher, so browse tells it from a Spark writer
 APPLICATION = "spark_zmq-cli"
-#: seconds to wait for a vocabulary reply: a peer that does not answer costs only its names
-VOCABULARY_TIMEOUT = 1.0
-#: seconds to wait for one ZeroConf record's details once its name is known
-RECORD_TIMEOUT = 3.0
 
 
 def note(action: str, message: str) -> None:

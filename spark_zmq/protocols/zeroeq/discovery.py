@@ -39,8 +39,11 @@ if TYPE_CHECKING:
 
     from spark_zmq.protocols.zeroeq.mdns import ZeroEQZeroconf
 
-#: seconds to wait for a publisher's vocabulary reply
+#: seconds to wait for a publisher's vocabulary reply (a reader's, and the CLI's): a peer that
+#: does not answer costs only its event names
 VOCABULARY_TIMEOUT = 1.0
+#: seconds to wait for one ZeroConf record's details once its name is known
+RECORD_TIMEOUT = 3.0
 #: faulty records remembered (to log each once); beyond it the oldest is forgotten (and would
 #: be logged again if it came back)
 MAX_FAULTY_RECORDS = 4096
@@ -280,7 +283,7 @@ class RecordReader:
             self._fault(name, f"the instance name is not host:port ({exc}); ignored")
             return
         zeroconf.keep_one_label(key)  # our questions about it name it as its owner does
-        info = zeroconf.get_service_info(service_type, name, timeout=3000)
+        info = zeroconf.get_service_info(service_type, name, timeout=int(RECORD_TIMEOUT * 1000))
         if info is None:
             self._fault(name, "no answer when asked for its record; ignored")
             return
