@@ -56,17 +56,27 @@ def appended_files(root: str) -> list[str]:
     )
 
 
+@pytest.fixture
+def local_tmp(tmp_path, monkeypatch):
+    """``tmp_path``, its file system counted as local whatever it is (the detection has a test
+    of its own, below): the tests of files kept open run on any machine."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        kind = file_system_type(os.path.realpath(tmp_path), f.read())
+    monkeypatch.setattr(spool_files, "LOCAL_FILE_SYSTEMS", frozenset({kind}))
+    return tmp_path
+
+
 def flush(spool: Spool, keys: list[str], first: int) -> None:
     assert spool.append_all([Append(key, source(key), rows(key, first, 2)) for key in keys]) == {}
 
 
-def test_an_exclusive_writer_keeps_each_partition_s_lines_file_open(tmp_path, monkeypatch):
+def test_an_exclusive_writer_keeps_each_partition_s_lines_file_open(local_tmp, monkeypatch):
     """One descriptor per partition, for the file its index names; every line is seen by a
     reader of the folder as soon as the flush returns; a new index (every LINES_BEFORE_SAVE
     lines, here 4) closes the old file's descriptor before deleting it; nothing stays open
     after ``close``, and a new writer reads every line."""
     monkeypatch.setattr(spool_files, "LINES_BEFORE_SAVE", 4)
-    root = str(tmp_path / "spool")
+    root = str(local_tmp / "spool")
     spool = Spool(root, 1 << 30)
     keys = ["a", "b", "c"]
     follower = SnapshotReader(root)
@@ -91,13 +101,15 @@ def test_an_exclusive_writer_keeps_each_partition_s_lines_file_open(tmp_path, mo
     again.close()
 
 
-def test_a_failed_line_closes_the_file_and_the_next_write_starts_a_new_index(tmp_path, monkeypatch):
+def test_a_failed_line_closes_the_file_and_the_next_write_starts_a_new_index(
+    local_tmp, monkeypatch
+):
     """A write that the storage refuses on the descriptor kept open is the partition's
     SpoolWriteError, and closes the descriptor; the partition's next append writes its index
     whole, with a new file, and goes on. The segment refused was never published."""
     import errno
 
-    root = str(tmp_path / "spool")
+    root = str(local_tmp / "spool")
     spool = Spool(root, 1 << 30)
     flush(spool, ["a", "b"], 0)
     [before, _] = open_files(root)
