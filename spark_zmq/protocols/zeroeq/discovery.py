@@ -227,8 +227,8 @@ class RecordReader:
         self.on_known = on_known
         self.session = session
         self.lookups = RecordLookups()
-        #: record name -> the faults logged for it (each logged once)
-        self._faulty: dict[str, set[str]] = {}
+        #: record name -> the faults logged for it, with their levels (each logged once)
+        self._faulty: dict[str, set[tuple[int, str]]] = {}
         self._faulty_lock = threading.Lock()
 
     def on_change(
@@ -298,11 +298,13 @@ class RecordReader:
         self.on_known(key, Known(record, vocabulary))
 
     def _fault(self, name: str, why: str, level: int = logging.WARNING) -> None:
-        """One line per faulty record and reason, however often its publisher announces it."""
+        """One line per faulty record, reason and level, however often its publisher announces
+        it (a record that moves into the reader's session logs at warning what it logged at
+        debug)."""
         with self._faulty_lock:
             reasons = self._faulty.setdefault(name, set())
-            new = why not in reasons
-            reasons.add(why)
+            new = (level, why) not in reasons
+            reasons.add((level, why))
             while len(self._faulty) > MAX_FAULTY_RECORDS:  # peers choose the names: a bound
                 del self._faulty[next(iter(self._faulty))]
         if new:

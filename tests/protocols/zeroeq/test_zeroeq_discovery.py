@@ -267,7 +267,8 @@ def test_a_vocabulary_fault_is_a_warning_only_in_the_reader_s_session(caplog):
     """A publisher of another session is read only if a management request asks for it: that
     its vocabulary server does not answer is logged at debug level, not as a warning on every
     reader of every session that hears its record (a CLI subscriber of an empty session
-    printed one). The same fault in the reader's session stays a warning."""
+    printed one). The same fault in the reader's session stays a warning, also for a record
+    that moves into it."""
     import logging
     import socket
 
@@ -282,34 +283,38 @@ def test_a_vocabulary_fault_is_a_warning_only_in_the_reader_s_session(caplog):
     discovery = session_discovery("vocabulary-faults")
     sender = make_zeroconf(("127.0.0.1",))
     caplog.set_level(logging.DEBUG, logger="spark_zmq")
-    names = {}
+    names = {"vocabulary-faults": 1, "elsewhere": 2}
+
+    def record(port: int, session: str) -> ServiceInfo:
+        return ServiceInfo(
+            PUBLISHER_SERVICE,
+            f"127.0.0.1:{port}.{PUBLISHER_SERVICE}",
+            addresses=[socket.inet_aton("127.0.0.1")],
+            port=port,
+            properties={"session": session, "vocabulary_request": silent},
+            server="vocabulary-faults.local.",
+        )
+
+    def faults(port: int) -> list[int]:
+        """The levels at which the fault of the record on ``port`` was logged, in order."""
+        name = repr(f"127.0.0.1:{port}.{PUBLISHER_SERVICE}")
+        return [
+            r.levelno
+            for r in caplog.records
+            if name in r.getMessage() and "no vocabulary from" in r.getMessage()
+        ]
+
     try:
         discovery.start(Joined())
-        for port, session in ((1, "vocabulary-faults"), (2, "elsewhere")):
-            names[session] = f"127.0.0.1:{port}.{PUBLISHER_SERVICE}"
-            properties = {"session": session, "vocabulary_request": silent}
-            sender.register_service(
-                ServiceInfo(
-                    PUBLISHER_SERVICE,
-                    names[session],
-                    addresses=[socket.inet_aton("127.0.0.1")],
-                    port=port,
-                    properties=properties,
-                ),
-                strict=False,  # the shipped library's service type has an underscore
-            )
-
-        def faults() -> dict[str, int] | None:
-            levels = {
-                session: r.levelno
-                for r in caplog.records
-                for session, name in names.items()
-                if repr(name) in r.getMessage() and "no vocabulary from" in r.getMessage()
-            }
-            return levels if len(levels) == 2 else None
-
-        levels = wait_until(faults, timeout=60, what="both vocabulary faults to be logged")
+        for session, port in names.items():  # (the shipped library's type has an underscore)
+            sender.register_service(record(port, session), strict=False)
+        wait_until(
+            lambda: faults(1) and faults(2), timeout=60, what="both vocabulary faults logged"
+        )
+        assert (faults(1), faults(2)) == ([logging.WARNING], [logging.DEBUG])
+        sender.update_service(record(2, "vocabulary-faults"))  # it moves into the session
+        wait_until(lambda: len(faults(2)) == 2, timeout=60, what="the moved record's fault")
     finally:
         discovery.close()
         sender.close()
-    assert levels == {"vocabulary-faults": logging.WARNING, "elsewhere": logging.DEBUG}
+    assert faults(2) == [logging.DEBUG, logging.WARNING]
