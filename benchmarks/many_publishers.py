@@ -305,7 +305,7 @@ def bare_subscriber_main(
         while received < expected and (not last or time.monotonic() - last < IDLE_SECONDS):
             ready = poller.poll(100)
             if ready and before is None:
-                before = (process_cpu(os.getpid()), own_io_cpu())
+                before = (process_cpu(os.getpid()), threads_cpu(os.getpid(), ZMQ_IO_THREAD))
             for sock, _ in ready:
                 while True:
                     try:
@@ -316,7 +316,7 @@ def bare_subscriber_main(
                 last = time.monotonic()
             if ready:
                 time.sleep(pause)
-        cpu, io = process_cpu(os.getpid()), own_io_cpu()
+        cpu, io = process_cpu(os.getpid()), threads_cpu(os.getpid(), ZMQ_IO_THREAD)
         start = before or (cpu, io)
         conn.send(("received", {"received": received, "cpu": cpu - start[0], "io": io - start[1]}))
         for sock in sockets:
@@ -328,16 +328,6 @@ def bare_subscriber_main(
 
 #: a bare subscriber that has had messages and then none for this long stops waiting
 IDLE_SECONDS = 5.0
-
-
-def own_io_cpu() -> float:
-    """CPU seconds of this process's zmq I/O threads (named ``ZMQbg/IO/...``)."""
-    total = 0.0
-    for task in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError):
-            if "ZMQbg/IO" in Path(f"/proc/self/task/{task}/comm").read_text():
-                total += process_cpu(int(task), f"/proc/self/task/{task}/stat")
-    return total
 
 
 def run_bare_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -516,8 +506,9 @@ def capture_thread_cpu(port: int) -> float:
     )
 
 
-#: the name (``comm``) of an I/O thread of capture's zmq context
+#: the name (``comm``) of an I/O thread of capture's zmq context, and of any zmq context's
 CAPTURE_IO_THREAD = re.compile(r"^\d+/ZMQbg/IO")
+ZMQ_IO_THREAD = re.compile(r"^(\d+/)?ZMQbg/IO")
 
 
 def zmq_io_cpu(reader: int) -> dict[int, float]:
@@ -528,12 +519,18 @@ def zmq_io_cpu(reader: int) -> dict[int, float]:
     seconds: dict[int, float] = {}
     for pid in (reader, *running_holders()):
         with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{pid}/task"):
-                with contextlib.suppress(OSError):
-                    name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
-                    if CAPTURE_IO_THREAD.match(name):
-                        stat = f"/proc/{pid}/task/{task}/stat"
-                        seconds[pid] = seconds.get(pid, 0.0) + process_cpu(int(task), stat)
+            seconds[pid] = threads_cpu(pid, CAPTURE_IO_THREAD)
+    return seconds
+
+
+def threads_cpu(pid: int, names: re.Pattern[str]) -> float:
+    """CPU seconds of the threads of process ``pid`` whose name (``comm``) ``names`` matches
+    at its start; OSError if the process is gone."""
+    seconds = 0.0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            if names.match(Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()):
+                seconds += process_cpu(int(task), f"/proc/{pid}/task/{task}/stat")
     return seconds
 
 

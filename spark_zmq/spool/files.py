@@ -206,6 +206,10 @@ class EpochFiles:
         self._folders.pop(key, None)
         self.lines.pop(key, None)
         self.commits.pop(key, None)
+        self._close_kept(key)
+
+    def _close_kept(self, key: str) -> None:
+        """Close ``key``'s appended-segments file if it is kept open."""
         if self._kept is not None:
             self._kept.close(key)
 
@@ -234,8 +238,7 @@ class EpochFiles:
         self.appended[key] = self._numbers
         self.lines[key] = 0
         if old is not None:
-            if self._kept is not None:
-                self._kept.close(key)
+            self._close_kept(key)
             remove_quietly(self.path(key, appended_name(old)))
 
     def append(self, index: PartitionIndex, segment: Segment) -> None:
@@ -296,8 +299,7 @@ class EpochFiles:
                 _write_whole(self._kept.descriptor(key, path), line)
         except OSError as exc:
             self.appended.pop(key, None)
-            if self._kept is not None:
-                self._kept.close(key)
+            self._close_kept(key)
             raise self.failed(key, path, exc) from None
         self.lines[key] = self.lines.get(key, 0) + text.count("\n")
         return True
