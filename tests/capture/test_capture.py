@@ -392,10 +392,13 @@ def test_sigterm_writes_what_was_received(tmp_path):
     assert [f[1] for f in frames] == [b"%d" % i for i in range(300)]
 
 
-def test_latest_starts_before_what_this_run_captures(tmp_path):
+@pytest.mark.parametrize("gap_row_written", [True, False], ids=["gap-row-written", "gap-row-owed"])
+def test_latest_starts_before_what_this_run_captures(tmp_path, gap_row_written):
     """startingOffsets=latest skips what an earlier run left in the spool and the gap row of
     the time between the runs (before this new query), never what this run received before
-    Spark's first offset call."""
+    Spark's first offset call. The gap row is written with a partition's first flush: either
+    that flush came before the query's first offset call (the row is skipped) or it comes
+    after (the row is waived, never written); both orders happen in a real query."""
     from spark_zmq.options import parse_options
     from spark_zmq.protocols.zeroeq import ZeroEQ
     from spark_zmq.spark.offsets import StreamOffset
@@ -405,11 +408,10 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
     publisher = Publisher("", announce=False)
     key = publisher.instance_name
     protocol = ZeroEQ()
-    options = parse_options(
-        "zeroeq",
-        READER_OPTIONS + protocol.reader_options,
-        {"publishers": key, "spoolPath": str(tmp_path / "spool"), "startingOffsets": "latest"},
-    )
+    given = {"publishers": key, "spoolPath": str(tmp_path / "spool"), "startingOffsets": "latest"}
+    if not gap_row_written:
+        given["flushIntervalMs"] = "600000"  # only the first offset call flushes
+    options = parse_options("zeroeq", READER_OPTIONS + protocol.reader_options, given)
     try:
         for run, count in ((1, 5), (2, 3)):
             reader = ZmqStreamReader(protocol, options)
@@ -421,15 +423,25 @@ def test_latest_starts_before_what_this_run_captures(tmp_path):
                 lambda capture=capture, count=count: capture.received().get(key) == count,
                 what="messages received",
             )
-            start = reader.initialOffset()
-            # run 2: the gap row of the time between the runs (at 5), then its 3 messages
-            assert StreamOffset.from_json(start).ends == {key: 0 if run == 1 else 6}
-            end = StreamOffset.from_json(reader.latestOffset(start, None))
-            assert end.ends == {key: 5 if run == 1 else 9}
+            if gap_row_written:
+                capture.sync()
+            start = StreamOffset.from_json(reader.initialOffset()).ends
+            end = StreamOffset.from_json(reader.latestOffset(start, None)).ends
+            if run == 1:
+                assert (start, end) == ({key: 0}, {key: 5})
+            elif gap_row_written:  # the gap row of the time between the runs at 5, skipped
+                assert (start, end) == ({key: 6}, {key: 9})
+            else:  # waived before it was written: run 2's messages follow run 1's
+                assert (start, end) == ({key: 5}, {key: 8})
             reader.stop()
             wait_until(lambda: publisher.count_subscribers() == 0, what="disconnect")
     finally:
         publisher.close()
+    rows = spooled(str(tmp_path / "spool"), key)
+    assert [frames[1] for frames, fault in rows if fault is None] == [
+        b"run %d/%d" % (run, i) for run, count in ((1, 5), (2, 3)) for i in range(count)
+    ]
+    assert len([fault for _, fault in rows if fault is not None]) == int(gap_row_written)
 
 
 def test_the_stop_line_names_the_endpoints_that_received_most_and_counts_the_others():
