@@ -425,8 +425,9 @@ def test_latest_starts_before_what_this_run_captures(tmp_path, gap_row_written):
             )
             if gap_row_written:
                 capture.sync()
-            start = StreamOffset.from_json(reader.initialOffset()).ends
-            end = StreamOffset.from_json(reader.latestOffset(start, None)).ends
+            initial = reader.initialOffset()
+            start = StreamOffset.from_json(initial).ends
+            end = StreamOffset.from_json(reader.latestOffset(initial, None)).ends
             if run == 1:
                 assert (start, end) == ({key: 0}, {key: 5})
             elif gap_row_written:  # the gap row of the time between the runs at 5, skipped
