@@ -265,6 +265,15 @@ class Publishers:
             child.stop(60.0)
 
 
+def trial_publishers(n: int, args: argparse.Namespace) -> tuple[int, str, Publishers]:
+    """A trial's N publishers in a session of their own, ``args.rate`` in all for
+    ``args.seconds``: (messages each sends, the session, the publishers). One definition for
+    every placement, so that the bare subscriber is fed exactly as a query is."""
+    count = max(1, round(args.rate / n * args.seconds))
+    session = f"many-{n}-{uuid.uuid4().hex[:8]}"
+    return count, session, Publishers(session, n, args.processes, count, args.rate / n)
+
+
 # -- the bare subscriber (placement ``bare``) -------------------------------------------------
 
 
@@ -333,9 +342,7 @@ IDLE_SECONDS = 5.0
 def run_bare_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
     """N publishers at ``args.rate`` in all into the bare subscriber: what zmq alone costs a
     subscriber of N publishers (its CPU a message, and its I/O threads' share)."""
-    count = max(1, round(args.rate / n * args.seconds))
-    session = f"many-{n}-{uuid.uuid4().hex[:8]}"
-    publishers = Publishers(session, n, args.processes, count, args.rate / n)
+    count, _, publishers = trial_publishers(n, args)
     subscriber = None
     try:
         started = time.time()
@@ -643,11 +650,9 @@ def run_trial(n: int, args: argparse.Namespace) -> dict[str, Any]:
     from spark_zmq.spark.session import loopback_session
     from spark_zmq.testing.standalone import free_port
 
-    count = max(1, round(args.rate / n * args.seconds))
-    session = f"many-{n}-{uuid.uuid4().hex[:8]}"
     folder = Path(tempfile.mkdtemp(prefix="many_publishers-"))
     (folder / "spool").mkdir()
-    publishers = Publishers(session, n, args.processes, count, args.rate / n)
+    count, session, publishers = trial_publishers(n, args)
     spark = query = files = sampler = cluster = None
     try:
         conf = {"spark.sql.streaming.numRecentProgressUpdates": "100000"}
